@@ -213,20 +213,20 @@ def analyze(
             scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
             token_scores[:, step.start : step.end] = scores
             step_results.append(
-                StepResult(step.text, step.start, step.end, float(losses[k]), sh, sg, ratio, scores, eh, eg)
+                StepResult(step.text, step.start, step.end, float(losses[k].detach()), sh, sg, ratio, scores, eh, eg)
             )
         srank_h = np.mean([s.srank_h for s in step_results], axis=0)
         srank_g = np.mean([s.srank_g for s in step_results], axis=0)
         ratio = np.mean([s.rank_ratio for s in step_results], axis=0)
         eig_h = eig_g = None
-        loss_value = float(losses.mean())
+        loss_value = float(losses.detach().mean())
     else:
         srank_h, srank_g, ratio, eig_h, eig_g, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra)
         token_scores = None
         if loss == "pos" and rows is not None:
             token_scores = np.full_like(rows, np.nan)
             token_scores[:, response_start:] = rows[:, response_start:]
-        loss_value = float(losses)
+        loss_value = float(losses.detach())
     timings["spectra_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
 

@@ -1,0 +1,70 @@
+"""``python -m grade analyze``: GRADE features of one question."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_model_arguments, load_model_from_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("analyze", help="GRADE features of one question", description=__doc__)
+    add_model_arguments(p)
+    p.add_argument("--question", required=True)
+    p.add_argument("--context", default=None, help="a supporting document placed before the question")
+    p.add_argument("--task", default="qa", help="prompt style: qa, mmlu, gsm8k, math, cot")
+    p.add_argument("--loss", choices=("pre", "pos"), default="pre")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--response", default=None, help="response to score under --loss pos")
+    group.add_argument("--generate", action="store_true", help="score the model's own greedy answer (pos)")
+    p.add_argument("--steps", action="store_true", help="pos: one loss per punctuation-delimited step")
+    p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--fast", action="store_true", help="stable ranks only (no spectra, no token scores)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--save", default=None, help="also save the full result (JSON) to this file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis import analyze
+
+    progress = (lambda line: print(line, file=sys.stderr)) if not args.json else None
+    lm = load_model_from_args(args, progress)
+    result = analyze(
+        lm,
+        args.question,
+        context=args.context,
+        task=args.task,
+        loss=args.loss,
+        response=args.response,
+        generate=args.generate,
+        steps=args.steps,
+        srank=args.srank,
+        spectra=not args.fast,
+        max_new_tokens=args.max_new_tokens,
+    )
+    if args.save:
+        result.save(args.save)
+    if args.json:
+        data = result.to_dict()
+        summary = {k: data[k] for k in ("model", "loss", "srank", "task", "question", "context", "response",
+                                        "input_ids", "response_start", "loss_value", "layers", "timings")}
+        summary["grade"] = result.grade
+        summary["steps"] = [
+            {"text": s.text, "start": s.start, "end": s.end, "rank_ratio": [float(x) for x in s.rank_ratio]}
+            for s in result.steps
+        ]
+        import json
+
+        print(json.dumps(summary))
+        return 0
+    print(f"model {result.model}   loss {result.loss} = {result.loss_value:.4f}   tokens {len(result.input_ids)}")
+    if result.response is not None:
+        print(f"response: {result.response}")
+    print(f"{'layer':>5} {'srank_h':>10} {'srank_g':>10} {'rank_ratio':>11}")
+    for row in result.layer_table():
+        print(f"{row['layer']:>5} {row['srank_h']:>10.4f} {row['srank_g']:>10.4f} {row['rank_ratio']:>11.4f}")
+    print(f"mean rank ratio {result.grade:.4f}   ({result.timings['total_s']:.2f} s)")
+    return 0
