@@ -1,0 +1,52 @@
+"""``python -m grade extract``: GRADE features of labelled questions into a Parquet feature store.
+
+The output is a folder of Parquet parts (``pandas.read_parquet(out)`` reads it); a re-run with the
+same ``--out`` skips the rows already stored, so an interrupted extraction can simply be repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_model_arguments, load_model_from_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("extract", help="features of labelled questions -> Parquet", description=__doc__)
+    add_model_arguments(p)
+    p.add_argument("--labels", nargs="+", required=True, help="labelled JSONL file(s): id, question, label, ...")
+    p.add_argument("--loss", choices=("pre", "pos"), default="pre")
+    p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
+    p.add_argument("--out", required=True, help="feature store folder, e.g. features.parquet")
+    p.add_argument("--chunk-size", type=int, default=32, help="rows per Parquet part (work lost at most on a kill)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N labelled rows of each file")
+    p.add_argument("--no-hidden", action="store_true", help="do not store hidden states (smaller files)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import InputError
+    from ..features import extract_features, read_labelled
+
+    if args.chunk_size < 1:
+        raise InputError("--chunk-size must be at least 1")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    rows = []
+    for path in args.labels:
+        file_rows = read_labelled(path)
+        rows.extend(file_rows[: args.limit] if args.limit else file_rows)
+    if not rows:
+        raise InputError("the labelled file(s) hold no row with a label")
+    lm = load_model_from_args(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))
+    report = extract_features(lm, rows, args.out, loss=args.loss, srank=args.srank, keep_hidden=not args.no_hidden,
+                              chunk_size=args.chunk_size, progress=not args.quiet)
+    print(report)
+    for dataset, row_id, reason in report.skipped[:10]:
+        print(f"  skipped {dataset}/{row_id}: {reason}", file=sys.stderr)
+    return 0

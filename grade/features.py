@@ -1,0 +1,436 @@
+"""Batch GRADE features for labelled questions, stored as Parquet.
+
+Input: labelled JSONL (one object a line) with at least ``id``, ``question`` and ``label``
+(1 = answerable, 0 = not; ``null`` rows are skipped), optionally ``task``, ``context``, ``choices``,
+``dataset``, ``accuracy``, ``samples`` (the model's sampled answers) and ``response``.
+
+Output: a *feature store*, a folder (conventionally named ``something.parquet``) of Parquet part
+files, one per chunk of extracted rows. ``pandas.read_parquet(folder)`` reads it whole;
+:func:`load_features` does the same for one or several stores (or single ``.parquet`` files).
+Parts are written atomically (temporary name, then rename), so an interrupted run keeps every
+finished chunk and a re-run skips the rows already stored: nothing is lost or duplicated.
+
+Columns (one row per question):
+
+====================  ============================  ===============================================
+column                type                          meaning
+====================  ============================  ===============================================
+id, dataset           str                           row identity; ``(dataset, id)`` is the key
+label                 int8                          1 answerable, 0 not
+accuracy              float64 (NaN if absent)       sample accuracy behind the label
+task                  str                           prompt style used
+has_context           bool                          a supporting document was in the prompt
+question              str                           the question text
+response              str or null                   scored response (``pos`` only)
+model, loss, srank    str                           model name, ``pre``/``pos``, stable-rank variant
+n_layers, n_tokens    int32                         L; tokens analysed (prompt [+ response])
+loss_value            float64                       value of the loss whose gradient was taken
+rank_ratio            list<float64>, length L       the GRADE feature vector (layer 0 first)
+srank_h, srank_g      list<float64>, length L       stable ranks of C_h and C_g per layer
+hidden                list<list<float32>>, (L+1, d) last prompt token's hidden state per layer,
+                                                    embeddings first (for hidden-state baselines)
+feature_version       int32                         :data:`FEATURE_VERSION`
+package_version       str                           grade version that wrote the row
+====================  ============================  ===============================================
+
+Per-layer values are list columns (not ``ratio_00..``) so one schema fits models of any depth;
+:func:`feature_matrix` and :func:`hidden_states` turn them into dense arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import sys
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__
+from .errors import GradeError, InputError
+
+log = logging.getLogger(__name__)
+
+FEATURE_VERSION = 1
+
+#: greedy-answer length per task when a ``pos`` row brings no response (reference sampling lengths)
+MAX_NEW_TOKENS = {"qa": 12, "qa_doc": 12, "mmlu": 4, "gsm8k": 256, "math": 512, "cot": 256}
+
+ProgressCallback = Callable[[int, int, str], None]  # (rows done, rows to do, id of the last row)
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("dataset", pa.string()),
+        ("label", pa.int8()),
+        ("accuracy", pa.float64()),
+        ("task", pa.string()),
+        ("has_context", pa.bool_()),
+        ("question", pa.string()),
+        ("response", pa.string()),
+        ("model", pa.string()),
+        ("loss", pa.string()),
+        ("srank", pa.string()),
+        ("n_layers", pa.int32()),
+        ("n_tokens", pa.int32()),
+        ("loss_value", pa.float64()),
+        ("rank_ratio", pa.list_(pa.float64())),
+        ("srank_h", pa.list_(pa.float64())),
+        ("srank_g", pa.list_(pa.float64())),
+        ("hidden", pa.list_(pa.list_(pa.float32()))),
+        ("feature_version", pa.int32()),
+        ("package_version", pa.string()),
+    ]
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# labelled input
+
+
+def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: bool = False) -> list[dict[str, Any]]:
+    """Rows of one or several labelled JSONL files, in file order.
+
+    Rows whose ``label`` is null are dropped (the reference drops the uncertain middle), unless
+    ``keep_unlabelled``. A missing ``dataset`` defaults to the file's stem. Raises
+    :class:`~grade.errors.InputError` for unreadable files or rows without id/question.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    rows: list[dict[str, Any]] = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise InputError(f"labelled file {path} does not exist")
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
+                if not isinstance(row, dict) or not row.get("question"):
+                    raise InputError(f"{path}:{number} has no question")
+                row.setdefault("id", f"{path.stem}-{number}")
+                row["id"] = str(row["id"])
+                row.setdefault("dataset", path.stem)
+                row["dataset"] = str(row["dataset"] or path.stem)
+                label = row.get("label")
+                if label is None and not keep_unlabelled:
+                    continue
+                if label is not None:
+                    if label not in (0, 1, True, False):
+                        raise InputError(f"{path}:{number} has label {label!r}; use 1, 0 or null")
+                    row["label"] = int(label)
+                rows.append(row)
+    return rows
+
+
+def _normalise_answer(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip().lower())
+
+
+def most_frequent_sample(samples: Iterable[str] | None) -> str | None:
+    """The most frequent non-empty sampled answer (compared after lower-casing and collapsing
+    spaces; ties go to the earliest), returned as first written; None when there is none.
+
+    The reference CE features score this answer.
+    """
+    texts = [s for s in (samples or []) if isinstance(s, str) and s.strip()]
+    if not texts:
+        return None
+    counts = Counter(_normalise_answer(s) for s in texts)
+    best = max(counts.values())
+    return next(s for s in texts if counts[_normalise_answer(s)] == best)
+
+
+def _prompt_for(lm, row: dict[str, Any]) -> str | None:
+    """A prompt built here only where ``analyze`` cannot build it itself (multiple-choice options)."""
+    if not row.get("choices"):
+        return None
+    from .prompts import format_prompt
+
+    return format_prompt(lm.tokenizer, row["question"], task=row.get("task") or "qa", context=row.get("context"),
+                         choices=list(row["choices"]))
+
+
+def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True):
+    """``grade.analyze`` of one labelled row with the fast path; the response under ``pos`` is the
+    row's ``response``, else its most frequent sample, else the model's greedy answer."""
+    from .analysis import analyze
+
+    task = row.get("task") or "qa"
+    response = None
+    generate = False
+    if loss == "pos":
+        response = row.get("response") or most_frequent_sample(row.get("samples"))
+        generate = response is None
+    return analyze(
+        lm,
+        row["question"],
+        context=row.get("context") or None,
+        task=task,
+        loss=loss,
+        response=response,
+        generate=generate,
+        srank=srank,
+        spectra=False,
+        keep_hidden=keep_hidden,
+        max_new_tokens=MAX_NEW_TOKENS.get(task, 64),
+        prompt=_prompt_for(lm, row),
+    )
+
+
+def _record(row: dict[str, Any], result) -> dict[str, Any]:
+    accuracy = row.get("accuracy")
+    hidden = result.last_hidden
+    return {
+        "id": row["id"],
+        "dataset": row["dataset"],
+        "label": int(row["label"]) if row.get("label") is not None else None,
+        "accuracy": float(accuracy) if isinstance(accuracy, (int, float)) else math.nan,
+        "task": result.task,
+        "has_context": bool(row.get("context")),
+        "question": result.question,
+        "response": result.response,
+        "model": result.model,
+        "loss": result.loss,
+        "srank": result.srank,
+        "n_layers": result.n_layers,
+        "n_tokens": len(result.input_ids),
+        "loss_value": result.loss_value,
+        "rank_ratio": [float(x) for x in result.rank_ratio],
+        "srank_h": [float(x) for x in result.srank_h],
+        "srank_g": [float(x) for x in result.srank_g],
+        "hidden": None if hidden is None else np.asarray(hidden, dtype=np.float32).tolist(),
+        "feature_version": FEATURE_VERSION,
+        "package_version": __version__,
+    }
+
+
+def _feature_rows(lm, rows, loss, srank, keep_hidden, skipped) -> Iterator[tuple[dict, dict | None]]:
+    for row in rows:
+        try:
+            result = analyze_row(lm, row, loss=loss, srank=srank, keep_hidden=keep_hidden)
+        except GradeError as exc:  # one bad row (too long, no response...) must not stop a batch
+            log.warning("skipped %s/%s: %s", row["dataset"], row["id"], exc)
+            skipped.append((row["dataset"], row["id"], str(exc)))
+            yield row, None
+            continue
+        yield row, _record(row, result)
+
+
+# --------------------------------------------------------------------------------------------------
+# the feature store
+
+
+def _part_files(store: Path) -> list[Path]:
+    return sorted(p for p in store.glob("part-*.parquet") if p.is_file())
+
+
+def stored_keys(store: str | Path) -> set[tuple[str, str]]:
+    """``(dataset, id)`` of every row already in a store (empty for a missing store)."""
+    store = Path(store)
+    keys: set[tuple[str, str]] = set()
+    if not store.is_dir():
+        return keys
+    for part in _part_files(store):
+        table = pq.read_table(part, columns=["dataset", "id"])
+        keys.update(zip(table.column("dataset").to_pylist(), table.column("id").to_pylist()))
+    return keys
+
+
+def _check_store(store: Path, model: str, loss: str, srank: str) -> None:
+    parts = _part_files(store)
+    if not parts:
+        return
+    first = pq.read_table(parts[0], columns=["model", "loss", "srank"]).slice(0, 1).to_pylist()
+    if first and (first[0]["model"], first[0]["loss"], first[0]["srank"]) != (model, loss, srank):
+        have = first[0]
+        raise InputError(
+            f"{store} holds features of model {have['model']}, loss {have['loss']}, srank {have['srank']}; "
+            f"this run is {model}, {loss}, {srank}: use another --out"
+        )
+
+
+def _write_part(store: Path, records: list[dict[str, Any]]) -> Path:
+    """Write one chunk atomically: a reader never sees a half-written part."""
+    index = len(_part_files(store))
+    name = f"part-{index:05d}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = store / f".{name}.tmp"
+    pq.write_table(pa.Table.from_pylist(records, schema=SCHEMA), tmp, compression="zstd")
+    os.replace(tmp, store / name)
+    return store / name
+
+
+@dataclass
+class ExtractionReport:
+    """What one :func:`extract_features` call did."""
+
+    store: Path
+    written: int = 0  # rows added by this call
+    already: int = 0  # rows found in the store and skipped
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (dataset, id, reason)
+
+    def __str__(self) -> str:
+        return (f"{self.written} rows written, {self.already} already stored, "
+                f"{len(self.skipped)} skipped -> {self.store}")
+
+
+def extract_features(
+    lm,
+    rows: list[dict[str, Any]],
+    out: str | Path,
+    *,
+    loss: str = "pre",
+    srank: str = "paper",
+    keep_hidden: bool = True,
+    chunk_size: int = 32,
+    progress: bool = False,
+    callback: ProgressCallback | None = None,
+) -> ExtractionReport:
+    """Compute features of labelled rows and append them to the store ``out`` (a folder).
+
+    Rows whose ``(dataset, id)`` is already stored are skipped, so an interrupted run can simply be
+    repeated. Every ``chunk_size`` rows a part file is written; the rows finished before an exception
+    (Ctrl-C included) are written too before it propagates.
+
+    Parameters
+    ----------
+    lm : a model from :func:`grade.load_model`.
+    rows : labelled rows, e.g. from :func:`read_labelled`; rows without a label are ignored.
+    loss, srank : see :func:`grade.analyze`.
+    progress : show a progress bar on stderr.
+    callback : called after every row with (rows done, rows to do, id).
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} exists and is not a feature store folder")
+    out.mkdir(parents=True, exist_ok=True)
+    _check_store(out, lm.name, loss, srank)
+    report = ExtractionReport(store=out)
+    done = stored_keys(out)
+    todo, seen = [], set(done)
+    for row in rows:
+        if row.get("label") is None:
+            continue
+        key = (row["dataset"], row["id"])
+        if key in done:
+            report.already += 1
+        elif key in seen:
+            log.warning("duplicate row %s/%s in the input: kept the first", *key)
+        else:
+            seen.add(key)
+            todo.append(row)
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"features {loss}", unit="q", file=sys.stderr)
+    buffer: list[dict[str, Any]] = []
+    try:
+        for count, (row, record) in enumerate(_feature_rows(lm, todo, loss, srank, keep_hidden, report.skipped), 1):
+            if record is not None:
+                buffer.append(record)
+            if len(buffer) >= chunk_size:
+                _write_part(out, buffer)
+                report.written += len(buffer)
+                buffer = []
+            if bar is not None:
+                bar.update(1)
+            if callback is not None:
+                callback(count, len(todo), row["id"])
+    finally:
+        if buffer:
+            _write_part(out, buffer)
+            report.written += len(buffer)
+        if bar is not None:
+            bar.close()
+    return report
+
+
+def features_of_rows(lm, rows: list[dict[str, Any]], *, loss: str = "pre", srank: str = "paper",
+                     keep_hidden: bool = False, progress: bool = False,
+                     callback: ProgressCallback | None = None):
+    """Like :func:`extract_features` but in memory: a DataFrame (same columns) and the skipped rows."""
+    import pandas as pd
+
+    skipped: list[tuple[str, str, str]] = []
+    records = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(rows), desc=f"features {loss}", unit="q", file=sys.stderr)
+    try:
+        for count, (row, record) in enumerate(_feature_rows(lm, rows, loss, srank, keep_hidden, skipped), 1):
+            if record is not None:
+                records.append(record)
+            if bar is not None:
+                bar.update(1)
+            if callback is not None:
+                callback(count, len(rows), row["id"])
+    finally:
+        if bar is not None:
+            bar.close()
+    table = pa.Table.from_pylist(records, schema=SCHEMA)
+    return table.to_pandas(), skipped
+
+
+# --------------------------------------------------------------------------------------------------
+# reading features back
+
+
+def load_features(paths: str | Path | Iterable[str | Path], *, columns: list[str] | None = None,
+                  hidden: bool = True):
+    """One DataFrame from feature stores (folders) and/or single Parquet files.
+
+    ``hidden=False`` skips the (large) hidden-state column. Raises InputError for missing paths.
+    """
+    import pandas as pd
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    frames = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files = _part_files(path)
+        elif path.is_file():
+            files = [path]
+        else:
+            raise InputError(f"feature file {path} does not exist")
+        for file in files:
+            schema = pq.read_schema(file)
+            wanted = columns or [n for n in schema.names if hidden or n != "hidden"]
+            frames.append(pq.read_table(file, columns=[c for c in wanted if c in schema.names]).to_pandas())
+    if not frames:
+        raise InputError(f"no features found in {', '.join(map(str, paths))}")
+    return pd.concat(frames, ignore_index=True)
+
+
+def feature_matrix(df, column: str = "rank_ratio") -> np.ndarray:
+    """(n, L) float64 array from a per-layer list column; raises InputError on mixed depths."""
+    values = df[column].tolist()
+    lengths = {len(v) for v in values}
+    if len(lengths) > 1:
+        raise InputError(f"column {column} mixes layer counts {sorted(lengths)}: features of different models")
+    return np.asarray([np.asarray(v, dtype=np.float64) for v in values]).reshape(len(values), -1)
+
+
+def hidden_states(df, layer: int | None = None) -> np.ndarray:
+    """Last-prompt-token hidden states: (n, L+1, d) float32, or (n, d) for one ``layer``
+    (index into the L+1 states, 0 = embeddings; negative counts from the top)."""
+    if "hidden" not in df or df["hidden"].isna().any():
+        raise InputError("these features have no hidden states (extracted with keep_hidden=False?)")
+    stacked = np.stack([np.stack(list(h)) for h in df["hidden"]]).astype(np.float32)
+    return stacked if layer is None else stacked[:, layer]

@@ -1,0 +1,603 @@
+"""Probes: per-layer rank ratios in, P(answerable) out.
+
+Two kinds, one estimator API (``fit`` / ``predict_proba`` / ``predict`` / ``score``):
+
+* ``mlp``: the GRADE paper's probe, exactly: L -> 256 -> 128 -> 64 -> 32 -> 1, each hidden block
+  Linear, BatchNorm1d, LeakyReLU(0.01), Dropout(0.5); Kaiming-uniform init; sigmoid output and BCE;
+  Adam (lr 5e-3, weight decay 1e-5), batch 64, up to 100 epochs, ReduceLROnPlateau (factor 0.75,
+  patience 5) on the validation loss, seed 42, threshold 0.5. The weights of the epoch with the best
+  validation AUROC (ties: lower validation loss) are kept ("early selection").
+* ``logreg``: standardised logistic regression (scikit-learn), C picked on the validation split; a
+  simple comparison point.
+
+A probe is saved as two files side by side: ``name.safetensors`` (every tensor: MLP weights and
+BatchNorm buffers, or LR coefficients and the scaler's mean/scale) and ``name.json`` (metadata: model,
+loss, srank variant, layer count, feature definition, training data and class balance, metrics,
+package version, probe kind, and the SHA-256 of the tensor file). Loading checks all of it and raises
+:class:`~grade.errors.ProbeError` with one readable line for anything unreadable or inconsistent.
+Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import __version__
+from .errors import ProbeError
+
+PROBE_FORMAT = 1
+KINDS = ("mlp", "logreg")
+HIDDEN_SIZES = (256, 128, 64, 32)
+FEATURE_DEFINITION = (
+    "rank_ratio per layer (layer 0 first) = srank(C_g) / srank(C_h) at the MLP down projection; "
+    "C_h = h h^T of the down projection input h, C_g from the gradient of the loss w.r.t. the MLP output"
+)
+
+EpochCallback = Callable[[int, int, dict[str, float]], None]  # (epoch, max epochs, metrics)
+
+
+# --------------------------------------------------------------------------------------------------
+# splits and metrics
+
+
+def stratified_split(y, *, fractions=(0.7, 0.15, 0.15), seed: int = 42) -> tuple[np.ndarray, ...]:
+    """Seeded stratified split of row indices into ``len(fractions)`` parts (train, val, test).
+
+    ``y`` holds the strata: labels, or any hashable group key (e.g. ``"dataset|label"``). Each stratum
+    is shuffled by one ``numpy.random.default_rng(seed)`` stream and cut in the given proportions, so
+    every part keeps the strata's shares; parts are returned sorted.
+    """
+    y = np.asarray(y)
+    if not math.isclose(sum(fractions), 1.0):
+        raise ValueError(f"fractions must sum to 1, got {fractions}")
+    rng = np.random.default_rng(seed)
+    parts: list[list[int]] = [[] for _ in fractions]
+    for cls in np.unique(y):
+        idx = np.flatnonzero(y == cls)
+        rng.shuffle(idx)
+        cuts = np.round(np.cumsum(fractions)[:-1] * len(idx)).astype(int)
+        for part, chunk in zip(parts, np.split(idx, cuts)):
+            part.extend(chunk.tolist())
+    return tuple(np.array(sorted(p), dtype=int) for p in parts)
+
+
+def roc_points(y, p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fpr, tpr, thresholds) of the ROC curve (scikit-learn, ``drop_intermediate=True``)."""
+    from sklearn.metrics import roc_curve
+
+    fpr, tpr, thr = roc_curve(np.asarray(y).astype(int), np.asarray(p, dtype=float))
+    thr = np.where(np.isfinite(thr), thr, 1.0)  # the first point's +inf is not JSON
+    return fpr, tpr, thr
+
+
+def binary_metrics(y, p, *, threshold: float = 0.5, roc: bool = True) -> dict[str, Any]:
+    """n, positives, accuracy at ``threshold``, AUROC (None when one class only) and ROC points."""
+    from sklearn.metrics import roc_auc_score
+
+    y = np.asarray(y).astype(int)
+    p = np.asarray(p, dtype=float)
+    out: dict[str, Any] = {
+        "n": int(len(y)),
+        "positives": int(y.sum()),
+        "accuracy": float(((p >= threshold).astype(int) == y).mean()) if len(y) else None,
+        "auroc": float(roc_auc_score(y, p)) if len(np.unique(y)) == 2 else None,
+    }
+    if roc and out["auroc"] is not None:
+        fpr, tpr, thr = roc_points(y, p)
+        out["roc"] = {"fpr": fpr.round(5).tolist(), "tpr": tpr.round(5).tolist(), "threshold": thr.round(5).tolist()}
+    return out
+
+
+def class_balance(y) -> dict[str, Any]:
+    y = np.asarray(y).astype(int)
+    return {"n": int(len(y)), "answerable": int(y.sum()), "unanswerable": int(len(y) - y.sum()),
+            "answerable_share": round(float(y.mean()), 4) if len(y) else None}
+
+
+# --------------------------------------------------------------------------------------------------
+# the paper's MLP
+
+
+class MLPNet(nn.Module):
+    """L -> 256 -> 128 -> 64 -> 32 -> 1 logit; hidden blocks Linear, BatchNorm1d, LeakyReLU, Dropout."""
+
+    def __init__(self, n_inputs: int, hidden: tuple[int, ...] = HIDDEN_SIZES, dropout: float = 0.5):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = n_inputs
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.BatchNorm1d(size), nn.LeakyReLU(0.01), nn.Dropout(dropout)]
+            width = size
+        layers.append(nn.Linear(width, 1))
+        self.net = nn.Sequential(*layers)
+        for module in self.net:
+            if isinstance(module, nn.Linear):
+                nn.init.kaiming_uniform_(module.weight, a=0.01, nonlinearity="leaky_relu")
+                nn.init.zeros_(module.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (batch, L) -> logits (batch,)."""
+        return self.net(x).squeeze(-1)
+
+
+# --------------------------------------------------------------------------------------------------
+# the estimator
+
+
+@dataclass
+class TrainingHistory:
+    train_loss: list[float]
+    val_loss: list[float]
+    val_auroc: list[float]
+    lr: list[float]
+    best_epoch: int
+
+
+class Probe:
+    """A knowledge-gap probe over per-layer rank ratios.
+
+    Parameters
+    ----------
+    kind : ``"mlp"`` (the paper's probe) or ``"logreg"``.
+    seed : seeds weight init, batch order, dropout and the internal validation split.
+    epochs, batch_size, lr, weight_decay : MLP training settings (paper defaults).
+    threshold : decision threshold for :meth:`predict`.
+
+    After :meth:`fit`, ``metadata`` holds what :meth:`save` writes to JSON; the caller adds model,
+    loss and data descriptions through ``fit(..., info=...)`` or by updating ``metadata``.
+    """
+
+    def __init__(self, kind: str = "mlp", *, seed: int = 42, epochs: int = 100, batch_size: int = 64,
+                 lr: float = 5e-3, weight_decay: float = 1e-5, threshold: float = 0.5,
+                 validation_fraction: float = 0.15):
+        if kind not in KINDS:
+            raise ProbeError(f"unknown probe kind {kind!r}; use {' or '.join(KINDS)}")
+        self.kind = kind
+        self.seed = seed
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.threshold = threshold
+        self.validation_fraction = validation_fraction
+        self.net: MLPNet | None = None
+        self.coef_: np.ndarray | None = None  # logreg: (L,)
+        self.intercept_: float | None = None
+        self.mean_: np.ndarray | None = None  # logreg scaler: (L,)
+        self.scale_: np.ndarray | None = None
+        self.n_features_in_: int | None = None
+        self.history: TrainingHistory | None = None
+        self.metadata: dict[str, Any] = {}
+
+    # ---- fitting -------------------------------------------------------------------------------
+
+    def fit(self, X, y, X_val=None, y_val=None, *, callback: EpochCallback | None = None,
+            info: dict[str, Any] | None = None) -> "Probe":
+        """Train on X (n, L), y (n,) in {0, 1}. Without ``X_val``/``y_val`` a stratified
+        ``validation_fraction`` of the data is held out for early selection."""
+        self.n_features_in_ = None  # refitting may change the layer count
+        X, y = self._check_xy(X, y)
+        if X_val is None:
+            train, val = stratified_split(y, fractions=(1 - self.validation_fraction, self.validation_fraction),
+                                          seed=self.seed)
+            X, y, X_val, y_val = X[train], y[train], X[val], y[val]
+        else:
+            X_val, y_val = self._check_xy(X_val, y_val)
+        if len(np.unique(y)) < 2:
+            raise ProbeError("the training data holds one class only; a probe needs answerable and unanswerable rows")
+        self.n_features_in_ = X.shape[1]
+        if self.kind == "mlp":
+            self._fit_mlp(X, y, X_val, y_val, callback)
+        else:
+            self._fit_logreg(X, y, X_val, y_val, callback)
+        self.metadata = {
+            **(info or {}),
+            "kind": self.kind,
+            "n_layers": self.n_features_in_,
+            "threshold": self.threshold,
+            "seed": self.seed,
+            "train_balance": class_balance(y),
+            "val_balance": class_balance(y_val),
+            "val_metrics": binary_metrics(y_val, self.predict_proba(X_val)[:, 1], threshold=self.threshold, roc=False),
+        }
+        if self.kind == "mlp":
+            self.metadata["training"] = {
+                "epochs_max": self.epochs, "best_epoch": self.history.best_epoch, "batch_size": self.batch_size,
+                "lr": self.lr, "weight_decay": self.weight_decay, "optimizer": "Adam",
+                "scheduler": "ReduceLROnPlateau(factor=0.75, patience=5) on validation BCE",
+                "selection": "best validation AUROC, ties to lower validation BCE",
+            }
+        else:
+            self.metadata["training"] = {"C": self.C_, "selection": "C with the best validation AUROC"}
+        return self
+
+    def _fit_mlp(self, X, y, X_val, y_val, callback):
+        torch.manual_seed(self.seed)
+        rng = np.random.default_rng(self.seed)
+        net = MLPNet(X.shape[1])
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.75, patience=5)
+        bce = nn.BCEWithLogitsLoss()  # = sigmoid + BCE, numerically safer
+        Xt, yt = torch.tensor(X, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
+        Xv, yv = torch.tensor(X_val, dtype=torch.float32), torch.tensor(y_val, dtype=torch.float32)
+        best_key, best_state, best_epoch = None, None, 0
+        hist = TrainingHistory([], [], [], [], 0)
+        with torch.enable_grad():
+            for epoch in range(1, self.epochs + 1):
+                net.train()
+                order = rng.permutation(len(Xt))
+                total = 0.0
+                for start in range(0, len(order), self.batch_size):
+                    batch = order[start:start + self.batch_size]
+                    if len(batch) < 2:  # BatchNorm cannot normalise a batch of one
+                        continue
+                    opt.zero_grad()
+                    loss = bce(net(Xt[batch]), yt[batch])
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * len(batch)
+                net.eval()
+                with torch.no_grad():
+                    logits = net(Xv)
+                    val_loss = float(bce(logits, yv))
+                    p = torch.sigmoid(logits).numpy()
+                auroc = binary_metrics(y_val, p, roc=False)["auroc"]
+                auroc = 0.5 if auroc is None else auroc
+                sched.step(val_loss)
+                lr = opt.param_groups[0]["lr"]
+                hist.train_loss.append(total / len(Xt))
+                hist.val_loss.append(val_loss)
+                hist.val_auroc.append(auroc)
+                hist.lr.append(lr)
+                key = (auroc, -val_loss)
+                if best_key is None or key > best_key:
+                    best_key, best_state, best_epoch = key, copy.deepcopy(net.state_dict()), epoch
+                if callback is not None:
+                    callback(epoch, self.epochs, {"train_loss": hist.train_loss[-1], "val_loss": val_loss,
+                                                  "val_auroc": auroc, "lr": lr})
+        net.load_state_dict(best_state)
+        net.eval()
+        hist.best_epoch = best_epoch
+        self.net, self.history = net, hist
+
+    def _fit_logreg(self, X, y, X_val, y_val, callback):
+        from sklearn.linear_model import LogisticRegression
+
+        mean = X.mean(axis=0)
+        scale = X.std(axis=0)
+        scale[scale == 0] = 1.0  # a constant feature: leave it unscaled (sklearn does the same)
+        Z, Zv = (X - mean) / scale, (X_val - mean) / scale
+        grid = (0.01, 0.1, 1.0, 10.0)
+        best = None
+        for step, C in enumerate(grid, 1):
+            model = LogisticRegression(C=C, max_iter=5000, random_state=self.seed).fit(Z, y)
+            p = model.predict_proba(Zv)[:, 1]
+            auroc = binary_metrics(y_val, p, roc=False)["auroc"] or 0.5
+            key = (auroc, -C)  # ties: stronger regularisation
+            if best is None or key > best[0]:
+                best = (key, C, model)
+            if callback is not None:
+                callback(step, len(grid), {"C": C, "val_auroc": auroc})
+        _, self.C_, model = best
+        self.coef_, self.intercept_ = model.coef_[0].astype(np.float64), float(model.intercept_[0])
+        self.mean_, self.scale_ = mean.astype(np.float64), scale.astype(np.float64)
+
+    # ---- predicting ----------------------------------------------------------------------------
+
+    def _check_fitted(self):
+        if self.n_features_in_ is None:
+            raise ProbeError("this probe is not trained yet (call fit or Probe.load)")
+
+    def _check_xy(self, X, y=None):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim == 1:
+            X = X[None, :]
+        if X.ndim != 2:
+            raise ProbeError(f"features must be (n, n_layers), got shape {X.shape}")
+        if not np.isfinite(X).all():
+            raise ProbeError("features contain NaN or inf")
+        if self.n_features_in_ is not None and X.shape[1] != self.n_features_in_:
+            raise ProbeError(f"this probe expects {self.n_features_in_} layers, the features have {X.shape[1]}")
+        if y is None:
+            return X
+        y = np.asarray(y).astype(int)
+        if y.shape != (len(X),) or not np.isin(y, (0, 1)).all():
+            raise ProbeError("labels must be a vector of 0/1, one per row")
+        return X, y
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, 2) probabilities [P(unanswerable), P(answerable)], like scikit-learn."""
+        self._check_fitted()
+        X = self._check_xy(X)
+        if self.kind == "mlp":
+            self.net.eval()
+            with torch.no_grad():
+                p = torch.sigmoid(self.net(torch.tensor(X, dtype=torch.float32))).double().numpy()
+        else:
+            z = ((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
+            p = 1.0 / (1.0 + np.exp(-z))
+        return np.stack([1 - p, p], axis=1)
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) 1 = answerable, at the probe's threshold."""
+        return (self.predict_proba(X)[:, 1] >= self.threshold).astype(int)
+
+    def score(self, X, y) -> float:
+        """Accuracy at the threshold (scikit-learn's convention for classifiers)."""
+        X, y = self._check_xy(X, y)
+        return float((self.predict(X) == y).mean())
+
+    def evaluate(self, X, y, *, roc: bool = True) -> dict[str, Any]:
+        """:func:`binary_metrics` of this probe on (X, y)."""
+        X, y = self._check_xy(X, y)
+        return binary_metrics(y, self.predict_proba(X)[:, 1], threshold=self.threshold, roc=roc)
+
+    def predict_result(self, result) -> float:
+        """P(answerable) for one :class:`~grade.result.GradeResult`, after checking it fits this probe."""
+        self.check_compatible(result.model, result.n_layers, result.loss, srank=result.srank)
+        return float(self.predict_proba(np.asarray(result.rank_ratio)[None, :])[0, 1])
+
+    # ---- compatibility -------------------------------------------------------------------------
+
+    def check_compatible(self, lm_or_name, n_layers: int | None = None, loss: str | None = None, *,
+                         srank: str | None = None) -> None:
+        """Raise ProbeError unless this probe was trained for this model, depth, loss and srank variant.
+
+        ``lm_or_name``: a :class:`~grade.models.LoadedModel` (its name and layer count are used) or a
+        model name; None skips the model check.
+        """
+        meta = self.metadata
+        name = lm_or_name
+        if lm_or_name is not None and not isinstance(lm_or_name, str):
+            name = lm_or_name.name
+            n_layers = lm_or_name.n_layers if n_layers is None else n_layers
+        trained = meta.get("model")
+        if name is not None and trained and _model_key(name) != _model_key(trained):
+            raise ProbeError(f"this probe was trained on {trained}, not {name}")
+        if n_layers is not None and int(n_layers) != self.n_features_in_:
+            raise ProbeError(f"this probe expects {self.n_features_in_} layers, the model has {n_layers}")
+        if loss is not None and meta.get("loss") and loss != meta["loss"]:
+            raise ProbeError(f"this probe was trained on GRADE_{meta['loss']} features, not GRADE_{loss}")
+        if srank is not None and meta.get("srank") and srank != meta["srank"]:
+            raise ProbeError(f"this probe was trained with the {meta['srank']} stable rank, not {srank}")
+
+    # ---- saving and loading --------------------------------------------------------------------
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        self._check_fitted()
+        if self.kind == "mlp":
+            return {k: v.detach().clone().contiguous() for k, v in self.net.state_dict().items()}
+        return {
+            "coef": torch.tensor(self.coef_, dtype=torch.float64),
+            "intercept": torch.tensor([self.intercept_], dtype=torch.float64),
+            "scaler_mean": torch.tensor(self.mean_, dtype=torch.float64),
+            "scaler_scale": torch.tensor(self.scale_, dtype=torch.float64),
+        }
+
+    def save(self, path: str | Path) -> tuple[Path, Path]:
+        """Write ``path.safetensors`` and ``path.json`` (a given extension is dropped first)."""
+        from safetensors.torch import save_file
+
+        weights, meta_path = probe_paths(path)
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        save_file(self.tensors(), str(weights), metadata={"format": "grade-probe", "kind": self.kind})
+        meta = {
+            **self.metadata,
+            "format": "grade-probe",
+            "format_version": PROBE_FORMAT,
+            "kind": self.kind,
+            "n_layers": self.n_features_in_,
+            "threshold": self.threshold,
+            "feature_definition": self.metadata.get("feature_definition", FEATURE_DEFINITION),
+            "package_version": __version__,
+            "weights_file": weights.name,
+            "weights_sha256": _sha256(weights),
+        }
+        meta_path.write_text(json.dumps(_jsonable(meta), indent=2) + "\n")
+        self.metadata = meta
+        return weights, meta_path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Probe":
+        """Load a probe saved by :meth:`save`; any problem raises ProbeError with one clear line."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        weights, meta_path = probe_paths(path)
+        for file in (meta_path, weights):
+            if not file.is_file():
+                raise ProbeError(f"probe file {file} does not exist")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProbeError(f"probe metadata {meta_path} is not valid JSON ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != "grade-probe":
+            raise ProbeError(f"{meta_path} is not a GRADE probe description")
+        if meta.get("format_version") != PROBE_FORMAT:
+            raise ProbeError(f"{meta_path} has probe format {meta.get('format_version')}; this version reads {PROBE_FORMAT}")
+        kind, n_layers = meta.get("kind"), meta.get("n_layers")
+        if kind not in KINDS or not isinstance(n_layers, int) or n_layers < 1:
+            raise ProbeError(f"{meta_path} names no valid probe kind and layer count")
+        digest = meta.get("weights_sha256")
+        if digest and digest != _sha256(weights):
+            raise ProbeError(f"probe weights {weights} are corrupt or do not belong to {meta_path.name} (checksum mismatch)")
+        try:
+            tensors = load_file(str(weights))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise ProbeError(f"probe weights {weights} are unreadable ({exc})") from None
+        probe = cls(kind, threshold=float(meta.get("threshold", 0.5)), seed=int(meta.get("seed", 42)))
+        probe.n_features_in_ = n_layers
+        probe.metadata = meta
+        try:
+            if kind == "mlp":
+                net = MLPNet(n_layers)
+                net.load_state_dict(tensors, strict=True)
+                net.eval()
+                probe.net = net
+            else:
+                probe.coef_ = tensors["coef"].double().numpy()
+                probe.intercept_ = float(tensors["intercept"][0])
+                probe.mean_ = tensors["scaler_mean"].double().numpy()
+                probe.scale_ = tensors["scaler_scale"].double().numpy()
+                if not (probe.coef_.shape == probe.mean_.shape == probe.scale_.shape == (n_layers,)):
+                    raise ValueError("coefficient shapes do not match the layer count")
+        except (KeyError, RuntimeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ProbeError(f"probe weights {weights} do not fit a {kind} probe of {n_layers} layers ({first})") from None
+        return probe
+
+    def __repr__(self) -> str:
+        model = self.metadata.get("model", "?")
+        return f"Probe(kind={self.kind!r}, model={model!r}, loss={self.metadata.get('loss')!r}, n_layers={self.n_features_in_})"
+
+
+def probe_paths(path: str | Path) -> tuple[Path, Path]:
+    """(weights, metadata) paths for ``path`` given with or without an extension."""
+    path = Path(path)
+    if path.suffix in (".safetensors", ".json"):
+        path = path.with_suffix("")
+    return path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
+
+
+def _model_key(name: str) -> str:
+    """Model names compared loosely: case, and a trailing path separator or extension, ignored."""
+    return Path(str(name).strip().rstrip("/")).name.lower().removesuffix(".gguf")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return None if not math.isfinite(float(value)) else float(value)
+    return value
+
+
+def load_probe(path: str | Path) -> Probe:
+    """Shorthand for :meth:`Probe.load`."""
+    return Probe.load(path)
+
+
+# --------------------------------------------------------------------------------------------------
+# training from stored features
+
+
+def train_from_features(
+    df,
+    *,
+    kind: str = "mlp",
+    seed: int = 42,
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    holdout_datasets: tuple[str, ...] = (),
+    max_per_class: int | None = None,
+    callback: EpochCallback | None = None,
+    sources: list[str] | None = None,
+) -> tuple[Probe, dict[str, Any]]:
+    """Train a probe on a feature table (see :mod:`grade.features`) and measure it.
+
+    Rows are split train / validation / test, stratified by dataset and label (seeded). Datasets in
+    ``holdout_datasets`` are kept out of all three and scored separately: the probe never sees them,
+    which measures transfer to a new kind of question. ``max_per_class`` caps each class (random,
+    seeded), as the reference does with 1000.
+
+    Returns the fitted probe (metadata filled in, metrics included) and the report dict that is
+    also stored under ``metadata["metrics"]``.
+    """
+    from .errors import InputError
+    from .features import feature_matrix
+
+    if df.empty:
+        raise InputError("no feature rows to train on")
+    for column, what in (("model", "models"), ("loss", "loss variants"), ("srank", "stable-rank variants")):
+        values = sorted(df[column].unique())
+        if len(values) > 1:
+            raise InputError(f"the features mix {what}: {', '.join(values)}; train one probe per combination")
+    unknown = set(holdout_datasets) - set(df["dataset"])
+    if unknown:
+        raise InputError(f"held-out dataset(s) {', '.join(sorted(unknown))} not in the features")
+    df = df.reset_index(drop=True)
+    held = df["dataset"].isin(holdout_datasets).to_numpy()
+    pool = np.flatnonzero(~held)
+    if max_per_class:
+        rng = np.random.default_rng(seed)
+        keep = []
+        for cls in (0, 1):
+            idx = pool[df["label"].to_numpy()[pool] == cls]
+            keep.extend(rng.permutation(idx)[:max_per_class].tolist() if len(idx) > max_per_class else idx.tolist())
+        pool = np.array(sorted(keep), dtype=int)
+    X = feature_matrix(df)
+    y = df["label"].to_numpy().astype(int)
+    strata = (df["dataset"].astype(str) + "|" + df["label"].astype(str)).to_numpy()[pool]
+    tr, va, te = (pool[i] for i in stratified_split(strata, fractions=fractions, seed=seed))
+    info = {
+        "model": df["model"].iloc[0],
+        "loss": df["loss"].iloc[0],
+        "srank": df["srank"].iloc[0],
+        "feature_definition": FEATURE_DEFINITION,
+        "training_data": {
+            "sources": sources or [],
+            "datasets": {
+                name: {**class_balance(group["label"]), "with_document": int(group["has_context"].sum())}
+                for name, group in df.iloc[pool].groupby("dataset")
+            },
+            "split": {"fractions": list(fractions), "seed": seed, "stratified_by": "dataset and label",
+                      "train": class_balance(y[tr]), "validation": class_balance(y[va]), "test": class_balance(y[te])},
+            "holdout_datasets": list(holdout_datasets),
+            "max_per_class": max_per_class,
+        },
+    }
+    probe = Probe(kind, seed=seed).fit(X[tr], y[tr], X[va], y[va], callback=callback, info=info)
+
+    def by_dataset(rows):
+        out = {}
+        for name in sorted(set(df["dataset"].iloc[rows])):
+            sub = rows[df["dataset"].to_numpy()[rows] == name]
+            out[name] = probe.evaluate(X[sub], y[sub], roc=False)
+        return out
+
+    report: dict[str, Any] = {"test": probe.evaluate(X[te], y[te]), "test_by_dataset": by_dataset(te)}
+    held_rows = np.flatnonzero(held)
+    if len(held_rows):
+        report["holdout"] = probe.evaluate(X[held_rows], y[held_rows])
+        report["holdout_by_dataset"] = by_dataset(held_rows)
+    probe.metadata["metrics"] = report
+    return probe, report
+
+
+def format_metrics(report: dict[str, Any]) -> str:
+    """A small text table of a :func:`train_from_features` report."""
+    lines = [f"{'split':<10} {'dataset':<22} {'n':>5} {'pos':>5} {'acc':>6} {'auroc':>6}"]
+
+    def row(split, name, m):
+        auroc = "  -  " if m["auroc"] is None else f"{m['auroc']:.3f}"
+        lines.append(f"{split:<10} {name:<22} {m['n']:>5} {m['positives']:>5} {m['accuracy']:>6.3f} {auroc:>6}")
+
+    for split in ("test", "holdout"):
+        if split in report:
+            row(split, "(all)", report[split])
+            for name, m in report.get(f"{split}_by_dataset", {}).items():
+                row(split, name, m)
+    return "\n".join(lines)

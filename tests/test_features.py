@@ -1,0 +1,106 @@
+"""Feature extraction into a resumable Parquet store (grade.features)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from grade.errors import InputError
+from grade.features import (
+    extract_features,
+    feature_matrix,
+    hidden_states,
+    load_features,
+    most_frequent_sample,
+    read_labelled,
+    stored_keys,
+)
+
+ROWS = [
+    {"id": "f1", "dataset": "facts", "question": "What is the capital of France?", "label": 1, "samples": ["Paris", "paris", "Lyon"]},
+    {"id": "f2", "dataset": "facts", "question": "Who wrote the novel Middlemarch?", "label": 0},
+    {"id": "a1", "dataset": "arith", "question": "What is 7 + 5?", "label": 1},
+    {"id": "a2", "dataset": "arith", "question": "What is 487 * 963?", "label": 0},
+    {"id": "u1", "dataset": "facts", "question": "How many legs does a spider have?", "label": None},
+    {"id": "d1", "dataset": "doc", "question": "Where was Ada born?", "context": "Ada was born in London in 1815.", "label": 1},
+    {"id": "f3", "dataset": "facts", "question": "What colour is the sky on a clear day?", "label": 1},
+]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_read_labelled_skips_null_labels_and_defaults_dataset(tmp_path):
+    rows = [{k: v for k, v in r.items() if k != "dataset"} for r in ROWS]
+    got = read_labelled(write_jsonl(tmp_path / "mix.jsonl", rows))
+    assert [r["id"] for r in got] == ["f1", "f2", "a1", "a2", "d1", "f3"]
+    assert {r["dataset"] for r in got} == {"mix"}
+    assert len(read_labelled(tmp_path / "mix.jsonl", keep_unlabelled=True)) == 7
+
+
+@pytest.mark.parametrize("line, message", [("{not json", "not valid JSON"), ('{"id": "x"}', "no question"),
+                                           ('{"question": "q", "label": 3}', "label 3")])
+def test_read_labelled_rejects_bad_rows(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(InputError, match=message):
+        read_labelled(path)
+
+
+def test_most_frequent_sample():
+    assert most_frequent_sample(["Paris.", "Lyon", " paris. ", "lyon", "Paris."]) == "Paris."
+    assert most_frequent_sample(["b", "a"]) == "b"  # tie: the earliest
+    assert most_frequent_sample(["", "  "]) is None and most_frequent_sample(None) is None
+
+
+@pytest.mark.slow
+def test_interrupted_extraction_resumes_without_loss_or_duplicates(smollm, tmp_path):
+    rows = read_labelled(write_jsonl(tmp_path / "labels.jsonl", ROWS))
+    store = tmp_path / "features.parquet"
+    seen = []
+
+    def interrupt_after_three(done, total, row_id):
+        seen.append(row_id)
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(smollm, rows, store, chunk_size=2, callback=interrupt_after_three)
+    # the chunk of two was written during the run, the third row on the way out
+    assert stored_keys(store) == {("facts", "f1"), ("facts", "f2"), ("arith", "a1")}
+    (store / ".part-99999-dead.parquet.tmp").write_bytes(b"half a file from a killed run")
+
+    report = extract_features(smollm, rows, store, chunk_size=2)
+    assert (report.written, report.already, report.skipped) == (3, 3, [])
+    again = extract_features(smollm, rows, store)
+    assert (again.written, again.already) == (0, 6)
+
+    df = load_features(store)
+    assert sorted(df["id"]) == sorted(r["id"] for r in rows) and not df.duplicated(["dataset", "id"]).any()
+    assert set(df["label"]) == {0, 1} and df.loc[df["id"] == "d1", "has_context"].item()
+    L = smollm.n_layers
+    assert feature_matrix(df).shape == (6, L) and np.isfinite(feature_matrix(df)).all()
+    assert feature_matrix(df, "srank_h").shape == (6, L)
+    hs = hidden_states(df)
+    assert hs.shape[:2] == (6, L + 1) and hidden_states(df, layer=L // 2).shape == (6, hs.shape[2])
+    assert (df["model"] == smollm.name).all() and (df["loss"] == "pre").all()
+
+    # a resumed row equals a fresh extraction of the same question
+    fresh_store = tmp_path / "fresh.parquet"
+    extract_features(smollm, [r for r in rows if r["id"] == "f3"], fresh_store)
+    fresh = load_features(fresh_store)
+    np.testing.assert_allclose(feature_matrix(fresh)[0], feature_matrix(df[df["id"] == "f3"])[0], rtol=1e-10)
+
+    with pytest.raises(InputError, match="holds features of model"):
+        extract_features(smollm, rows, store, loss="pos")
+
+
+@pytest.mark.slow
+def test_pos_features_score_the_most_frequent_sample(smollm, tmp_path):
+    rows = read_labelled(write_jsonl(tmp_path / "labels.jsonl", ROWS[:1]))
+    report = extract_features(smollm, rows, tmp_path / "pos.parquet", loss="pos", keep_hidden=False)
+    assert report.written == 1
+    df = load_features(tmp_path / "pos.parquet")
+    assert df["response"].item() == "Paris" and df["loss"].item() == "pos" and df["hidden"].isna().all()
