@@ -66,15 +66,16 @@ def _forward(lm: LoadedModel, input_ids: list[int], keep_hidden: bool):
 
 def _activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """Δ for every layer: (K, n, d_model) per layer for K losses, in one backward pass when possible."""
+    # Outputs are (1, n, d), or (n, d) where the model flattens tokens (OPT); either way one sequence.
     if losses.dim() == 0:
-        return [g[0].unsqueeze(0) for g in torch.autograd.grad(losses, outputs)]  # drop batch, add K=1
+        return [g.reshape(1, *g.shape[-2:]) for g in torch.autograd.grad(losses, outputs)]
     eye = torch.eye(losses.numel(), device=losses.device, dtype=losses.dtype)
     try:
         grads = torch.autograd.grad(losses, outputs, grad_outputs=eye, is_grads_batched=True)
-        return [g[:, 0] for g in grads]
+        return [g.reshape(len(eye), *g.shape[-2:]) for g in grads]
     except RuntimeError:  # an op without a batching rule: one backward per loss instead
         per_loss = [torch.autograd.grad(loss, outputs, retain_graph=True) for loss in losses]
-        return [torch.stack([grads[layer][0] for grads in per_loss]) for layer in range(len(outputs))]
+        return [torch.stack([grads[layer].reshape(grads[layer].shape[-2:]) for grads in per_loss]) for layer in range(len(outputs))]
 
 
 def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool):

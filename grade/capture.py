@@ -56,7 +56,9 @@ def capture_mlp(model: torch.nn.Module) -> Iterator[MLPCapture]:
 
     def make_hook(index: int):
         def hook(module, args, output):
-            capture.hidden[index] = args[0].detach()
+            h = args[0].detach()
+            # OPT flattens (batch, n) into one token axis before its MLP; we analyse one sequence at a time.
+            capture.hidden[index] = h.unsqueeze(0) if h.dim() == 2 else h
             if not output.requires_grad:
                 # Parameters are frozen, so the lowest MLP output is where the graph must start;
                 # everything above depends on it through the residual stream.

