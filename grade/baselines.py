@@ -547,6 +547,12 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
     done = read_cache(path)
     items = list(items)
     todo = [it for it in items if str(it["id"]) not in done]
+    if todo and path.exists() and path.stat().st_size:
+        with path.open("rb") as fh:  # an interrupted run may have left half a line: end it first
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                with path.open("a", encoding="utf-8") as out:
+                    out.write("\n")
     for i, item in enumerate(todo):
         record = score_question(lm, item, variant=variant, config=config)
         record["sampling"] = config.sampling

@@ -1,0 +1,181 @@
+"""Baselines (grade.baselines) and the evaluation protocol (grade.evaluation).
+
+The estimators are checked against their definitions on arrays where the answer is known in closed
+form; the model passes are checked on the embedded chat model (slow); the protocol is checked on
+synthetic tables where the right answer is known (a perfect score, a useless score).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from grade import baselines as B
+
+
+# ------------------------------------------------------------------------------------------ estimators
+
+
+def test_entropy_sum_of_uniform_and_peaked_distributions():
+    import torch
+
+    vocab = 50
+    uniform = torch.zeros(3, vocab)
+    assert B.entropy_sum(uniform) == pytest.approx(3 * math.log(vocab))
+    peaked = torch.full((2, vocab), -1e4)
+    peaked[:, 0] = 0
+    assert B.entropy_sum(peaked) == pytest.approx(0.0, abs=1e-9)
+
+
+def _coe_by_loops(h):
+    L = len(h) - 1
+
+    def ang(a, b):
+        return math.acos(max(-1.0, min(1.0, float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))))
+
+    M = [np.linalg.norm(h[l + 1] - h[l]) / np.linalg.norm(h[L] - h[0]) for l in range(L)]
+    A = [ang(h[l + 1], h[l]) / ang(h[L], h[0]) for l in range(L)]
+    r = np.mean(M) - np.mean(A)
+    c = math.hypot(np.mean([m * math.cos(a) for m, a in zip(M, A)]), np.mean([m * math.sin(a) for m, a in zip(M, A)]))
+    return r, c
+
+
+def test_coe_matches_the_definition_written_as_loops():
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(9, 16)).cumsum(axis=0)
+    r, c = B.coe_scores(h)
+    r_ref, c_ref = _coe_by_loops(h)
+    assert r == pytest.approx(r_ref, rel=1e-9)
+    assert c == pytest.approx(c_ref, rel=1e-9)
+
+
+def test_coe_of_a_constant_rotation():
+    # h_l on a circle, turning by theta per layer: every chord is sin(theta/2)/sin(L theta/2) of the
+    # end-to-end chord and every angle 1/L of the total, so CoE-R = M - 1/L and CoE-C = M
+    L, theta = 4, 0.3
+    h = np.stack([[math.cos(theta * l), math.sin(theta * l), 0.0] for l in range(L + 1)])
+    m = math.sin(theta / 2) / math.sin(L * theta / 2)
+    r, c = B.coe_scores(h)
+    assert r == pytest.approx(m - 1 / L, rel=1e-9)
+    assert c == pytest.approx(m, rel=1e-9)
+
+
+def test_eigenscore_definition_and_direction():
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=32)
+    same = np.stack([base] * 10)
+    spread = rng.normal(size=(10, 32))
+    # identical embeddings: C = z zᵀ for every pair (z = base centred over its own dimension), rank one:
+    # singular values K|z|² + a once and a (K-1) times
+    z = base - base.mean()
+    expected_same = (math.log10(10 * z @ z + 1e-3) + 9 * math.log10(1e-3)) / 10
+    assert B.eigenscore(same, alpha=1e-3) == pytest.approx(expected_same, rel=1e-9)
+    # literal definition on the spread set: J_d centring, then mean log10 svdvals(C + aI)
+    J = np.eye(32) - np.ones((32, 32)) / 32
+    C = spread @ J @ spread.T
+    expected = np.mean(np.log10(np.linalg.svd(C + 1e-3 * np.eye(10), compute_uv=False)))
+    assert B.eigenscore(spread) == pytest.approx(expected, rel=1e-9)
+    assert B.eigenscore(spread) > B.eigenscore(same)  # more diverse samples = more hallucination
+
+
+def test_self_consistency_is_the_majority_share():
+    assert B.self_consistency(["a", "a", "b", "a"]) == 0.75
+    assert B.self_consistency(["x"] * 10) == 1.0
+    assert math.isnan(B.self_consistency([]))
+
+
+def test_internal_confidence_weights():
+    w_layer, w_tok = B.ic_weights(31, 6)
+    assert w_layer.sum() == pytest.approx(1) and w_tok.sum() == pytest.approx(1)
+    assert w_layer.argmax() == 30 and w_tok.argmax() == 5
+    assert w_layer[29] / w_layer[30] == pytest.approx(math.exp(-1))
+    assert B.internal_confidence(np.full((6, 31), 0.3)) == pytest.approx(0.3)
+    p = np.zeros((6, 31))
+    p[-1, -1] = 1.0  # only the last token at the last layer says Yes
+    assert B.internal_confidence(p) == pytest.approx(w_layer[-1] * w_tok[-1])
+
+
+def test_answer_keys_follow_the_labeller_extraction():
+    assert B.answer_key("qa", "The Paris. It is big") == "paris"
+    assert B.answer_key("qa", "Paris") == B.answer_key("qa", "the paris!")
+    assert B.answer_key("mmlu", "B. whale") == "B"
+    assert B.answer_key("gsm8k", "so 3 + 4 = 7\n#### 1,200") == "1200"
+    assert B.answer_key("math", "thus \\boxed{\\dfrac{1}{2}}") == B.answer_key("math", "\\boxed{\\frac12}")
+
+
+def test_vector_codec_roundtrip():
+    x = np.linspace(-3, 3, 100).astype(np.float32)
+    y = B.decode_vector(B.encode_vector(x))
+    assert y.shape == x.shape and np.allclose(x, y, atol=2e-3)
+
+
+# ------------------------------------------------------------------------------------------ with a model
+
+
+@pytest.fixture(scope="module")
+def smol():
+    import grade
+
+    return grade.load_model("smollm2-135m-instruct")
+
+
+@pytest.mark.slow
+def test_prompt_variants(smol):
+    item = {"id": "x", "question": "What is the capital of France?", "task": "qa"}
+    original = B.task_prompt(smol, item)
+    reworded = B.task_prompt(smol, item, "reworded")
+    irrelevant = B.task_prompt(smol, item, "irrelevant")
+    assert B.REWORDED_INSTRUCTIONS["qa"] in reworded and B.REWORDED_INSTRUCTIONS["qa"] not in original
+    assert B.IRRELEVANT_TEXT in irrelevant and "capital of France" in irrelevant
+    with pytest.raises(Exception):
+        B.task_prompt(smol, item, "shouted")
+    assert "Reply only Yes or No" in B.ic_prompt(smol, item)
+
+
+@pytest.mark.slow
+def test_greedy_decode_equals_generate_and_sampling_is_seeded(smol):
+    from grade.generation import greedy_response
+    from grade.sampling import encode_prompt
+
+    item = {"id": "x", "question": "What is the capital of France?", "task": "qa"}
+    ids = encode_prompt(smol.tokenizer, B.task_prompt(smol, item))
+    (row,), last = B.decode(smol, ids, 8, keep_states=True, prompt_states=True)
+    assert row.answer == greedy_response(smol, ids, 8)[: len(row.answer)]
+    assert row.states.shape == (len(row.answer), smol.n_layers + 1, smol.model.config.hidden_size)
+    assert last.shape == (smol.n_layers + 1, smol.model.config.hidden_size)
+    assert len(row.entropies) >= len(row.answer) and all(e >= 0 for e in row.entropies)
+    config = B.BaselineConfig()
+    a, _ = B.decode(smol, ids, 6, n=3, sample=True, config=config, seeds=[1, 2, 3], layer=15)
+    b, _ = B.decode(smol, ids, 6, n=3, sample=True, config=config, seeds=[1, 2, 3], layer=15)
+    assert [r.answer for r in a] == [r.answer for r in b]
+    assert all(r.states.ndim == 2 for r in a)
+
+
+@pytest.mark.slow
+def test_score_question_and_resumable_cache(smol, tmp_path):
+    config = B.BaselineConfig(n_samples=3)
+    items = [
+        {"id": "q1", "question": "What is the capital of France?", "task": "qa", "dataset": "t"},
+        {"id": "q2", "question": "Which animal is a mammal?", "task": "mmlu", "dataset": "t",
+         "choices": ["shark", "whale", "trout", "eel"]},
+    ]
+    path = tmp_path / "cache.jsonl"
+    done = B.score_items(smol, items[:1], path, config=config)
+    assert set(done) == {"q1"}
+    record = done["q1"]
+    for key in B.SCORE_KEYS.values():
+        assert np.isfinite(record[key]), key
+    assert 0 <= record["ic"] <= 1 and record["judge"] in (0.0, 1.0)
+    assert record["p_entropy"] <= 0 and len(record["sample_keys"]) == 3
+    assert "paris" in record["greedy_answer"].lower()
+    assert B.decode_vector(record["saplma_hidden"]).shape == (smol.model.config.hidden_size,)
+    # a rerun scores only the new question and keeps the old record
+    calls = []
+    done = B.score_items(smol, items, path, config=config, progress=lambda i, n, r: calls.append(r["id"]))
+    assert calls == ["q2"] and set(done) == {"q1", "q2"}
+    assert done["q2"]["sample_keys"][0] in {"A", "B", "C", "D", ""}
+    with open(path, "a") as fh:  # an interrupted write leaves half a line: it is ignored
+        fh.write('{"id": "q3", "dataset"')
+    assert set(B.read_cache(path)) == {"q1", "q2"}
