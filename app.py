@@ -1,0 +1,168 @@
+"""GRADE Studio: ``streamlit run app.py``.
+
+This file is the router (page list + sidebar model picker, shared by every page) and the Home page.
+The pages are thin: the engine is :mod:`grade`, UI support is :mod:`studio`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
+
+from studio import figures, session, workflows  # noqa: E402
+from studio.resources import load_questions, reference_set  # noqa: E402
+
+TASKS = {
+    "qa": "Short answer (facts)",
+    "mmlu": "Multiple choice (answer with a letter)",
+    "gsm8k": "Math word problem (reasoning, #### answer)",
+    "cot": "Open question, step by step",
+}
+
+
+def _examples() -> dict[str, tuple[str, str | None, str]]:
+    """A few questions from the shipped datasets: label -> (question, context, task)."""
+    examples: dict[str, tuple[str, str | None, str]] = {
+        "Capital of France (well known)": ("What is the capital of France?", None, "qa"),
+    }
+    for row in load_questions("triviaqa", 3):
+        examples[f"TriviaQA: {row['question'][:60]}"] = (row["question"], None, "qa")
+    for row in load_questions("hotpotqa", 2):
+        examples[f"HotpotQA + document: {row['question'][:50]}"] = (row["question"], row.get("context"), "qa")
+    for row in load_questions("gsm8k", 1):
+        examples[f"GSM8K: {row['question'][:60]}"] = (row["question"], None, "gsm8k")
+    return examples
+
+
+def _use_example() -> None:
+    label = st.session_state.get("example")
+    if not label:
+        return
+    question, context, task = _examples()[label]
+    st.session_state["question"] = question
+    st.session_state["context"] = context or ""
+    st.session_state["task"] = task
+
+
+def _run_analysis(lm) -> None:
+    probe, info, problem = session.active_probe(lm)
+    with st.status("Analyzing ...", expanded=True) as status:
+        try:
+            analysis = workflows.analyze_question(
+                lm, st.session_state.get("question", ""), context=st.session_state.get("context"),
+                task=st.session_state.get("task", "qa"), probe=probe, probe_info=info if probe is not None else None,
+                max_new_tokens=int(st.session_state.get("max_new_tokens", 48)), progress=status.write,
+                model_label=st.session_state["model_spec"].label,
+            )
+        except Exception as exc:  # shown in the page; the session stays usable
+            status.update(label="Analysis failed", state="error", expanded=True)
+            st.session_state.pop(session.ANALYSIS, None)
+            st.session_state["analysis_error"] = exc
+            return
+        status.update(label=f"Analyzed in {sum(analysis.seconds.values()):.1f} s", state="complete", expanded=False)
+    st.session_state[session.ANALYSIS] = analysis
+    st.session_state["probe_problem"] = problem
+    st.session_state.pop("analysis_error", None)
+
+
+def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
+    with st.container(border=True, key="verdict"):
+        st.markdown("**Probe verdict**")
+        verdict = analysis.verdict
+        if verdict is None:
+            problem = st.session_state.get("probe_problem") or "No probe loaded."
+            st.info(f"No probe loaded, so no verdict: {problem}")
+            return
+        word = "can probably answer" if verdict.answerable else "probably cannot answer"
+        st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
+                  help="Output of the probe on this question's per-layer rank ratios")
+        st.plotly_chart(figures.probability_gauge(verdict.probability), width="stretch", key="gauge",
+                        config={"displayModeBar": False})
+        auroc = f"{verdict.auroc:.3f}" if verdict.auroc is not None else "not recorded"
+        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · measured test AUROC **{auroc}** · "
+                    f"loss `{verdict.loss}`")
+
+
+def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
+    result = analysis.result
+    left, right = st.columns([3, 2], gap="large")
+    with left:
+        with st.container(border=True, key="answer"):
+            st.markdown("**The model's answer** (greedy)")
+            st.write(analysis.answer or "_(empty answer)_")
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("GRADE (mean rank ratio)", f"{result.grade:.3f}")
+        c2.metric(f"Loss ({result.loss})", f"{result.loss_value:.3f}")
+        c3.metric("Tokens analysed", len(result.input_ids))
+        c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s")
+    with right:
+        _show_verdict(analysis)
+
+    lm = session.current_model()
+    reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
+    bands = figures.reference_bands(reference.ratios, reference.labels) if reference is not None \
+        and reference.ratios.shape[1] == result.n_layers else None
+    fig = figures.rank_ratio_trend(result.rank_ratio, bands, title="Overview: rank ratio across layers", height=340)
+    session.show_figure(fig, "rank-ratio-overview", key="home_trend")
+    if bands is None:
+        st.caption("No reference bands: the shipped reference set has no rows for this model and loss.")
+    else:
+        st.caption(f"Bands: inter-quartile range of {len(reference)} labelled reference questions "
+                   f"({int(reference.labels.sum())} answerable, {int((1 - reference.labels).sum())} unanswerable).")
+
+    table = pd.DataFrame(result.layer_table())
+    with st.expander("Per-layer features"):
+        st.dataframe(table, hide_index=True, width="stretch")
+    d1, d2, _ = st.columns([1, 1, 3])
+    d1.download_button("Features (CSV)", table.to_csv(index=False), file_name="grade_features.csv", mime="text/csv",
+                       key="dl_csv", on_click="ignore")
+    d2.download_button("Full result (JSON)", lambda: result.to_json(), file_name="grade_result.json",
+                       mime="application/json", key="dl_json", on_click="ignore")
+
+
+def home() -> None:
+    st.title("GRADE Studio")
+    st.markdown("Does the language model know enough to answer? GRADE compares, layer by layer, the rank of the "
+                "gradient a question would cause with the rank of the activations it sees; a small probe turns "
+                "these **rank ratios** into the probability that the model can answer.")
+    lm = session.current_model()
+    if lm is None:
+        session.no_model_message()
+
+    st.selectbox("Try an example", [""] + list(_examples()), key="example", **session.KEEP, on_change=_use_example,
+                 format_func=lambda s: s or "(pick an example question)")
+    st.text_area("Question", key="question", **session.KEEP, height=90, placeholder="Who wrote 'Pride and Prejudice'?")
+    with st.expander("Document (optional): the model may use it to answer",
+                     expanded=bool(st.session_state.get("context"))):
+        st.text_area("Context / document", key="context", **session.KEEP, height=140, label_visibility="collapsed",
+                     placeholder="Paste a passage the model may use to answer ...")
+    st.session_state.setdefault("max_new_tokens", 48)
+    col_task, col_tokens, col_button = st.columns([2, 1, 1], vertical_alignment="bottom")
+    col_task.selectbox("Question type (prompt style)", list(TASKS), format_func=TASKS.get, key="task", **session.KEEP)
+    col_tokens.number_input("Answer length (tokens)", 8, 256, step=8, key="max_new_tokens", **session.KEEP)
+    clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None, width="stretch")
+
+    if clicked and lm is not None:
+        _run_analysis(lm)
+    if st.session_state.get("analysis_error") is not None:
+        session.show_error(st.session_state["analysis_error"], "Analysis failed")
+    analysis = st.session_state.get(session.ANALYSIS)
+    if analysis is not None:
+        _show_analysis(analysis)
+    elif lm is not None and st.session_state.get("analysis_error") is None:
+        st.info("Type a question (or pick an example) and press **Analyze**.")
+
+
+PAGES = [
+    st.Page(home, title="Home", icon=":material/home:", default=True),
+    st.Page("pages/spectra.py", title="Spectra", icon=":material/ssid_chart:"),
+    st.Page("pages/reasoning_trace.py", title="Reasoning trace", icon=":material/functions:"),
+    st.Page("pages/projections.py", title="Projections", icon=":material/scatter_plot:"),
+    st.Page("pages/probes.py", title="Probes", icon=":material/model_training:"),
+]
+
+page = st.navigation(PAGES)
+session.load_current_model()
+page.run()

@@ -1,0 +1,255 @@
+"""Probes: pick a shipped probe, load a probe file, or train and save a new one."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from grade.errors import GradeError, InputError
+from studio import figures, session
+from studio.resources import (
+    PROBES_DIR,
+    REFERENCE_FEATURES,
+    list_probes,
+    read_probe_info,
+    store_uploaded_probe,
+    user_data_dir,
+)
+
+USER_PROBES = user_data_dir() / "probes"
+MAX_EXTRACT_ROWS = 400
+
+st.title("Probes")
+st.markdown("A probe maps the per-layer rank ratios of a question to the probability that the model can answer "
+            "it. It only fits the model, loss and stable-rank formula it was trained on; the app checks this.")
+
+lm = session.current_model()
+probe, info, problem = session.active_probe(lm)
+with st.container(border=True, key="active_probe"):
+    if probe is not None and info is not None:
+        auroc = f"{info.auroc:.3f}" if info.auroc is not None else "not recorded"
+        chosen = "chosen by you" if st.session_state.get(session.PROBE_PATH) else "default for this model"
+        st.markdown(f"**Active probe:** `{info.name}` ({chosen}) · model `{info.model}` · loss `{info.loss}` · "
+                    f"{info.kind} · test AUROC **{auroc}**")
+        if lm is not None:
+            try:
+                probe.check_compatible(lm)
+            except GradeError as exc:
+                st.warning(f"This probe does not fit the loaded model: {exc}")
+    else:
+        st.info(f"No probe loaded: {problem}")
+    if st.session_state.get(session.PROBE_PATH) and st.button("Back to the default probe", key="probe_reset"):
+        st.session_state.pop(session.PROBE_PATH, None)
+        st.rerun()
+
+
+def _use(path: Path) -> None:
+    try:
+        session.cached_probe(path)
+    except GradeError as exc:
+        session.show_error(exc, "Probe not loaded")
+        return
+    st.session_state[session.PROBE_PATH] = str(path)
+    st.session_state.pop(session.ANALYSIS, None)  # its verdict came from the previous probe
+    st.rerun()
+
+
+def _probe_table(probes) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "name": p.name, "model": p.model, "loss": p.loss, "kind": p.kind,
+        "layers": p.metadata.get("n_layers"),
+        "test accuracy": p.accuracy, "test AUROC": p.auroc,
+        "test rows": p.test_metrics.get("n"),
+        "train (answerable / unanswerable)": "{answerable} / {unanswerable}".format(**p.metadata["train_balance"])
+        if isinstance(p.metadata.get("train_balance"), dict) else None,
+        "file": str(p.path),
+    } for p in probes])
+
+
+def _roc_from_metrics(name: str, metrics: dict):
+    roc = metrics.get("roc") if isinstance(metrics, dict) else None
+    if not roc or metrics.get("auroc") is None:
+        return None
+    return name, np.asarray(roc["fpr"]), np.asarray(roc["tpr"]), float(metrics["auroc"])
+
+
+shipped_tab, load_tab, train_tab = st.tabs(["Shipped and saved probes", "Load a probe file", "Train a new probe"])
+
+with shipped_tab:
+    probes = list_probes(PROBES_DIR) + list_probes(USER_PROBES)
+    if not probes:
+        st.info(f"No probes found in {PROBES_DIR} or {USER_PROBES}.")
+    else:
+        st.dataframe(_probe_table(probes), hide_index=True, width="stretch",
+                     column_config={"test accuracy": st.column_config.NumberColumn(format="%.3f"),
+                                    "test AUROC": st.column_config.NumberColumn(format="%.3f")})
+        labels = {str(p.path): f"{p.name} ({p.model}, {p.loss})" for p in probes}
+        pick = st.selectbox("Probe", list(labels), format_func=labels.get, key="probe_pick")
+        picked = next(p for p in probes if str(p.path) == pick)
+        if st.button("Use this probe", key="use_probe", type="primary"):
+            _use(picked.path)
+        curve = _roc_from_metrics(picked.name, picked.test_metrics)
+        if curve is not None:
+            session.show_figure(figures.roc_figure([curve]), f"roc-{picked.name}", key="roc_shipped")
+            st.caption("ROC on the probe's own held-out test split, as stored in its metadata.")
+
+with load_tab:
+    st.markdown("Upload both files of a probe (`name.safetensors` and `name.json`), or give a path on this machine.")
+    uploads = st.file_uploader("Probe files", type=["safetensors", "json"], accept_multiple_files=True,
+                               key="probe_upload")
+    path_text = st.text_input("... or a path", key="probe_path_text", placeholder="assets/probes/name.safetensors")
+    if st.button("Load probe", key="load_probe"):
+        try:
+            if uploads:
+                weights = [f for f in uploads if f.name.endswith(".safetensors")]
+                metas = [f for f in uploads if f.name.endswith(".json")]
+                if len(weights) != 1 or len(metas) != 1:
+                    raise InputError("upload exactly one .safetensors file and one .json file")
+                path = store_uploaded_probe(weights[0].getvalue(), metas[0].getvalue(), weights[0].name)
+            elif path_text.strip():
+                path = Path(path_text.strip()).expanduser()
+                path = path if path.suffix == ".safetensors" else path.with_suffix(".safetensors")
+            else:
+                raise InputError("choose probe files to upload or type a path")
+            _use(path)
+        except GradeError as exc:
+            session.show_error(exc, "Probe not loaded")
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "probe"
+
+
+@st.cache_data(show_spinner=False, max_entries=2)
+def _uploaded_frame(data: bytes) -> pd.DataFrame:
+    return pd.read_parquet(io.BytesIO(data))
+
+
+def _feature_source() -> pd.DataFrame | None:
+    source = st.radio("Labelled features", ["Shipped reference set", "Upload a feature file (.parquet)",
+                                            "Extract from labelled questions (.jsonl)"], key="train_source",
+                      horizontal=True)
+    if source == "Shipped reference set":
+        frame = session.reference_frame()
+        if frame is None:
+            st.info(f"The reference set {REFERENCE_FEATURES.name} is not there; upload features instead.")
+        return frame
+    if source.startswith("Upload"):
+        upload = st.file_uploader("Feature file from `python -m grade extract`", type=["parquet"], key="train_upload")
+        if upload is None:
+            return None
+        try:
+            return _uploaded_frame(upload.getvalue())
+        except Exception as exc:  # a corrupt or foreign file
+            st.error(f"Could not read {upload.name} as Parquet: {exc}")
+            return None
+    upload = st.file_uploader("Labelled questions from `python -m grade label` (JSONL: id, question, label, ...)",
+                              type=["jsonl"], key="train_jsonl")
+    if upload is None:
+        return None
+    if lm is None:
+        session.no_model_message()
+        return None
+    loss = st.radio("Loss", ["pre", "pos"], horizontal=True, key="train_loss",
+                    help="pos scores the row's response (or its most frequent sample); pre needs no answer")
+    if st.button("Extract features", key="extract"):
+        import json
+        import tempfile
+
+        from grade.features import features_of_rows, read_labelled
+
+        with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
+            handle.write(upload.getvalue())
+        try:
+            rows = read_labelled(handle.name)[:MAX_EXTRACT_ROWS]
+            bar = st.progress(0.0, text=f"Extracting features of {len(rows)} questions ...")
+            frame, skipped = features_of_rows(
+                lm, rows, loss=loss, callback=lambda done, total, rid: bar.progress(
+                    done / max(total, 1), text=f"Extracting features: {done}/{total} ({rid})"))
+            bar.empty()
+            st.session_state["extracted"] = frame
+            st.success(f"Extracted {len(frame)} rows with {lm.name}" + (f"; {len(skipped)} skipped" if skipped else ""))
+        except (GradeError, json.JSONDecodeError) as exc:
+            session.show_error(exc, "Extraction failed")
+        finally:
+            Path(handle.name).unlink(missing_ok=True)
+    return st.session_state.get("extracted")
+
+
+with train_tab:
+    frame = _feature_source()
+    if frame is not None and len(frame):
+        combos = frame.groupby(["model", "loss", "srank"]).size().reset_index(name="rows")
+        labels = [f"{m} · {l} · {s} ({n} rows)" for m, l, s, n in combos.itertuples(index=False)]
+        combo = st.selectbox("Model, loss and stable rank", range(len(labels)), format_func=labels.__getitem__,
+                             key="train_combo")
+        model, loss, srank = combos.iloc[combo][["model", "loss", "srank"]]
+        rows = frame[(frame["model"] == model) & (frame["loss"] == loss) & (frame["srank"] == srank)]
+        datasets = sorted(rows["dataset"].unique())
+        chosen = st.multiselect("Datasets", datasets, default=datasets, key="train_datasets")
+        rows = rows[rows["dataset"].isin(chosen)]
+        c1, c2, c3 = st.columns(3)
+        kind = c1.radio("Probe", ["mlp", "logreg"], key="train_kind", horizontal=True,
+                        help="mlp: the paper's probe; logreg: standardised logistic regression")
+        seed = c2.number_input("Seed", 0, 10_000, 42, key="train_seed")
+        c3.metric("Rows (answerable / unanswerable)", f"{int(rows['label'].sum())} / {int((1 - rows['label']).sum())}")
+        if st.button("Train", key="train_probe", type="primary", disabled=rows.empty):
+            from grade.probe import train_from_features
+
+            bar = st.progress(0.0, text="Training ...")
+
+            def on_epoch(epoch, total, metrics):
+                auroc = metrics.get("val_auroc")
+                bar.progress(epoch / total, text=f"Epoch {epoch}/{total}" + (f" · validation AUROC {auroc:.3f}" if auroc is not None else ""))
+
+            try:
+                trained, report = train_from_features(rows, kind=kind, seed=int(seed), callback=on_epoch,
+                                                      sources=["app"])
+                st.session_state["trained"] = (trained, report)
+            except GradeError as exc:
+                session.show_error(exc, "Training failed")
+            bar.empty()
+
+    trained_state = st.session_state.get("trained")
+    if trained_state is not None:
+        trained, report = trained_state
+        test = report["test"]
+        st.markdown(f"**Trained** a `{trained.kind}` probe for `{trained.metadata.get('model')}` "
+                    f"(loss `{trained.metadata.get('loss')}`).")
+        m1, m2, m3 = st.columns(3)
+        m1.metric("Test accuracy", f"{test['accuracy']:.3f}")
+        m2.metric("Test AUROC", "n/a" if test["auroc"] is None else f"{test['auroc']:.3f}")
+        m3.metric("Test rows (answerable)", f"{test['n']} ({test['positives']})")
+        curve = _roc_from_metrics("new probe", test)
+        if curve is not None:
+            session.show_figure(figures.roc_figure([curve]), "roc-new-probe", key="roc_trained")
+        else:
+            st.info("The test split holds one class only, so there is no ROC curve.")
+        by_dataset = report.get("test_by_dataset") or {}
+        if by_dataset:
+            st.dataframe(pd.DataFrame([{"dataset": k, **{m: v[m] for m in ("n", "positives", "accuracy", "auroc")}}
+                                       for k, v in by_dataset.items()]), hide_index=True)
+        name = st.text_input("Name", value=f"{_slug(str(trained.metadata.get('model')))}-{trained.metadata.get('loss')}-"
+                             f"{trained.kind}-custom", key="save_name")
+        if st.button("Save probe", key="save_probe"):
+            weights, meta = trained.save(USER_PROBES / _slug(name))
+            st.session_state["saved_probe"] = str(weights)
+        saved = st.session_state.get("saved_probe")
+        if saved and Path(saved).exists():
+            info_saved = read_probe_info(saved)
+            st.success(f"Saved {saved} and its .json (listed under 'Shipped and saved probes').")
+            d1, d2, d3 = st.columns([1, 1, 2])
+            d1.download_button("Weights (.safetensors)", Path(saved).read_bytes(), file_name=Path(saved).name,
+                               key="dl_probe_weights", on_click="ignore")
+            d2.download_button("Metadata (.json)", Path(saved).with_suffix(".json").read_bytes(),
+                               file_name=Path(saved).with_suffix(".json").name, key="dl_probe_meta", on_click="ignore")
+            if info_saved is not None and d3.button("Use this probe", key="use_trained"):
+                _use(Path(saved))

@@ -1,0 +1,116 @@
+"""Projections: t-SNE / UMAP of hidden states next to GRADE features, for a labelled question set."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+from sklearn.model_selection import cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from studio import figures, session
+from studio.projections import embed
+from studio.resources import reference_set
+
+st.title("Projections")
+st.markdown(
+    "The same labelled questions, embedded in 2-D twice: by the model's **hidden state** (last prompt token) and "
+    "by the **GRADE features** (rank ratio per layer). Colour: did the model answer correctly; marker: was a "
+    "supporting document in the prompt. Hidden states mostly encode *what the input looks like* (with or without "
+    "a document), GRADE features *whether the model knows*: the paper's Figure 1 argument."
+)
+
+lm = session.current_model()
+if lm is None:
+    session.no_model_message()
+    st.stop()
+
+analysis = st.session_state.get(session.ANALYSIS)
+loss = analysis.result.loss if analysis is not None else "pre"
+reference = reference_set(session.reference_frame(), lm.name, loss)
+if reference is None:
+    st.info(f"The shipped reference set has no labelled questions for `{lm.name}` with loss `{loss}`, "
+            "so there is nothing to project. Pick the default model in the sidebar.")
+    st.stop()
+if reference.hidden is None:
+    st.info("The reference set was stored without hidden states, so only GRADE features could be shown.")
+    st.stop()
+
+n_states = reference.hidden.shape[1]
+c1, c2, c3 = st.columns([1, 2, 2])
+method = c1.radio("Method", ["t-SNE", "UMAP"], key="pj_method", **session.KEEP, horizontal=True)
+layer = c2.slider("Hidden-state layer (0 = embeddings)", 0, n_states - 1, n_states - 1, key="pj_layer", **session.KEEP)
+datasets = sorted(set(reference.datasets))
+chosen = c3.multiselect("Datasets", datasets, default=datasets, key="pj_datasets", **session.KEEP)
+mask = np.isin(reference.datasets, chosen)
+if mask.sum() < 10:
+    st.info("Pick datasets with at least 10 labelled questions.")
+    st.stop()
+
+current_ratio = current_hidden = None
+if analysis is not None and analysis.result.model == lm.name:
+    current_ratio = analysis.result.rank_ratio
+    if analysis.result.last_hidden is not None:
+        current_hidden = analysis.result.last_hidden[layer]
+    st.caption(f"★ = the current question from Home: *{analysis.result.question[:120]}*")
+else:
+    st.caption("Analyze a question on the Home page to place it on the maps (★).")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _embedding(kind: str, method: str, layer: int, rows: tuple[int, ...], current: tuple[float, ...] | None,
+               reference_key: tuple, _reference):
+    X = _reference.hidden[list(rows), layer] if kind == "hidden" else _reference.ratios[list(rows)]
+    result = embed(X, method, None if current is None else np.asarray(current))
+    return result.coords, result.current
+
+
+# What identifies the reference rows in the caches below (the set itself is passed unhashed).
+reference_key = (lm.name, loss, len(reference), float(reference.ratios.sum()))
+rows = tuple(np.flatnonzero(mask).tolist())
+labels, with_doc = reference.labels[mask] == 1, reference.with_context[mask]
+text = [reference.text[i] for i in rows]
+left, right = st.columns(2, gap="medium")
+for column, kind, title, current in (
+    (left, "hidden", f"Hidden states (layer {layer}), {method}", current_hidden),
+    (right, "grade", f"GRADE features (rank ratios), {method}", current_ratio),
+):
+    with column:
+        with st.spinner(f"Computing {method} of {len(rows)} questions ..."):
+            coords, placed = _embedding(kind, method, layer, rows,
+                                        None if current is None else tuple(np.asarray(current, dtype=float).tolist()),
+                                        reference_key, reference)
+        fig = figures.projection_figure(coords, labels, with_doc, title, hover=text, current=placed)
+        session.show_figure(fig, f"{kind}-{method}", key=f"pj_{kind}")
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _separability(layer: int, rows: tuple[int, ...], reference_key: tuple, _reference) -> pd.DataFrame:
+    """5-fold cross-validated 5-NN accuracy: how well each feature space predicts each property."""
+    reference = _reference
+    idx = list(rows)
+    spaces = {"hidden state": reference.hidden[idx, layer], "GRADE features": reference.ratios[idx]}
+    targets = {"correct / incorrect": reference.labels[idx], "with / without document": reference.with_context[idx]}
+    table = []
+    for space, X in spaces.items():
+        row = {"feature space": space}
+        for target, y in targets.items():
+            if len(np.unique(y)) < 2 or min(np.bincount(y.astype(int))) < 5:
+                row[target] = np.nan
+                continue
+            model = make_pipeline(StandardScaler(), KNeighborsClassifier(5))
+            row[target] = float(cross_val_score(model, X, y.astype(int), cv=5).mean())
+        table.append(row)
+    return pd.DataFrame(table)
+
+
+st.subheader("What each feature space encodes")
+table = _separability(layer, rows, reference_key, reference)
+st.dataframe(table, hide_index=True, column_config={
+    c: st.column_config.NumberColumn(format="%.3f") for c in table.columns if c != "feature space"})
+base_label = max(labels.mean(), 1 - labels.mean())
+st.caption(f"5-fold cross-validated accuracy of a 5-nearest-neighbour classifier in the full feature space "
+           f"(majority baseline for correct/incorrect: {base_label:.3f}; n = {len(rows)}, "
+           f"{int(labels.sum())} correct, {int(with_doc.sum())} with a document). Empty: one class too small.")

@@ -1,0 +1,187 @@
+"""Reasoning trace: step-wise GRADE_pos and per-token epistemic shock for two chain-of-thought answers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from grade.errors import InputError
+from studio import figures, session, tokens, workflows
+from studio.resources import load_questions
+
+TRACES = ("A", "B")
+OWN = "(type your own problem)"
+
+st.title("Reasoning trace")
+st.markdown(
+    "A chain-of-thought answer is cut into steps at punctuation and line breaks. Each step gets its own loss "
+    "(cross-entropy of that step's tokens given everything before it), hence its own rank ratio per layer; "
+    "**GRADE_pos** is their mean. Each token is coloured by its *epistemic shock*, the row sum of C_g: how much "
+    "the model would have to change to produce it. Both traces share one colour scale."
+)
+
+lm = session.current_model()
+if lm is None:
+    session.no_model_message()
+    st.stop()
+
+
+@st.cache_data(show_spinner=False)
+def _problems() -> list[dict]:
+    return load_questions("gsm8k", 40)
+
+
+problems = {f"{row['question'][:90]}": row for row in _problems()}
+
+
+def _load_problem() -> None:
+    row = problems.get(st.session_state.get("rt_choice"))
+    if row is None:
+        return
+    st.session_state["rt_question"] = row["question"]
+    st.session_state["rt_gold"] = ", ".join(row["answers"])
+    st.session_state["rt_text_A"] = ""
+    st.session_state["rt_text_B"] = (row.get("solution") or "").strip()
+    st.session_state.pop("rt_traces", None)
+
+
+def _use_reference(key: str) -> None:
+    row = problems.get(st.session_state.get("rt_choice"))
+    if row is not None:
+        st.session_state[f"rt_text_{key}"] = (row.get("solution") or "").strip()
+
+
+# Texts produced by a button below are handed over here, before the text areas exist in this run.
+for key in TRACES:
+    pending = st.session_state.pop(f"rt_pending_{key}", None)
+    if pending is not None:
+        st.session_state[f"rt_text_{key}"] = pending
+
+if "rt_question" not in st.session_state and problems:
+    st.session_state["rt_choice"] = next(iter(problems))
+    _load_problem()
+st.session_state.setdefault("rt_max_tokens", 128)
+
+st.selectbox("Math problem (GSM8K dev set)", [OWN] + list(problems), key="rt_choice", **session.KEEP, on_change=_load_problem)
+q_col, g_col = st.columns([4, 1])
+q_col.text_area("Problem", key="rt_question", **session.KEEP, height=90)
+g_col.text_input("Gold answer (optional)", key="rt_gold", **session.KEEP, help="Numbers separated by commas; marks a trace correct or wrong")
+g_col.number_input("Max. generated tokens", 16, 512, step=16, key="rt_max_tokens", **session.KEEP)
+
+columns = st.columns(2, gap="medium")
+for key, column in zip(TRACES, columns):
+    with column:
+        st.text_area(f"Trace {key}", key=f"rt_text_{key}", **session.KEEP, height=200,
+                     placeholder="Generate a chain of thought with the model, or paste one ...")
+        b1, b2 = st.columns(2)
+        if b1.button("Generate with the model", key=f"rt_gen_{key}", width="stretch"):
+            try:
+                with st.spinner(f"Generating up to {st.session_state['rt_max_tokens']} tokens ..."):
+                    text = workflows.generate_cot(lm, st.session_state.get("rt_question", ""),
+                                                  max_new_tokens=int(st.session_state["rt_max_tokens"]))
+                st.session_state[f"rt_pending_{key}"] = text
+                st.rerun()
+            except InputError as exc:
+                session.show_error(exc)
+        b2.button("Use the reference solution", key=f"rt_ref_{key}", on_click=_use_reference, args=(key,),
+                  disabled=st.session_state.get("rt_choice") not in problems, width="stretch")
+
+
+def _gold() -> list[str]:
+    return [g.strip() for g in str(st.session_state.get("rt_gold") or "").split(",") if g.strip()]
+
+
+def _analyze(keys: list[str]) -> None:
+    traces = dict(st.session_state.get("rt_traces") or {})
+    progress = st.progress(0.0, text="Analyzing ...")
+    for i, key in enumerate(keys):
+        progress.progress(i / len(keys), text=f"Analyzing trace {key} (one backward pass, spectra per step) ...")
+        try:
+            traces[key] = workflows.analyze_trace(lm, st.session_state.get("rt_question", ""),
+                                                  st.session_state.get(f"rt_text_{key}", ""), title=f"Trace {key}",
+                                                  gold=_gold())
+        except Exception as exc:
+            traces.pop(key, None)
+            session.show_error(exc, f"Trace {key}")
+    progress.empty()
+    st.session_state["rt_traces"] = traces
+
+
+filled = [k for k in TRACES if str(st.session_state.get(f"rt_text_{k}") or "").strip()]
+if st.button("Analyze traces", key="rt_analyze", type="primary", disabled=not filled):
+    _analyze(filled)
+
+traces: dict[str, workflows.Trace] = st.session_state.get("rt_traces") or {}
+if not traces:
+    st.info("Fill in one or two traces (generate, use the reference solution, or paste) and press **Analyze traces**.")
+    st.stop()
+
+shown = [traces[k] for k in TRACES if k in traces]
+n_layers = shown[0].result.n_layers
+layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(n_layers)), key="rt_layer", **session.KEEP,
+                                help="Each layer is scaled by its largest score over both traces before averaging")
+layer = None if layer_choice == "mean over layers" else int(layer_choice)
+scored = [tokens.TokenScores(t.display_tokens, *t.scored_tokens()) for t in shown]
+values = tokens.shared_scale(scored, layer)
+st.html(tokens.colorbar_html())
+
+all_ratios = np.concatenate([t.step_ratios for t in shown if len(t.step_ratios)]) if shown else np.zeros((1, 1))
+zmin, zmax = float(np.nanmin(all_ratios)), float(np.nanmax(all_ratios))
+
+columns = st.columns(len(shown), gap="medium")
+for trace, score, value, column in zip(shown, scored, values, columns):
+    with column, st.container(border=True, key=f"trace_{trace.title[-1]}"):
+        badge = {True: ":green-badge[correct]", False: ":red-badge[wrong]", None: ":gray-badge[not checked]"}[trace.correct]
+        st.markdown(f"#### {trace.title} {badge}")
+        m1, m2, m3 = st.columns(3)
+        m1.metric("GRADE_pos", f"{trace.grade_pos:.3f}", help="Mean rank ratio over steps and layers")
+        m2.metric("Steps", len(trace.result.steps))
+        m3.metric("Mean CE loss", f"{trace.result.loss_value:.3f}")
+        raw = np.nanmean(score.scores, axis=0) if layer is None else score.scores[layer]
+        st.html(tokens.token_html(score, value, raw=raw))
+        if str(st.session_state.get(f"rt_text_{trace.title[-1]}") or "").strip() != trace.response:
+            st.caption("The text above was edited after this analysis; press **Analyze traces** to update.")
+
+if len(shown) > 1 or len(shown[0].result.steps) > 1:
+    session.show_figure(figures.step_grade_figure([(t.title, t.step_ratios.mean(axis=1)) for t in shown]),
+                        "per-step-rank-ratio", key="rt_steps")
+columns = st.columns(len(shown), gap="medium")
+for trace, column in zip(shown, columns):
+    with column:
+        fig = figures.step_ratio_heatmap(trace.step_ratios, trace.step_texts,
+                                         f"{trace.title}: rank ratio per step and layer", zmin, zmax)
+        session.show_figure(fig, f"{trace.title}-step-heatmap", key=f"rt_heat_{trace.title[-1]}")
+
+st.subheader("Manual error analysis")
+st.markdown("Edit a step (fix an arithmetic slip, or plant one) and re-run: see which step's shock changes.")
+for trace in shown:
+    key = trace.title[-1]
+    with st.expander(f"Edit the steps of {trace.title}"):
+        edited = st.data_editor(pd.DataFrame({"step": trace.step_texts}), key=f"rt_editor_{key}", hide_index=False,
+                                num_rows="dynamic", width="stretch",
+                                column_config={"step": st.column_config.TextColumn("step text", width="large")})
+        if st.button(f"Re-run {trace.title} with these steps", key=f"rt_rerun_{key}"):
+            response = workflows.join_steps([str(s) for s in edited["step"].fillna("").tolist()])
+            st.session_state[f"rt_pending_{key}"] = response
+            try:
+                with st.spinner(f"Re-analyzing {trace.title} ..."):
+                    traces[key] = workflows.analyze_trace(lm, trace.question, response, title=trace.title, gold=_gold())
+                st.session_state["rt_traces"] = traces
+                st.session_state.pop(f"rt_editor_{key}", None)  # the table now shows the new steps
+                st.rerun()
+            except Exception as exc:
+                session.show_error(exc, trace.title)
+
+rows = [
+    {"trace": t.title, "step": i + 1, "text": s.text, "loss": s.loss_value, "mean_rank_ratio": float(np.mean(s.rank_ratio)),
+     **{f"ratio_{l}": float(v) for l, v in enumerate(s.rank_ratio)}}
+    for t in shown for i, s in enumerate(t.result.steps)
+]
+d1, d2, _ = st.columns([1, 1, 3])
+d1.download_button("Steps (CSV)", pd.DataFrame(rows).to_csv(index=False), file_name="grade_steps.csv", mime="text/csv",
+                   key="rt_dl_csv", on_click="ignore")
+d2.download_button("Traces (JSON)", lambda: json.dumps({t.title: t.result.to_dict() for t in shown}),
+                   file_name="grade_traces.json", mime="application/json", key="rt_dl_json", on_click="ignore")

@@ -1,0 +1,77 @@
+"""Spectra: eigenvalues of C_h and C_g for one layer, naive vs stable rank, stable ranks across layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from studio import figures, session
+from studio.resources import reference_set
+
+st.title("Spectra")
+st.markdown(
+    "For each layer GRADE builds two covariance matrices over the tokens: **C_h** from the activations entering "
+    "the MLP down-projection, and **C_g** from the gradient that the loss would send into that layer, "
+    "projected onto the activations' span. Their *stable ranks* (Σλ/λ₁ for the `pre` loss, Σλ²/λ₁² for `pos`) "
+    "measure how many directions are really used; the feature is the ratio srank(C_g) / srank(C_h)."
+)
+
+analysis = st.session_state.get(session.ANALYSIS)
+if analysis is None:
+    st.info("No analysis yet: type a question on the **Home** page and press **Analyze**; its spectra appear here.")
+    st.stop()
+result = analysis.result
+if result.eig_h is None or result.eig_g is None:
+    st.info("This analysis was computed without spectra; analyze the question again on the Home page.")
+    st.stop()
+
+st.caption(f"Question: *{result.question}* · model `{result.model}` · loss `{result.loss}` · "
+           f"{len(result.input_ids)} tokens · stable-rank formula `{result.srank}`")
+n_layers = result.n_layers
+layer = st.slider("Layer", 0, n_layers - 1, min(n_layers // 2, n_layers - 1), key="spectra_layer", **session.KEEP)
+
+left, right = st.columns(2, gap="medium")
+with left:
+    session.show_figure(figures.spectra_figure(result.eig_h[layer], result.eig_g[layer], layer),
+                        f"spectra-layer-{layer}", key="spectra")
+with right:
+    fig = figures.naive_rank_figure(result.eig_h[layer], result.eig_g[layer], float(result.srank_h[layer]),
+                                    float(result.srank_g[layer]), layer)
+    session.show_figure(fig, f"naive-rank-layer-{layer}", key="naive")
+
+counts = {t: (figures.naive_rank_curve(result.eig_h[layer], np.array([t]))[0],
+              figures.naive_rank_curve(result.eig_g[layer], np.array([t]))[0]) for t in (1e-4, 1e-5)}
+st.markdown(
+    f"**Why the stable rank?** The naive rank counts eigenvalues above a threshold, and the answer depends on a "
+    f"threshold nobody can justify: at layer {layer}, C_h has rank **{counts[1e-4][0]}** at t = 1e-4 but "
+    f"**{counts[1e-5][0]}** at t = 1e-5 (C_g: {counts[1e-4][1]} vs {counts[1e-5][1]}). The stable rank "
+    f"(dashed) needs no threshold and changes smoothly: srank(C_h) = {result.srank_h[layer]:.2f}, "
+    f"srank(C_g) = {result.srank_g[layer]:.2f}, ratio = **{result.rank_ratio[layer]:.3f}**."
+)
+
+session.show_figure(figures.stable_rank_layers_figure(result.srank_h, result.srank_g, layer), "stable-ranks-by-layer",
+                    key="sranks")
+
+lm = session.current_model()
+reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
+if reference is not None and reference.ratios.shape[1] == n_layers:
+    bands = figures.reference_bands(reference.ratios, reference.labels)
+    fig = figures.rank_ratio_trend(result.rank_ratio, bands,
+                                   title="Rank ratio across layers vs. answerable / unanswerable reference questions")
+    session.show_figure(fig, "rank-ratio-vs-reference", key="trend")
+    st.caption(f"Reference: {len(reference)} labelled questions for `{reference.model}`, loss `{reference.loss}` "
+               f"({int(reference.labels.sum())} answerable, {int((1 - reference.labels).sum())} unanswerable); "
+               "bands are the 25th to 75th percentile per layer.")
+else:
+    session.show_figure(figures.rank_ratio_trend(result.rank_ratio), "rank-ratio", key="trend")
+    st.info("The shipped reference set has no labelled questions for this model and loss, so no bands are drawn.")
+
+spectra_table = pd.DataFrame({
+    "layer": np.repeat(np.arange(n_layers), result.eig_h.shape[1]),
+    "index": np.tile(np.arange(result.eig_h.shape[1]), n_layers),
+    "eig_h": result.eig_h.reshape(-1),
+    "eig_g": result.eig_g.reshape(-1),
+})
+st.download_button("Eigenvalues of all layers (CSV)", spectra_table.to_csv(index=False), file_name="grade_spectra.csv",
+                   mime="text/csv", key="dl_spectra", on_click="ignore")

@@ -1,0 +1,11 @@
+"""UI support for the GRADE Studio Streamlit app (``streamlit run app.py``).
+
+The :mod:`grade` package knows nothing about Streamlit; this package is the thin layer between them:
+
+* :mod:`studio.resources` - models, probes and the reference feature set, shared across sessions
+  (the Streamlit-free parts are plain classes; ``st.cache_resource`` only makes them singletons);
+* :mod:`studio.figures` - Plotly figure builders (pure functions of arrays, no Streamlit);
+* :mod:`studio.projections` - t-SNE / UMAP embeddings of a labelled question set (no Streamlit);
+* :mod:`studio.tokens` - the coloured-token heatmap as HTML (no Streamlit);
+* :mod:`studio.session` - sidebar, per-session state, error display and downloads (Streamlit).
+"""

@@ -1,0 +1,242 @@
+"""Plotly figure builders: pure functions of arrays, no Streamlit.
+
+Conventions: ``h`` (MLP input activations, C_h) is blue, ``g`` (gradient side, C_g) is orange;
+answerable is green, unanswerable is red. Layers are numbered from 0.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+COLOR_H = "#1f77b4"
+COLOR_G = "#ff7f0e"
+COLOR_YES = "#2a9d8f"
+COLOR_NO = "#d62728"
+COLOR_CURRENT = "#111111"
+TRACE_COLORS = ("#6a3d9a", "#b15928")
+
+BASE_LAYOUT = dict(
+    template="plotly_white",
+    margin=dict(l=60, r=20, t=60, b=50),
+    legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+    hovermode="x unified",
+    font=dict(size=13),
+)
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 380, **extra) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", y=0.97), xaxis_title=x, yaxis_title=y,
+                      height=height, **{**BASE_LAYOUT, **extra})
+    return fig
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+# ----------------------------------------------------------------------------- rank ratio by layer
+
+
+def reference_bands(ratios: np.ndarray, labels: np.ndarray, low: float = 25, high: float = 75) -> dict[int, np.ndarray]:
+    """Per-label percentiles of a reference set. ratios: (n, L), labels: (n,) in {0, 1}.
+
+    Returns ``{label: (3, L) array of [low, median, high]}`` for each label present.
+    """
+    bands = {}
+    for label in (1, 0):
+        rows = ratios[labels == label]
+        if len(rows):
+            bands[label] = np.percentile(rows, [low, 50, high], axis=0)
+    return bands
+
+
+def rank_ratio_trend(
+    ratio: np.ndarray | None,
+    bands: dict[int, np.ndarray] | None = None,
+    *,
+    title: str = "Rank ratio srank(C_g) / srank(C_h) across layers",
+    name: str = "this question",
+    height: int = 360,
+    extra: Sequence[tuple[str, np.ndarray]] = (),
+) -> go.Figure:
+    """The GRADE feature vector (L,) as a line, over inter-quartile bands of a reference set."""
+    fig = go.Figure()
+    for label, color, text in ((1, COLOR_YES, "answerable"), (0, COLOR_NO, "unanswerable")):
+        if not bands or label not in bands:
+            continue
+        low, mid, high = bands[label]
+        layers = np.arange(len(mid))
+        fig.add_trace(go.Scatter(x=layers, y=high, mode="lines", line=dict(width=0), showlegend=False,
+                                 hoverinfo="skip", legendgroup=text))
+        fig.add_trace(go.Scatter(x=layers, y=low, mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor=_rgba(color, 0.18), name=f"{text} (reference, 25-75%)",
+                                 hoverinfo="skip", legendgroup=text))
+        fig.add_trace(go.Scatter(x=layers, y=mid, mode="lines", line=dict(color=color, width=1.5, dash="dot"),
+                                 name=f"{text} median", legendgroup=text))
+    for i, (label, values) in enumerate(extra):
+        fig.add_trace(go.Scatter(x=np.arange(len(values)), y=values, mode="lines+markers", name=label,
+                                 line=dict(color=TRACE_COLORS[i % len(TRACE_COLORS)], width=2), marker=dict(size=5)))
+    if ratio is not None:
+        fig.add_trace(go.Scatter(x=np.arange(len(ratio)), y=ratio, mode="lines+markers", name=name,
+                                 line=dict(color=COLOR_CURRENT, width=2.5), marker=dict(size=6)))
+    return _layout(fig, title, "layer", "rank ratio", height=height)
+
+
+# ------------------------------------------------------------------------------------------ spectra
+
+
+def _positive_normalised(eig: np.ndarray) -> np.ndarray:
+    eig = np.asarray(eig, dtype=float)
+    top = eig.max() if eig.size else 0.0
+    if top <= 0:
+        return np.array([])
+    values = eig / top
+    return values[values > 0]
+
+
+def spectra_figure(eig_h: np.ndarray, eig_g: np.ndarray, layer: int) -> go.Figure:
+    """Normalised eigenvalues λᵢ/λ₁ of C_h and C_g (descending) on a log axis."""
+    fig = go.Figure()
+    for eig, color, name in ((eig_h, COLOR_H, "C_h (activations)"), (eig_g, COLOR_G, "C_g (gradients)")):
+        values = _positive_normalised(eig)
+        fig.add_trace(go.Scatter(x=np.arange(1, len(values) + 1), y=values, mode="lines+markers", name=name,
+                                 line=dict(color=color), marker=dict(size=4),
+                                 hovertemplate="i=%{x}<br>λ/λ₁=%{y:.3e}<extra>" + name + "</extra>"))
+    fig.update_yaxes(type="log", exponentformat="power")
+    return _layout(fig, f"Eigenvalue spectra, layer {layer}", "eigenvalue index i (descending)", "λᵢ / λ₁ (log scale)")
+
+
+def naive_rank_curve(eig: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """Naive rank (count of λ/λ₁ above t) for every threshold t. eig: (n,) -> (len(thresholds),)."""
+    values = _positive_normalised(eig)
+    return np.array([(values > t).sum() for t in thresholds])
+
+
+def naive_rank_figure(eig_h: np.ndarray, eig_g: np.ndarray, srank_h: float, srank_g: float, layer: int,
+                      marks: Sequence[float] = (1e-5, 1e-4)) -> go.Figure:
+    """Naive rank as a function of the threshold, with each side's stable rank as a dashed level.
+
+    The naive rank moves with a threshold nobody can justify; the stable rank is one number without
+    a threshold. That is why GRADE uses it.
+    """
+    thresholds = np.logspace(-16, 0, 161)
+    fig = go.Figure()
+    for eig, srank, color, name in ((eig_h, srank_h, COLOR_H, "C_h"), (eig_g, srank_g, COLOR_G, "C_g")):
+        counts = naive_rank_curve(eig, thresholds)
+        fig.add_trace(go.Scatter(x=thresholds, y=counts, mode="lines", name=f"naive rank of {name}",
+                                 line=dict(color=color, shape="hv"),
+                                 hovertemplate="threshold %{x:.1e}: rank %{y}<extra>" + name + "</extra>"))
+        fig.add_trace(go.Scatter(x=[thresholds[0], thresholds[-1]], y=[srank, srank], mode="lines",
+                                 name=f"stable rank of {name} = {srank:.2f}", line=dict(color=color, dash="dash"),
+                                 hoverinfo="skip"))
+    for t in marks:
+        fig.add_vline(x=t, line=dict(color="#888", width=1, dash="dot"),
+                      annotation_text=f"t={t:.0e}", annotation_position="top left")
+    fig.update_xaxes(type="log", exponentformat="power", autorange="reversed")
+    return _layout(fig, f"Naive rank vs. threshold, layer {layer}", "threshold t on λ/λ₁ (log scale, strict to the right)",
+                   "number of eigenvalues above t", hovermode="closest")
+
+
+def stable_rank_layers_figure(srank_h: np.ndarray, srank_g: np.ndarray, layer: int | None = None) -> go.Figure:
+    """Stable ranks of C_h and C_g across layers (they live on different scales, hence two axes)."""
+    layers = np.arange(len(srank_h))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=layers, y=srank_h, name="srank(C_h)", mode="lines+markers", line=dict(color=COLOR_H)))
+    fig.add_trace(go.Scatter(x=layers, y=srank_g, name="srank(C_g)", mode="lines+markers", line=dict(color=COLOR_G),
+                             yaxis="y2"))
+    if layer is not None:
+        fig.add_vline(x=layer, line=dict(color="#888", dash="dot"))
+    _layout(fig, "Stable ranks across layers", "layer", "srank(C_h)")
+    fig.update_layout(yaxis=dict(title=dict(text="srank(C_h)", font=dict(color=COLOR_H))),
+                      yaxis2=dict(title=dict(text="srank(C_g)", font=dict(color=COLOR_G)), overlaying="y", side="right",
+                                  showgrid=False),
+                      margin=dict(l=60, r=60, t=60, b=50))
+    return fig
+
+
+# ---------------------------------------------------------------------------------- reasoning steps
+
+
+def step_ratio_heatmap(step_ratios: np.ndarray, step_labels: Sequence[str], title: str, zmin: float, zmax: float) -> go.Figure:
+    """Rank ratio per step (rows) and layer (columns). step_ratios: (K, L)."""
+    fig = go.Figure(go.Heatmap(
+        z=step_ratios, x=np.arange(step_ratios.shape[1]), y=[f"step {i + 1}" for i in range(len(step_labels))],
+        customdata=np.array([[text] * step_ratios.shape[1] for text in step_labels], dtype=object),
+        zmin=zmin, zmax=zmax, colorscale="Viridis", colorbar=dict(title="rank ratio"),
+        hovertemplate="%{y}, layer %{x}: %{z:.3f}<br>%{customdata}<extra></extra>",
+    ))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, title, "layer", "step", height=max(260, 60 + 28 * len(step_labels)), hovermode="closest")
+
+
+def step_grade_figure(traces: Sequence[tuple[str, np.ndarray]]) -> go.Figure:
+    """Mean rank ratio over layers for each step of each trace: where in the reasoning the model is surprised."""
+    fig = go.Figure()
+    for i, (name, values) in enumerate(traces):
+        fig.add_trace(go.Scatter(x=np.arange(1, len(values) + 1), y=values, mode="lines+markers", name=name,
+                                 line=dict(color=TRACE_COLORS[i % len(TRACE_COLORS)], width=2), marker=dict(size=7)))
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, "Per-step rank ratio (mean over layers)", "step", "mean rank ratio", height=320)
+
+
+# ------------------------------------------------------------------------------------- projections
+
+
+def projection_figure(coords: np.ndarray, correct: np.ndarray, with_context: np.ndarray, title: str,
+                      hover: Sequence[str] | None = None, current: np.ndarray | None = None) -> go.Figure:
+    """2-D embedding coloured by correct / incorrect, marker by with / without document.
+
+    coords: (n, 2); correct, with_context: (n,) bool; current: (2,) or None.
+    """
+    fig = go.Figure()
+    hover = list(hover) if hover is not None else [""] * len(coords)
+    for is_correct, color, label in ((True, COLOR_YES, "correct"), (False, COLOR_NO, "incorrect")):
+        for has_doc, symbol, doc_label in ((False, "circle", "no document"), (True, "diamond", "with document")):
+            mask = (correct == is_correct) & (with_context == has_doc)
+            if not mask.any():
+                continue
+            fig.add_trace(go.Scatter(
+                x=coords[mask, 0], y=coords[mask, 1], mode="markers", name=f"{label}, {doc_label}",
+                marker=dict(color=color, symbol=symbol, size=8 if has_doc else 7, opacity=0.75,
+                            line=dict(width=0.5, color="white")),
+                text=[h for h, m in zip(hover, mask) if m], hovertemplate="%{text}<extra></extra>",
+            ))
+    if current is not None:
+        fig.add_trace(go.Scatter(x=[current[0]], y=[current[1]], mode="markers+text", name="current question",
+                                 marker=dict(color=COLOR_CURRENT, symbol="star", size=18, line=dict(width=1, color="white")),
+                                 text=["current question"], textposition="top center", hoverinfo="name"))
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, scaleanchor="x")
+    return _layout(fig, title, "dimension 1", "dimension 2", height=470, hovermode="closest",
+                   legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0.0))
+
+
+# ------------------------------------------------------------------------------------------- probes
+
+
+def roc_figure(curves: Sequence[tuple[str, np.ndarray, np.ndarray, float]]) -> go.Figure:
+    """ROC curves: (name, fpr, tpr, auroc) each, with the chance diagonal."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="chance", line=dict(color="#999", dash="dash")))
+    for i, (name, fpr, tpr, auroc) in enumerate(curves):
+        fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", name=f"{name} (AUROC {auroc:.3f})",
+                                 line=dict(color=[COLOR_G, COLOR_H, COLOR_YES][i % 3], width=2.5)))
+    fig.update_xaxes(range=[0, 1], constrain="domain")
+    fig.update_yaxes(range=[0, 1.01], scaleanchor="x")
+    return _layout(fig, "ROC curve", "false positive rate", "true positive rate", height=440, hovermode="closest",
+                   legend=dict(yanchor="bottom", y=0.02, xanchor="right", x=0.98))
+
+
+def probability_gauge(probability: float) -> go.Figure:
+    """A compact horizontal bar for P(answerable)."""
+    color = COLOR_YES if probability >= 0.5 else COLOR_NO
+    fig = go.Figure(go.Bar(x=[probability], y=[""], orientation="h", marker_color=color,
+                           text=[f"{probability:.0%}"], textposition="inside", hoverinfo="skip"))
+    fig.add_vline(x=0.5, line=dict(color="#555", dash="dot"))
+    fig.update_xaxes(range=[0, 1], tickformat=".0%")
+    fig.update_layout(template="plotly_white", height=90, margin=dict(l=10, r=10, t=10, b=30), showlegend=False)
+    return fig

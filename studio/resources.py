@@ -1,0 +1,296 @@
+"""Models, probes and reference data shared by every session of the app.
+
+Nothing here imports Streamlit: :class:`ModelRegistry` is a plain thread-safe cache that the app
+turns into a process-wide singleton with ``st.cache_resource`` (see :mod:`studio.session`). Keeping
+the loading logic outside ``st.cache_resource`` lets the caller stream progress lines ("Converting
+...", "Loading ...") into its own page while the load runs, and lets a failed load be retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import grade
+from grade.errors import GradeError, ModelLoadError, ProbeError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ASSETS = REPO_ROOT / "assets"
+PROBES_DIR = ASSETS / "probes"
+REFERENCE_FEATURES = ASSETS / "reference_features.parquet"
+
+
+def datasets_dir() -> Path:
+    """``$GRADE_DATASETS_DIR``, else ``shared/datasets`` beside the repository checkout."""
+    from grade.tasks import datasets_dir as shared_datasets_dir
+
+    return shared_datasets_dir()
+
+
+def user_data_dir() -> Path:
+    """Where the app writes files a user asked for (trained probes, uploaded probes)."""
+    return Path(os.environ.get("GRADE_CACHE_DIR") or Path.home() / ".cache" / "grade-studio")
+
+
+# ----------------------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the sidebar asks for: a model reference plus where and how to run it."""
+
+    source: str = grade.DEFAULT_MODEL
+    device: str = "cpu"
+    dtype: str = "auto"
+
+    @property
+    def label(self) -> str:
+        return f"{self.source} ({self.device}, {self.dtype})"
+
+
+class ModelRegistry:
+    """Loaded models keyed by :class:`ModelSpec`, shared by all sessions.
+
+    At most ``capacity`` models stay in memory (least recently used goes first). Two sessions asking
+    for the same model at once load it once: the second waits on a per-model lock. A failed load is
+    not remembered, so the user can fix the cause and try again.
+    """
+
+    def __init__(self, capacity: int = 2, loader: Callable[..., grade.LoadedModel] = grade.load_model):
+        self.capacity = capacity
+        self._loader = loader
+        self._models: "OrderedDict[ModelSpec, grade.LoadedModel]" = OrderedDict()
+        self._loading: dict[ModelSpec, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: ModelSpec, progress: Callable[[str], None] | None = None) -> grade.LoadedModel:
+        with self._lock:
+            if spec in self._models:
+                self._models.move_to_end(spec)
+                return self._models[spec]
+            key_lock = self._loading.setdefault(spec, threading.Lock())
+        with key_lock:
+            with self._lock:  # loaded by another session while we waited
+                if spec in self._models:
+                    return self._models[spec]
+            try:
+                lm = self._loader(spec.source, device=spec.device, dtype=None if spec.dtype == "auto" else spec.dtype,
+                                  progress=progress)
+            except GradeError:
+                raise
+            except Exception as exc:  # torch/transformers failures not already wrapped by the engine
+                raise ModelLoadError(f"could not load {spec.source!r}: {type(exc).__name__}: {exc}") from exc
+            with self._lock:
+                self._models[spec] = lm
+                while len(self._models) > self.capacity:
+                    self._models.popitem(last=False)
+                self._loading.pop(spec, None)
+            return lm
+
+    def loaded(self) -> list[ModelSpec]:
+        with self._lock:
+            return list(self._models)
+
+
+# ----------------------------------------------------------------------------------------- probes
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """A probe file on disk and its metadata, read without loading the weights."""
+
+    path: Path  # the .safetensors file
+    metadata: dict
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name") or self.path.stem)
+
+    @property
+    def model(self) -> str | None:
+        return self.metadata.get("model")
+
+    @property
+    def loss(self) -> str | None:
+        return self.metadata.get("loss")
+
+    @property
+    def test_metrics(self) -> dict:
+        """Metrics on the probe's held-out test split (``metrics.test``; older files: ``metrics``)."""
+        metrics = self.metadata.get("metrics") or {}
+        return metrics.get("test") if isinstance(metrics.get("test"), dict) else metrics
+
+    @property
+    def auroc(self) -> float | None:
+        value = self.test_metrics.get("auroc")
+        return None if value is None else float(value)
+
+    @property
+    def accuracy(self) -> float | None:
+        value = self.test_metrics.get("accuracy")
+        return None if value is None else float(value)
+
+    @property
+    def kind(self) -> str:
+        return str(self.metadata.get("kind") or "?")
+
+
+def probe_metadata_path(weights: Path) -> Path:
+    return weights.with_suffix(".json")
+
+
+def read_probe_info(weights: str | Path) -> ProbeInfo | None:
+    """Metadata of a probe file pair, or None if its JSON is missing or unreadable."""
+    weights = Path(weights).with_suffix(".safetensors")
+    try:
+        metadata = json.loads(probe_metadata_path(weights).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return ProbeInfo(weights, metadata) if isinstance(metadata, dict) else None
+
+
+def list_probes(folder: Path = PROBES_DIR) -> list[ProbeInfo]:
+    """Probe files in ``folder`` (``name.safetensors`` + ``name.json``), best test AUROC first.
+
+    A pair whose JSON cannot be read is skipped here; loading it explicitly gives the error.
+    """
+    found = []
+    for weights in sorted(Path(folder).glob("*.safetensors")):
+        info = read_probe_info(weights)
+        if info is not None:
+            found.append(info)
+    return sorted(found, key=lambda p: -(p.auroc if p.auroc is not None else -1.0))
+
+
+def default_probe(model_name: str, probes: list[ProbeInfo], loss: str = "pre") -> ProbeInfo | None:
+    """The shipped probe to use for ``model_name``: same model, preferring ``loss``, best AUROC."""
+    same_model = [p for p in probes if p.model and Path(str(p.model)).name.lower() == Path(model_name).name.lower()]
+    preferred = [p for p in same_model if p.loss == loss] or same_model
+    return preferred[0] if preferred else None
+
+
+def load_probe(path: str | Path):
+    """Load a probe with :meth:`grade.probe.Probe.load`; every failure becomes one-line :class:`ProbeError`."""
+    try:
+        from grade.probe import Probe
+    except ImportError as exc:
+        raise ProbeError(f"probes are not available in this installation ({exc})") from None
+    path = Path(path)
+    if not path.exists():
+        raise ProbeError(f"probe file {path} does not exist")
+    try:
+        return Probe.load(path)
+    except GradeError:
+        raise
+    except Exception as exc:  # a corrupt file can fail inside safetensors/json in many ways
+        raise ProbeError(f"could not read probe {path.name}: {type(exc).__name__}: {exc}") from None
+
+
+def store_uploaded_probe(weights: bytes, metadata: bytes, name: str) -> Path:
+    """Write an uploaded probe pair under the user data folder (content-addressed) and return its weights path."""
+    digest = hashlib.sha1(weights + b"\0" + metadata).hexdigest()[:16]
+    folder = user_data_dir() / "uploaded-probes" / digest
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = Path(name).stem or "probe"
+    target = folder / f"{stem}.safetensors"
+    target.write_bytes(weights)
+    probe_metadata_path(target).write_bytes(metadata)
+    return target
+
+
+def probe_probability(probe, rank_ratio: np.ndarray) -> float:
+    """P(answerable) for one feature vector (L,), whatever shape ``predict_proba`` returns."""
+    proba = np.asarray(probe.predict_proba(np.asarray(rank_ratio, dtype=np.float32)[None, :]), dtype=float)
+    if proba.ndim == 2 and proba.shape[1] == 2:  # scikit-learn style: (n, [P(no), P(yes)])
+        proba = proba[:, 1]
+    value = float(proba.reshape(-1)[0])
+    if not np.isfinite(value):
+        raise ProbeError("the probe returned a non-finite probability")
+    return value
+
+
+# ---------------------------------------------------------------------------------------- datasets
+
+
+def load_questions(dataset: str, limit: int = 200) -> list[dict]:
+    """The first ``limit`` rows of ``<datasets>/<dataset>/dev.jsonl`` (empty if the file is missing)."""
+    path = datasets_dir() / dataset / "dev.jsonl"
+    rows: list[dict] = []
+    try:
+        with path.open() as handle:
+            for line in handle:
+                if line.strip():
+                    rows.append(json.loads(line))
+                if len(rows) >= limit:
+                    break
+    except OSError:
+        return []
+    return rows
+
+
+# ------------------------------------------------------------------------------ reference features
+
+
+@dataclass
+class ReferenceSet:
+    """A labelled feature set for one model and loss: what the bands and projections are drawn from.
+
+    ratios: (n, L); labels: (n,) 1 = answerable / correct; with_context: (n,) bool;
+    hidden: (n, L+1, d) last-prompt-token hidden states (embeddings first) or None; text: hover text.
+    """
+
+    ratios: np.ndarray
+    labels: np.ndarray
+    with_context: np.ndarray
+    hidden: np.ndarray | None
+    text: list[str]
+    datasets: list[str]
+    model: str | None
+    loss: str | None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def reference_set(frame, model: str | None, loss: str | None = None) -> ReferenceSet | None:
+    """The labelled rows of a feature table (see :mod:`grade.features`) for ``model`` and ``loss``.
+
+    Returns None when no row fits (e.g. the reference set was built for another model).
+    """
+    from grade.features import feature_matrix, hidden_states
+
+    if frame is None or len(frame) == 0:
+        return None
+    rows = frame
+    if model is not None and "model" in rows.columns:
+        rows = rows[rows["model"] == model]
+    if loss is not None and "loss" in rows.columns:
+        rows = rows[rows["loss"] == loss]
+    if "label" in rows.columns:
+        rows = rows[rows["label"].notna()]
+    if len(rows) == 0 or "rank_ratio" not in rows.columns:
+        return None
+    try:
+        ratios = feature_matrix(rows)
+    except GradeError:  # mixed depths: not one model's features
+        return None
+    hidden = None
+    if "hidden" in rows.columns and not rows["hidden"].isna().any():
+        hidden = hidden_states(rows)
+    with_context = rows["has_context"].fillna(False).to_numpy().astype(bool) if "has_context" in rows.columns \
+        else np.zeros(len(rows), dtype=bool)
+    datasets = rows["dataset"].astype(str).tolist() if "dataset" in rows.columns else [""] * len(rows)
+    questions = rows["question"].astype(str).tolist() if "question" in rows.columns else [""] * len(rows)
+    labels = rows["label"].to_numpy().astype(int)
+    text = [f"{d}: {q[:80]}<br>{'answerable' if y else 'unanswerable'}{' · with document' if c else ''}"
+            for d, q, y, c in zip(datasets, questions, labels, with_context)]
+    return ReferenceSet(ratios=ratios, labels=labels, with_context=with_context, hidden=hidden, text=text,
+                        datasets=datasets, model=model, loss=loss)

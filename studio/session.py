@@ -1,0 +1,241 @@
+"""Streamlit glue shared by the pages: the sidebar model picker, cached resources, the active probe,
+error display and downloads.
+
+Results live in ``st.session_state`` (one per browser session); only the model registry and loaded
+probes are shared, through ``st.cache_resource``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+import grade
+from grade.errors import GradeError, ProbeError
+
+from .resources import (
+    REFERENCE_FEATURES,
+    ModelRegistry,
+    ModelSpec,
+    ProbeInfo,
+    default_probe,
+    list_probes,
+    load_probe,
+    probe_metadata_path,
+    read_probe_info,
+)
+
+OTHER_MODEL = "__other__"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+# Session-state keys (one place, so pages agree on them).
+ANALYSIS = "analysis"  # studio.workflows.QuestionAnalysis of the last Home analysis
+PROBE_PATH = "probe_path"  # str path of the probe the user picked (None: the default for the model)
+
+# Widgets whose value should survive a visit to another page take **KEEP (Streamlit >= 1.67).
+KEEP = {"persist_state": "session"}
+
+
+# ------------------------------------------------------------------------------- shared resources
+
+
+@st.cache_resource(show_spinner=False)
+def model_registry() -> ModelRegistry:
+    return ModelRegistry(capacity=2)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _probe_cached(path: str, mtime_ns: int, size: int):
+    return load_probe(path)  # a ProbeError is raised, never cached
+
+
+def cached_probe(path: str | Path):
+    """Load a probe once per file version (path, modification time, size)."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        raise ProbeError(f"probe file {path} does not exist") from None
+    stat_json = probe_metadata_path(path).stat().st_mtime_ns if probe_metadata_path(path).exists() else 0
+    return _probe_cached(str(path), stat.st_mtime_ns + stat_json, stat.st_size)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _read_features(path: str, version: int) -> pd.DataFrame:
+    # cache_resource, not cache_data: the frame is read-only here and large (hidden states), so one
+    # shared copy beats a pickled copy per session.
+    from grade.features import load_features
+
+    return load_features(path)
+
+
+def _version(path: Path) -> int:
+    files = [path] if path.is_file() else sorted(path.glob("*.parquet"))
+    return sum(f.stat().st_mtime_ns + f.stat().st_size for f in files)
+
+
+def reference_frame(path: Path = REFERENCE_FEATURES) -> pd.DataFrame | None:
+    """The shipped reference feature set (a Parquet file or feature-store folder), or None if absent."""
+    if not path.exists():
+        return None
+    try:
+        return _read_features(str(path), _version(path))
+    except (GradeError, OSError, ValueError) as exc:
+        st.warning(f"The reference feature set {path.name} could not be read: {exc}")
+        return None
+
+
+# ---------------------------------------------------------------------------------- model picker
+
+
+def _device_options() -> list[str]:
+    import torch
+
+    options = ["cpu"]
+    if torch.cuda.is_available():
+        options += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return options
+
+
+def model_picker() -> ModelSpec | None:
+    """Sidebar widgets; returns what the user asked for (None while a custom path is still empty)."""
+    with st.sidebar:
+        st.subheader("Model")
+        names = list(grade.EMBEDDED_MODELS) + [OTHER_MODEL]
+        choice = st.selectbox(
+            "Model", names, key="model_choice",
+            format_func=lambda n: grade.EMBEDDED_MODELS[n].description if n in grade.EMBEDDED_MODELS
+            else "Other: local folder, .gguf file or hub id",
+            help="The embedded models work offline. A hub id needs a network or a filled Hugging Face cache.",
+        )
+        source = choice
+        if choice == OTHER_MODEL:
+            source = st.text_input("Folder, .gguf file or hub id", key="model_path",
+                                   placeholder="/path/to/model or org/name").strip()
+        col1, col2 = st.columns(2)
+        device = col1.selectbox("Device", _device_options(), key="model_device")
+        dtype = col2.selectbox("dtype", DTYPES, key="model_dtype",
+                               help="auto: float32 on CPU, bfloat16 on a GPU")
+    if not source:
+        return None
+    return ModelSpec(source=source, device=device, dtype=dtype)
+
+
+def load_current_model() -> grade.LoadedModel | None:
+    """Load (or fetch from the shared registry) the sidebar's model, showing progress and errors in the sidebar."""
+    spec = model_picker()
+    if spec is None:
+        st.sidebar.info("Type a model folder, a .gguf file or a hub id.")
+        return None
+    registry = model_registry()
+    try:
+        if spec in registry.loaded():
+            lm = registry.get(spec)
+        else:
+            with st.sidebar.status(f"Loading {spec.source} ...", expanded=True) as status:
+                lm = registry.get(spec, progress=status.write)
+                status.update(label=f"Loaded {spec.source}", state="complete", expanded=False)
+    except GradeError as exc:
+        st.sidebar.error(f"Model failed to load: {exc}")
+        st.session_state["model_error"] = str(exc)
+        st.session_state["model_spec"] = None
+        return None
+    st.session_state.pop("model_error", None)
+    st.session_state["model_spec"] = spec
+    st.sidebar.caption(f"{lm.n_layers} layers · context {lm.max_context:,} tokens · "
+                       f"{'chat template' if lm.is_chat else 'base model (no chat template)'} · {spec.device}, "
+                       f"{str(lm.dtype).replace('torch.', '')}")
+    return lm
+
+
+def current_model() -> grade.LoadedModel | None:
+    """The model picked in the sidebar if it is loaded (the router in app.py loads it before any page runs)."""
+    spec = st.session_state.get("model_spec")
+    if spec is None:
+        return None
+    try:
+        return model_registry().get(spec)
+    except GradeError:
+        return None
+
+
+def no_model_message() -> None:
+    reason = st.session_state.get("model_error")
+    st.info("No model is loaded. Pick one in the sidebar." + (f" (Last error: {reason})" if reason else ""))
+
+
+# --------------------------------------------------------------------------------------- probes
+
+
+def active_probe(lm: grade.LoadedModel | None) -> tuple[object | None, ProbeInfo | None, str | None]:
+    """(probe, info, problem): the user's probe if they picked one, else the best shipped one for the model.
+
+    ``problem`` is a one-line reason when there is no usable probe (nothing fits, or the file is broken).
+    """
+    chosen = st.session_state.get(PROBE_PATH)
+    if chosen:
+        info = read_probe_info(chosen) or ProbeInfo(Path(chosen), {})
+    elif lm is not None:
+        info = default_probe(lm.name, list_probes())
+        if info is None:
+            return None, None, f"no shipped probe fits {lm.name}; train or load one on the Probes page."
+    else:
+        return None, None, "no model loaded."
+    try:
+        probe = cached_probe(info.path)
+    except GradeError as exc:
+        return None, info, str(exc)
+    return probe, info, None
+
+
+# ------------------------------------------------------------------------------- errors, downloads
+
+
+def show_error(exc: BaseException, what: str = "") -> None:
+    """A user-caused problem as one red line; anything else as a short message plus details."""
+    prefix = f"{what}: " if what else ""
+    if isinstance(exc, GradeError):
+        st.error(prefix + str(exc))
+    else:
+        st.error(f"{prefix}unexpected {type(exc).__name__}: {exc}")
+        with st.expander("Details"):
+            st.exception(exc)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "figure"
+
+
+def png_export_available() -> bool:
+    """kaleido renders PNGs with a local Chrome/Chromium; both must be present (no download at run time)."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return False
+    browser = os.environ.get("BROWSER_PATH") or shutil.which("chromium") or shutil.which("google-chrome") \
+        or shutil.which("chromium-browser")
+    if browser and "BROWSER_PATH" not in os.environ:
+        os.environ["BROWSER_PATH"] = browser
+    return bool(browser)
+
+
+def show_figure(fig, name: str, *, key: str, downloads: bool = True) -> None:
+    """An interactive Plotly chart with HTML (always) and PNG (when kaleido + Chromium work) downloads."""
+    st.plotly_chart(fig, width="stretch", key=f"chart_{key}",
+                    config={"displaylogo": False, "toImageButtonOptions": {"format": "png", "filename": _slug(name), "scale": 2}})
+    if not downloads:
+        return
+    cols = st.columns([1, 1, 4])
+    cols[0].download_button("HTML", data=lambda: fig.to_html(include_plotlyjs=True, full_html=True),
+                            file_name=f"{_slug(name)}.html", mime="text/html", key=f"html_{key}", on_click="ignore",
+                            help="Interactive figure as a self-contained web page (works offline)")
+    if png_export_available():
+        cols[1].download_button("PNG", data=lambda: fig.to_image(format="png", scale=2, width=1000,
+                                                                 height=fig.layout.height or 450),
+                                file_name=f"{_slug(name)}.png", mime="image/png", key=f"png_{key}", on_click="ignore",
+                                help="Static image rendered with kaleido and the local Chromium (takes a few seconds)")

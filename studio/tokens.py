@@ -1,0 +1,81 @@
+"""Per-token "epistemic shock" as coloured HTML (no Streamlit).
+
+A token's score at layer l is the row sum of that layer's C_g (``GradeResult.token_scores``). Layers
+have very different scales, so before averaging over layers every layer is divided by the largest
+absolute score that layer reaches over *all traces shown together*; the colour scale is then shared
+by the traces, so the same colour means the same shock in both.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from plotly.colors import sample_colorscale
+
+COLORSCALE = "YlOrRd"
+
+
+@dataclass
+class TokenScores:
+    """Display strings and raw scores of the scored tokens of one trace. scores: (L, n_scored)."""
+
+    tokens: list[str]
+    scores: np.ndarray
+    step_of_token: list[int]  # step index of each token (0-based), -1 if none
+
+
+def shared_scale(traces: Sequence[TokenScores], layer: int | None = None) -> list[np.ndarray]:
+    """Per-token values in [0, 1] on one scale for all ``traces``.
+
+    ``layer=None`` averages the per-layer normalised scores over layers; otherwise one layer is used.
+    Returns one (n_scored,) array per trace.
+    """
+    if not traces:
+        return []
+    n_layers = traces[0].scores.shape[0]
+    layers = range(n_layers) if layer is None else [layer]
+    per_layer_max = np.zeros(n_layers)
+    for trace in traces:
+        if trace.scores.size:
+            per_layer_max = np.maximum(per_layer_max, np.nanmax(np.abs(trace.scores), axis=1))
+    per_layer_max[per_layer_max == 0] = 1.0
+    values = [np.nanmean(np.abs(t.scores[list(layers)]) / per_layer_max[list(layers), None], axis=0)
+              if t.scores.size else np.zeros(0) for t in traces]
+    top = max((float(np.nanmax(v)) for v in values if v.size), default=1.0) or 1.0
+    return [np.nan_to_num(v / top) for v in values]
+
+
+def _text_color(value: float) -> str:
+    return "#ffffff" if value > 0.72 else "#111111"
+
+
+def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = None, step_marks: bool = True) -> str:
+    """Tokens as coloured ``<span>``s; hovering shows the normalised and the raw score."""
+    colors = sample_colorscale(COLORSCALE, np.clip(values, 0, 1).tolist()) if len(values) else []
+    parts = ['<div style="font-family: ui-monospace, Menlo, monospace; font-size: 0.92rem; line-height: 1.9; '
+             'white-space: normal; word-break: break-word;">']
+    previous_step = None
+    for i, (token, value, color) in enumerate(zip(trace.tokens, values, colors)):
+        step = trace.step_of_token[i] if i < len(trace.step_of_token) else -1
+        if step_marks and step != previous_step and step >= 0:
+            parts.append(f'<sup style="color:#6a3d9a; font-weight:600; margin:0 2px;">[{step + 1}]</sup>')
+            previous_step = step
+        raw_text = f", raw {raw[i]:.3g}" if raw is not None else ""
+        title = f"shock {value:.3f}{raw_text} (step {step + 1})" if step >= 0 else f"shock {value:.3f}{raw_text}"
+        shown = html.escape(token).replace("\n", "↵<br>")
+        parts.append(f'<span title="{html.escape(title)}" style="background:{color}; color:{_text_color(value)}; '
+                     f'padding:1px 1px; border-radius:3px;">{shown}</span>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def colorbar_html(label: str = "epistemic shock (shared scale)") -> str:
+    stops = sample_colorscale(COLORSCALE, np.linspace(0, 1, 11).tolist())
+    gradient = ", ".join(stops)
+    return (f'<div style="display:flex; align-items:center; gap:8px; font-size:0.8rem; color:#444;">'
+            f'<span>low</span><div style="width:220px; height:12px; border-radius:3px; '
+            f'background: linear-gradient(to right, {gradient});"></div><span>high</span>'
+            f'<span style="margin-left:6px;">{html.escape(label)}</span></div>')

@@ -1,0 +1,199 @@
+"""What the pages do with the engine, without any Streamlit: one function per user action.
+
+Every function takes the loaded model (shared) and returns plain data that the page keeps in its own
+``st.session_state``; nothing is stored at module level, so concurrent sessions cannot see each
+other's results. The engine holds the model's lock for each forward/backward pass and generation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+import grade
+from grade.errors import InputError
+from grade.generation import greedy_response
+
+from .resources import ProbeInfo, probe_probability
+
+Progress = Callable[[str], None]
+
+MAX_QUESTION_CHARS = 4000
+MAX_CONTEXT_CHARS = 16000
+
+
+@dataclass
+class Verdict:
+    probability: float  # P(the model can answer)
+    probe_name: str
+    auroc: float | None
+    loss: str
+
+    @property
+    def answerable(self) -> bool:
+        return self.probability >= 0.5
+
+
+@dataclass
+class QuestionAnalysis:
+    """Home page result: the features, the model's answer and the probe's verdict."""
+
+    result: grade.GradeResult  # features with spectra (loss = the probe's loss, else "pre")
+    answer: str
+    verdict: Verdict | None
+    model_label: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def check_inputs(question: str, context: str | None) -> tuple[str, str | None]:
+    """Reject what the engine would reject, with the app's own (tighter) length limits."""
+    question = (question or "").strip()
+    context = (context or "").strip() or None
+    if not question:
+        raise InputError("Please type a question first: the question box is empty.")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"The question is {len(question):,} characters long; the limit is {MAX_QUESTION_CHARS:,}. "
+                         "Put long material in the document box instead.")
+    if context and len(context) > MAX_CONTEXT_CHARS:
+        raise InputError(f"The document is {len(context):,} characters long; the limit is {MAX_CONTEXT_CHARS:,}.")
+    return question, context
+
+
+def probe_loss(probe_info: ProbeInfo | None) -> str:
+    loss = probe_info.loss if probe_info is not None else None
+    return loss if loss in ("pre", "pos") else "pre"
+
+
+def analyze_question(
+    lm: grade.LoadedModel,
+    question: str,
+    *,
+    context: str | None = None,
+    task: str = "qa",
+    probe=None,
+    probe_info: ProbeInfo | None = None,
+    max_new_tokens: int = 48,
+    progress: Progress | None = None,
+    model_label: str = "",
+) -> QuestionAnalysis:
+    """Features (with spectra and hidden states), the greedy answer and the probe's verdict for one question.
+
+    The feature loss follows the probe (``pre`` if none). Under ``pre`` the answer is generated
+    separately, only to show it; under ``pos`` it is the response the features are computed on.
+    """
+    say = progress or (lambda line: None)
+    question, context = check_inputs(question, context)
+    loss = probe_loss(probe_info)
+    srank = str((probe_info.metadata.get("srank") if probe_info else None) or "paper")
+    seconds: dict[str, float] = {}
+    if loss == "pos":
+        say("Generating the answer and computing GRADE features (pos loss) ...")
+        t = time.perf_counter()
+        result = grade.analyze(lm, question, context=context, task=task, loss="pos", generate=True, srank=srank,
+                               keep_hidden=True, max_new_tokens=max_new_tokens)
+        answer = result.response or ""
+        seconds["analysis_s"] = time.perf_counter() - t
+    else:
+        say("Computing GRADE features (entropy after the prompt) ...")
+        t = time.perf_counter()
+        result = grade.analyze(lm, question, context=context, task=task, loss="pre", srank=srank, keep_hidden=True)
+        seconds["analysis_s"] = time.perf_counter() - t
+        say(f"Generating the model's answer (up to {max_new_tokens} tokens) ...")
+        t = time.perf_counter()
+        prompt_ids = lm.tokenizer(result.prompt, add_special_tokens=False)["input_ids"]
+        answer = lm.tokenizer.decode(greedy_response(lm, prompt_ids, max_new_tokens), skip_special_tokens=True).strip()
+        seconds["generation_s"] = time.perf_counter() - t
+    verdict = None
+    if probe is not None and probe_info is not None:
+        say("Asking the probe ...")
+        verdict = probe_verdict(probe, probe_info, lm, result)
+    return QuestionAnalysis(result=result, answer=answer, verdict=verdict, model_label=model_label, seconds=seconds)
+
+
+def probe_verdict(probe, probe_info: ProbeInfo, lm: grade.LoadedModel, result: grade.GradeResult) -> Verdict:
+    """P(answerable) from the probe, after its own check that model, depth, loss and srank variant fit."""
+    probe.check_compatible(lm, result.n_layers, result.loss, srank=result.srank)
+    return Verdict(probability=probe_probability(probe, result.rank_ratio), probe_name=probe_info.name,
+                   auroc=probe_info.auroc, loss=probe_loss(probe_info))
+
+
+# ---------------------------------------------------------------------------- reasoning traces
+
+
+@dataclass
+class Trace:
+    """A chain-of-thought response analysed step by step (``pos`` loss, one loss per step)."""
+
+    title: str
+    question: str
+    response: str
+    result: grade.GradeResult
+    display_tokens: list[str]  # decoded response tokens
+    correct: bool | None = None
+
+    @property
+    def step_texts(self) -> list[str]:
+        return [s.text for s in self.result.steps]
+
+    @property
+    def step_ratios(self) -> np.ndarray:
+        """(K, L) rank ratio per step and layer."""
+        return np.stack([s.rank_ratio for s in self.result.steps]) if self.result.steps else np.zeros((0, self.result.n_layers))
+
+    @property
+    def grade_pos(self) -> float:
+        """GRADE_pos of the whole response: mean over steps and layers of the rank ratio."""
+        return float(self.result.grade)
+
+    def scored_tokens(self):
+        """(scores (L, n_response), step index per response token)."""
+        start = self.result.response_start or 0
+        scores = self.result.token_scores[:, start:] if self.result.token_scores is not None else np.zeros((self.result.n_layers, 0))
+        step_of = [-1] * scores.shape[1]
+        for k, step in enumerate(self.result.steps):
+            for i in range(step.start - start, step.end - start):
+                if 0 <= i < len(step_of):
+                    step_of[i] = k
+        return scores, step_of
+
+
+def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int = 192) -> str:
+    """The model's greedy chain-of-thought answer to a math question."""
+    question, _ = check_inputs(question, None)
+    prompt = grade.prompts.format_prompt(lm.tokenizer, question, task=task)
+    ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    return lm.tokenizer.decode(greedy_response(lm, ids, max_new_tokens), skip_special_tokens=True).strip()
+
+
+def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title: str, task: str = "gsm8k",
+                  gold: list[str] | None = None) -> Trace:
+    """Step-wise ``pos`` analysis of ``response`` with spectra and per-token scores."""
+    question, _ = check_inputs(question, None)
+    if not response or not response.strip():
+        raise InputError(f"{title}: the reasoning trace is empty; generate one or paste one.")
+    result = grade.analyze(lm, question, task=task, loss="pos", response=response.strip(), steps=True, spectra=True)
+    start = result.response_start or 0
+    display = [lm.tokenizer.decode([i], skip_special_tokens=False) for i in result.input_ids[start:]]
+    return Trace(title=title, question=question, response=response.strip(), result=result, display_tokens=display,
+                 correct=check_numeric_answer(response, gold) if gold else None)
+
+
+def check_numeric_answer(response: str, gold: list[str]) -> bool | None:
+    """GSM8K check (:func:`grade.tasks.gsm8k_correct`, lenient: the number after '####', else the last number)."""
+    from grade.tasks import gsm8k_correct
+
+    return bool(gsm8k_correct(response, gold, lenient=True))
+
+
+def join_steps(steps: list[str]) -> str:
+    """Re-assemble edited steps into one response (steps keep their own trailing whitespace)."""
+    parts = [s for s in steps if s.strip()]
+    text = ""
+    for part in parts:
+        if text and not text[-1].isspace() and not part[0].isspace():
+            text += " "
+        text += part
+    return text.strip()
