@@ -15,7 +15,7 @@ Columns (one row per question):
 ====================  ============================  ===============================================
 column                type                          meaning
 ====================  ============================  ===============================================
-id, dataset           str                           row identity; ``(dataset, id)`` is the key
+id, dataset           str                           row identity; with ``has_context`` the key
 label                 int8                          1 answerable, 0 not
 accuracy              float64 (NaN if absent)       sample accuracy behind the label
 task                  str                           prompt style used
@@ -237,15 +237,20 @@ def _part_files(store: Path) -> list[Path]:
     return sorted(p for p in store.glob("part-*.parquet") if p.is_file())
 
 
-def stored_keys(store: str | Path) -> set[tuple[str, str]]:
-    """``(dataset, id)`` of every row already in a store (empty for a missing store)."""
+def row_key(row: dict[str, Any]) -> tuple[str, str, bool]:
+    """``(dataset, id, has_context)``: one question asked with and without its document is two rows."""
+    return (str(row["dataset"]), str(row["id"]), bool(row.get("context")))
+
+
+def stored_keys(store: str | Path) -> set[tuple[str, str, bool]]:
+    """:func:`row_key` of every row already in a store (empty for a missing store)."""
     store = Path(store)
-    keys: set[tuple[str, str]] = set()
+    keys: set[tuple[str, str, bool]] = set()
     if not store.is_dir():
         return keys
     for part in _part_files(store):
-        table = pq.read_table(part, columns=["dataset", "id"])
-        keys.update(zip(table.column("dataset").to_pylist(), table.column("id").to_pylist()))
+        table = pq.read_table(part, columns=["dataset", "id", "has_context"])
+        keys.update(zip(*(table.column(c).to_pylist() for c in ("dataset", "id", "has_context"))))
     return keys
 
 
@@ -300,7 +305,7 @@ def extract_features(
 ) -> ExtractionReport:
     """Compute features of labelled rows and append them to the store ``out`` (a folder).
 
-    Rows whose ``(dataset, id)`` is already stored are skipped, so an interrupted run can simply be
+    Rows whose :func:`row_key` is already stored are skipped, so an interrupted run can simply be
     repeated. Every ``chunk_size`` rows a part file is written; the rows finished before an exception
     (Ctrl-C included) are written too before it propagates.
 
@@ -323,11 +328,11 @@ def extract_features(
     for row in rows:
         if row.get("label") is None:
             continue
-        key = (row["dataset"], row["id"])
+        key = row_key(row)
         if key in done:
             report.already += 1
         elif key in seen:
-            log.warning("duplicate row %s/%s in the input: kept the first", *key)
+            log.warning("duplicate row %s/%s in the input: kept the first", key[0], key[1])
         else:
             seen.add(key)
             todo.append(row)

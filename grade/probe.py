@@ -550,8 +550,16 @@ def train_from_features(
         pool = np.array(sorted(keep), dtype=int)
     X = feature_matrix(df)
     y = df["label"].to_numpy().astype(int)
-    strata = (df["dataset"].astype(str) + "|" + df["label"].astype(str)).to_numpy()[pool]
-    tr, va, te = (pool[i] for i in stratified_split(strata, fractions=fractions, seed=seed))
+    # Split whole questions: one asked with and without its document lands in one part only.
+    group = df.groupby(["dataset", "id"], sort=False).ngroup().to_numpy()
+    strata = (df["dataset"].astype(str) + "|" + df["label"].astype(str)).to_numpy()
+    first = {}
+    for i in pool:
+        first.setdefault(group[i], i)
+    groups = np.array(list(first))
+    parts = stratified_split(strata[[first[g] for g in groups]], fractions=fractions, seed=seed)
+    part_of = {g: k for k, idx in enumerate(parts) for g in groups[idx]}
+    tr, va, te = (pool[[part_of[group[i]] == k for i in pool]] for k in range(3))
     info = {
         "model": df["model"].iloc[0],
         "loss": df["loss"].iloc[0],
@@ -563,7 +571,7 @@ def train_from_features(
                 name: {**class_balance(group["label"]), "with_document": int(group["has_context"].sum())}
                 for name, group in df.iloc[pool].groupby("dataset")
             },
-            "split": {"fractions": list(fractions), "seed": seed, "stratified_by": "dataset and label",
+            "split": {"fractions": list(fractions), "seed": seed, "stratified_by": "dataset and label, whole questions",
                       "train": class_balance(y[tr]), "validation": class_balance(y[va]), "test": class_balance(y[te])},
             "holdout_datasets": list(holdout_datasets),
             "max_per_class": max_per_class,

@@ -69,7 +69,7 @@ def test_interrupted_extraction_resumes_without_loss_or_duplicates(smollm, tmp_p
     with pytest.raises(KeyboardInterrupt):
         extract_features(smollm, rows, store, chunk_size=2, callback=interrupt_after_three)
     # the chunk of two was written during the run, the third row on the way out
-    assert stored_keys(store) == {("facts", "f1"), ("facts", "f2"), ("arith", "a1")}
+    assert stored_keys(store) == {("facts", "f1", False), ("facts", "f2", False), ("arith", "a1", False)}
     (store / ".part-99999-dead.parquet.tmp").write_bytes(b"half a file from a killed run")
 
     report = extract_features(smollm, rows, store, chunk_size=2)

@@ -22,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("--probe", required=True, help="probe path (with or without .json/.safetensors)")
     p.add_argument("--questions", nargs="+", required=True, help="labelled JSONL file(s)")
     p.add_argument("--limit", type=int, default=None, help="only the first N labelled rows of each file")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -35,6 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..probe import Probe, binary_metrics
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     probe = Probe.load(args.probe)
     meta = probe.metadata
     model = args.model or meta.get("model")

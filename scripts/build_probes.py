@@ -1,0 +1,251 @@
+"""Build the shipped probes, their README and the reference feature set (``make probes``).
+
+For each (model, loss) in :data:`CONFIGS`:
+
+1. every labelled file ``data/labels/<model>/<dataset>.jsonl`` is turned into a feature store
+   ``runs/features/<model>/<loss>/<dataset>.parquet`` (resumable: a re-run only extracts new rows);
+2. transfer is measured honestly: for every dataset with both classes, a probe is trained on the
+   *other* datasets and scored on that one, which it never saw;
+3. the shipped MLP probe is trained on all datasets (seeded 70/15/15 split, stratified by dataset and
+   label) and scored on its test split, per dataset; a logistic-regression probe on the same split
+   is the comparison;
+4. ``assets/probes/<model>-<loss>.{safetensors,json}`` are written, then ``assets/probes/README.md``
+   and ``assets/reference_features.parquet`` (a few hundred rows per (model, loss): rank ratios,
+   labels, dataset, with/without document, and one middle layer's hidden state).
+
+Usage: ``python scripts/build_probes.py [--only smollm2-135m-instruct-pre ...] [--threads 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"))
+MAX_PER_CLASS = 1000  # the reference caps each class at 1000
+REFERENCE_ROWS = 300  # per (model, loss) in the reference feature set
+MIN_TRANSFER_ROWS = 20  # a held-out dataset needs this many rows (and both classes) to be scored
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def probe_name(model: str, loss: str) -> str:
+    return f"{model}-{loss}"
+
+
+def extract_all(model: str, loss: str, labels_dir: Path, features_dir: Path) -> list[Path]:
+    """Feature stores of every labelled file of ``model`` (extracting what is missing)."""
+    from grade import load_model
+    from grade.features import extract_features, read_labelled
+
+    files = sorted((labels_dir / model).glob("*.jsonl"))
+    stores = []
+    lm = None
+    for file in files:
+        rows = read_labelled(file)
+        if not rows:
+            log(f"  {file.name}: no labelled rows, skipped")
+            continue
+        store = features_dir / model / loss / f"{file.stem}.parquet"
+        if lm is None:
+            lm = load_model(model)
+        t = time.perf_counter()
+        report = extract_features(lm, rows, store, loss=loss, progress=True, chunk_size=32)
+        log(f"  {file.name}: {report} ({time.perf_counter() - t:.0f} s)")
+        stores.append(store)
+    return stores
+
+
+def usable_datasets(df: pd.DataFrame) -> list[str]:
+    counts = df.groupby("dataset")["label"].agg(["size", "sum"])
+    ok = counts[(counts["size"] >= MIN_TRANSFER_ROWS) & (counts["sum"] > 0) & (counts["sum"] < counts["size"])]
+    return sorted(ok.index)
+
+
+def slim(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k != "roc"}
+
+
+def build_config(model: str, loss: str, stores: list[Path], out_dir: Path) -> dict:
+    """Transfer runs, the shipped probe and its logreg comparison; returns a summary for the README."""
+    from grade.features import load_features
+    from grade.probe import train_from_features
+
+    df = load_features(stores, hidden=False)
+    sources = [str(s.relative_to(ROOT)) if s.is_relative_to(ROOT) else str(s) for s in stores]
+    transfer = {}
+    datasets = sorted(df["dataset"].unique())
+    for held in usable_datasets(df):
+        rest = df[df["dataset"] != held]
+        if len(usable_datasets(rest)) == 0 or rest["label"].nunique() < 2:
+            continue
+        runs = {}
+        for kind in ("mlp", "logreg"):
+            _, report = train_from_features(df, kind=kind, holdout_datasets=(held,), max_per_class=MAX_PER_CLASS)
+            runs[kind] = slim(report["holdout"])
+        transfer[held] = runs
+        log(f"  transfer -> {held}: mlp AUROC {runs['mlp']['auroc']:.3f}, logreg {runs['logreg']['auroc']:.3f} "
+            f"(n {runs['mlp']['n']}, answerable {runs['mlp']['positives']})")
+
+    probe, report = train_from_features(df, kind="mlp", max_per_class=MAX_PER_CLASS, sources=sources)
+    _, lr_report = train_from_features(df, kind="logreg", max_per_class=MAX_PER_CLASS, sources=sources)
+    probe.metadata["transfer_leave_one_dataset_out"] = transfer
+    probe.metadata["logreg_comparison"] = {"test": slim(lr_report["test"]),
+                                           "test_by_dataset": lr_report["test_by_dataset"]}
+    name = probe_name(model, loss)
+    probe.save(out_dir / name)
+    log(f"  {name}: test AUROC {report['test']['auroc']:.3f}, accuracy {report['test']['accuracy']:.3f} "
+        f"(logreg AUROC {lr_report['test']['auroc']:.3f})")
+    return {"name": name, "model": model, "loss": loss, "datasets": datasets, "probe": probe,
+            "report": report, "logreg": lr_report, "transfer": transfer}
+
+
+def reference_rows(model: str, loss: str, stores: list[Path], seed: int = 0) -> pd.DataFrame:
+    """A small stratified sample with one middle hidden layer (the app's bands and projections)."""
+    from grade.features import hidden_states, load_features
+
+    df = load_features(stores)
+    df = df[df["hidden"].notna()].reset_index(drop=True)
+    if df.empty:
+        return df
+    strata = df["dataset"].astype(str) + "|" + df["label"].astype(str) + "|" + df["has_context"].astype(str)
+    per = max(1, REFERENCE_ROWS // strata.nunique())
+    rng = np.random.default_rng(seed)
+    picked = []
+    for _, idx in df.groupby(strata).indices.items():
+        picked.extend(rng.permutation(idx)[:per].tolist())
+    sub = df.iloc[sorted(picked)].reset_index(drop=True)
+    layer = int(sub["n_layers"].iloc[0]) // 2  # index into the L+1 hidden states (0 = embeddings)
+    hidden = hidden_states(sub, layer=layer)
+    out = sub[["model", "loss", "srank", "id", "dataset", "task", "label", "accuracy", "has_context", "question",
+               "n_tokens", "rank_ratio"]].copy()
+    out["hidden_layer"] = layer
+    out["hidden"] = list(hidden.astype(np.float32))
+    return out
+
+
+def fmt(value) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def write_readme(summaries: list[dict], path: Path) -> None:
+    lines = [
+        "# Shipped probes",
+        "",
+        "Generated by `python scripts/build_probes.py` (`make probes`); do not edit by hand.",
+        "",
+        "Each probe is two files: `NAME.safetensors` (weights, BatchNorm buffers included) and `NAME.json`",
+        "(model, loss, stable-rank variant, layer count, feature definition, training data with class",
+        "balance, metrics, package version). Load with `grade.probe.Probe.load('assets/probes/NAME')`.",
+        "",
+        "Input: the per-layer rank ratios `srank(C_g)/srank(C_h)` of one question (GRADE_pre: entropy of the",
+        "next-token distribution after the prompt; GRADE_pos: cross-entropy of the most frequent sampled answer).",
+        "Probe: the paper's MLP (L→256→128→64→32→1, BatchNorm, LeakyReLU 0.01, Dropout 0.5; Adam lr 5e-3,",
+        "weight decay 1e-5, batch 64, ≤100 epochs, ReduceLROnPlateau 0.75/5, seed 42), weights of the epoch",
+        f"with the best validation AUROC. Each class capped at {MAX_PER_CLASS} rows; seeded 70/15/15 split",
+        "stratified by dataset and label. Labels: sample accuracy of the model itself (see the label files);",
+        "label 1 = answerable.",
+        "",
+        "Transfer (leave one dataset out): a probe trained on the other datasets, scored on the held-out one,",
+        "which it never saw. This is the honest number for new kinds of questions.",
+        "",
+    ]
+    for s in summaries:
+        meta = s["probe"].metadata
+        data = meta["training_data"]
+        split = data["split"]
+        lines += [
+            f"## {s['name']}",
+            "",
+            f"Model `{s['model']}`, GRADE_{s['loss']}, {meta['n_layers']} layers, srank `{meta['srank']}`, "
+            f"best epoch {meta['training']['best_epoch']}.",
+            "",
+            f"Rows used: train {split['train']['n']} ({split['train']['answerable']} answerable), "
+            f"validation {split['validation']['n']} ({split['validation']['answerable']}), "
+            f"test {split['test']['n']} ({split['test']['answerable']}).",
+            "",
+            "| dataset | rows (answerable / unanswerable) | with document | test n | test acc | test AUROC | logreg AUROC | transfer AUROC (mlp / logreg) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        test_by = s["report"]["test_by_dataset"]
+        lr_by = s["logreg"]["test_by_dataset"]
+        for name, bal in data["datasets"].items():
+            t = test_by.get(name, {})
+            tr = s["transfer"].get(name)
+            transfer = f"{fmt(tr['mlp']['auroc'])} / {fmt(tr['logreg']['auroc'])}" if tr else "–"
+            lines.append(
+                f"| {name} | {bal['answerable']} / {bal['unanswerable']} | {bal['with_document']} | {t.get('n', 0)} | "
+                f"{fmt(t.get('accuracy'))} | {fmt(t.get('auroc'))} | {fmt(lr_by.get(name, {}).get('auroc'))} | {transfer} |"
+            )
+        test = s["report"]["test"]
+        lines += [
+            f"| **all** | {split['train']['answerable'] + split['validation']['answerable'] + split['test']['answerable']} / "
+            f"{split['train']['unanswerable'] + split['validation']['unanswerable'] + split['test']['unanswerable']} | | "
+            f"{test['n']} | {fmt(test['accuracy'])} | {fmt(test['auroc'])} | {fmt(s['logreg']['test']['auroc'])} | |",
+            "",
+            f"Accuracy is at threshold 0.5; the test split's answerable share is {test['positives'] / max(test['n'], 1):.2f} "
+            f"(a constant guess of the majority class scores {max(test['positives'], test['n'] - test['positives']) / max(test['n'], 1):.3f}).",
+            "",
+        ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--labels-dir", type=Path, default=ROOT / "data" / "labels")
+    parser.add_argument("--features-dir", type=Path, default=ROOT / "runs" / "features")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "assets" / "probes")
+    parser.add_argument("--reference", type=Path, default=ROOT / "assets" / "reference_features.parquet")
+    parser.add_argument("--only", nargs="*", default=None, help="probe names to build, e.g. smollm2-135m-instruct-pre")
+    parser.add_argument("--skip-extract", action="store_true", help="use the stored features only")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (1 is fastest on a shared CPU; raise it on an idle machine)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    summaries, reference = [], []
+    for model, loss in CONFIGS:
+        name = probe_name(model, loss)
+        if args.only and name not in args.only:
+            continue
+        log(f"{name}:")
+        if args.skip_extract:
+            stores = sorted((args.features_dir / model / loss).glob("*.parquet"))
+        else:
+            stores = extract_all(model, loss, args.labels_dir, args.features_dir)
+        if not stores:
+            log(f"  no labelled data for {model} in {args.labels_dir / model}: {name} not built")
+            continue
+        summaries.append(build_config(model, loss, stores, args.out_dir))
+        reference.append(reference_rows(model, loss, stores))
+    if not summaries:
+        log("nothing built")
+        return 1
+    if args.only:  # keep the README sections of probes not rebuilt now
+        log("note: --only given; README and reference set cover only the probes built in this run")
+    write_readme(summaries, args.out_dir / "README.md")
+    ref = pd.concat([r for r in reference if not r.empty], ignore_index=True)
+    ref.to_parquet(args.reference, compression="zstd", index=False)
+    size = args.reference.stat().st_size
+    log(f"reference features: {len(ref)} rows, {size / 1e6:.2f} MB -> {args.reference}")
+    if size > 5e6:
+        log("warning: the reference set is over 5 MB; lower REFERENCE_ROWS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
