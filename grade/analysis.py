@@ -234,7 +234,8 @@ def analyze(
     last_hidden = None
     if hidden_states is not None:
         last = len(prompt_ids) - 1
-        last_hidden = torch.stack([hs[0, last] for hs in hidden_states]).detach().float().cpu().numpy()
+        # .cpu() per layer: under a device_map the hidden states live on several GPUs.
+        last_hidden = torch.stack([hs[0, last].detach().float().cpu() for hs in hidden_states]).numpy()
     return GradeResult(
         model=lm.name,
         loss=loss,

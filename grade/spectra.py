@@ -236,8 +236,10 @@ def stable_ranks_fast(
     device = hidden[0].device
     grams = torch.empty(2 * n_layers, n, n, dtype=compute_dtype, device=device)
     for layer in range(n_layers):
-        _gram_into(grams[layer], hidden[layer])
-        _gram_into(grams[n_layers + layer], deltas[layer])
+        # A model split across GPUs (device_map) leaves each layer's tensors on its own GPU: one layer
+        # at a time is copied to the first layer's device (a no-op when they are already there).
+        _gram_into(grams[layer], hidden[layer].to(device))
+        _gram_into(grams[n_layers + layer], deltas[layer].to(device))
     gram_h = grams[:n_layers]
     # Full rank <=> C_h positive definite; Cholesky is the cheapest certificate and never raises with _ex.
     # Chunks bound the factor's memory; the scaling keeps tiny or huge activations inside float range.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..distributed import add_engine_arguments, check_engine_arguments
 from .common import add_model_arguments, load_model_from_args
 
 
@@ -24,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--no-hidden", action="store_true", help="do not store hidden states (smaller files)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_engine_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -33,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.chunk_size < 1:
         raise InputError("--chunk-size must be at least 1")
+    check_engine_arguments(args)
     if args.threads:
         import torch
 
@@ -43,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         rows.extend(file_rows[: args.limit] if args.limit else file_rows)
     if not rows:
         raise InputError("the labelled file(s) hold no row with a label")
+    if args.engine == "ray":
+        from ..distributed import run_extract
+
+        return run_extract(args, rows)
     lm = load_model_from_args(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))
     report = extract_features(lm, rows, args.out, loss=args.loss, srank=args.srank, keep_hidden=not args.no_hidden,
                               chunk_size=args.chunk_size, progress=not args.quiet)
