@@ -17,12 +17,13 @@ Why a decoding loop of our own rather than ``model.generate``:
 
 The sampling rule itself is the one of ``generate(do_sample=True, temperature=T, top_p=p)``:
 logits / T, then keep the smallest set of most likely tokens whose probability reaches p (at least
-one token), renormalise, draw.
+one token), renormalise, draw (see :func:`_nucleus`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -87,17 +88,37 @@ def stop_token_ids(lm: LoadedModel) -> set[int]:
     return ids
 
 
-def _top_p_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """(rows, vocab) probabilities after temperature and nucleus filtering, as ``generate`` does it."""
-    scores = logits.float() / temperature
-    if top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
-        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-        remove_sorted = cumulative <= (1 - top_p)
-        remove_sorted[..., -1:] = False  # always keep the most likely token
-        remove = remove_sorted.scatter(-1, order, remove_sorted)
-        scores = scores.masked_fill(remove, float("-inf"))
-    return scores.softmax(dim=-1)
+def _cache_keyword(model) -> str:
+    """``cache`` in recent transformers 5 releases, ``past_key_values`` before (and in 4.x)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _output_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _nucleus(logits: torch.Tensor, temperature: float, top_p: float, k: int = 256) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per row: the candidate tokens and their weights after temperature and nucleus filtering.
+
+    A token is kept when the probability of the tokens more likely than it is below ``top_p`` (the
+    most likely token always is): the rule of ``generate``'s top-p warper. The kept tokens are a
+    prefix of the tokens sorted by probability, and each row gets exactly that prefix, so a row's
+    draw never depends on the other rows of the batch. Only the ``k`` most likely tokens are sorted
+    (a full sort of a 50k-262k vocabulary per step costs as much as a decoding step on CPU); rows
+    whose top ``k`` hold less than ``top_p`` of the mass are redone with the whole vocabulary.
+    """
+    probs = (logits.float() / temperature).softmax(dim=-1)
+    k = min(k, probs.shape[-1])
+    weights, ids = probs.topk(k, dim=-1) if top_p < 1.0 else probs.sort(dim=-1, descending=True)
+    rows = []
+    for r in range(probs.shape[0]):
+        w, i = weights[r], ids[r]
+        if top_p < 1.0 and float(w.sum()) < top_p:
+            w, i = probs[r].sort(descending=True)
+        keep = int(((w.cumsum(0) - w) < top_p).sum()) if top_p < 1.0 else len(w)
+        rows.append((i[: max(keep, 1)], w[: max(keep, 1)]))
+    return rows
 
 
 def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
@@ -134,8 +155,9 @@ def _decode_batch(
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
+    cache_kw = _cache_keyword(model)
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = _output_cache(out)
     logits = out.logits[:, -1]
     if n > 1:
         cache.batch_repeat_interleave(n)
@@ -149,8 +171,11 @@ def _decode_batch(
     tokens: list[list[int]] = [[] for _ in rows]
     stops = stop_token_ids(lm)
     for step in range(settings.max_new_tokens):
-        probs = _top_p_probs(logits, settings.temperature, settings.top_p).cpu()
-        chosen = [int(torch.multinomial(probs[i], 1, generator=rows[r])) for i, r in enumerate(active)]
+        candidates = _nucleus(logits.cpu(), settings.temperature, settings.top_p)
+        chosen = [
+            int(ids[torch.multinomial(weights, 1, generator=rows[r])])
+            for (ids, weights), r in zip(candidates, active)
+        ]
         keep = []
         for i, (r, token) in enumerate(zip(active, chosen)):
             if token in stops:
@@ -172,10 +197,10 @@ def _decode_batch(
             input_ids=torch.tensor(chosen, device=device)[:, None],
             attention_mask=mask,
             position_ids=next_position[:, None],
-            past_key_values=cache,
             use_cache=True,
+            **{cache_kw: cache},
         )
-        cache, logits = out.past_key_values, out.logits[:, -1]
+        cache, logits = _output_cache(out), out.logits[:, -1]
         next_position = next_position + 1
 
     texts = []

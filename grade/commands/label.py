@@ -1,0 +1,83 @@
+"""``python -m grade label``: sample answers, score them, write answerable / unanswerable labels (JSONL).
+
+Example::
+
+    python -m grade label --model smollm2-135m-instruct --dataset triviaqa --limit 100 \\
+        --matcher lenient --out labels/triviaqa.jsonl
+
+Running the same command again resumes: questions already in ``--out`` are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..distributed import add_engine_arguments, check_engine_arguments
+from .common import add_model_arguments, load_model_from_args
+
+
+def default_threads() -> int:
+    """Half the cores: torch's default (all cores) slows to a crawl when other processes share them."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("label", help="label questions answerable / unanswerable by sampling", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(p)
+    p.add_argument("--dataset", required=True,
+                   help="triviaqa, nq_open, hotpotqa, mmlu, gsm8k, math, a sample_data set (facts_known, ...) or a JSONL path")
+    p.add_argument("--out", required=True, help="labels file (JSONL); an existing file is resumed")
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions (after --offset)")
+    p.add_argument("--offset", type=int, default=0, help="skip the first N questions of the dataset")
+    p.add_argument("--samples", type=int, default=None, help="samples per question (default 10)")
+    p.add_argument("--matcher", choices=("strict", "lenient"), default="strict",
+                   help="strict: reference exact match; lenient: the gold answer appears in the reply (small models)")
+    p.add_argument("--with-context", action="store_true", help="put the row's context (e.g. HotpotQA paragraphs) in the prompt")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="answer length (default: per task, 12 for short QA)")
+    p.add_argument("--batch", type=int, default=4, help="questions sampled together (default 4)")
+    p.add_argument("--sample-chars", type=int, default=None, help="store samples cut to this many characters")
+    p.add_argument("--threads", type=int, default=default_threads(), help="torch CPU threads (default: half the cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_engine_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..errors import InputError
+    from ..labeling import label_questions
+    from ..tasks import load_questions
+
+    if args.limit is not None and args.limit < 1:
+        raise InputError("--limit must be at least 1")
+    if args.samples is not None and args.samples < 1:
+        raise InputError("--samples must be at least 1")
+    if args.threads >= 1:
+        torch.set_num_threads(args.threads)
+    check_engine_arguments(args)
+    questions = load_questions(args.dataset, limit=args.limit, offset=args.offset, with_context=args.with_context)
+    if args.engine == "ray":
+        from ..distributed import run_label
+
+        return run_label(args, questions)
+    lm = load_model_from_args(args, (lambda line: print(line, file=sys.stderr)) if not args.quiet else None)
+    summary = label_questions(
+        lm,
+        questions,
+        args.out,
+        n_samples=args.samples,
+        matcher=args.matcher,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        questions_per_batch=args.batch,
+        sample_chars=args.sample_chars,
+        show_progress=not args.quiet,
+    )
+    print(f"{summary.path}: {summary.new} labelled now, {summary.skipped} already there ({summary.seconds:.1f} s)")
+    print(summary.balance_line())
+    return 0

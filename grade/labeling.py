@@ -1,0 +1,269 @@
+"""Labels: does the model know the answer? Sample it N times, score the samples, threshold the accuracy.
+
+A question is *answerable* (label 1) when at least 80 % of its samples are correct and
+*unanswerable* (label 0) when fewer than 20 % are (GSM8K: 60 % / 40 %); questions in between get no
+label (``null``) and are left out of probe training, as in the reference pipeline.
+
+Results go to a JSONL file, one line per question, appended and flushed as each question finishes.
+A run that stops (Ctrl-C, crash, full disk) is resumed by running it again with the same output
+file: ids already written are skipped, and a last line cut off mid-write is removed first.
+
+Record fields: ``id, question, answers, context, choices, task, dataset, samples, scores,
+n_correct, n_samples, accuracy, label, majority, model, matcher, seed``. ``context`` and
+``choices`` are what the prompt used (``context`` is null for a closed-book run even when the
+dataset has one), so ``format_prompt(tok, r["question"], task=r["task"], context=r["context"],
+choices=r["choices"])`` rebuilds the prompt the labels were made with. ``majority`` is the most
+frequent sampled answer (full text): the response the reference appends for ``L_pos`` features.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .errors import InputError
+from .models import LoadedModel
+from .sampling import STOP_STRINGS, SamplingSettings, sample_answers
+from .tasks import Question, TaskSpec, is_correct, label_for_accuracy, normalize_answer
+
+ProgressCallback = Callable[[int, int, dict], None]
+
+
+@dataclass
+class LabelSummary:
+    """What a labelling run produced (counts over the whole output file, resumed lines included)."""
+
+    path: str
+    total: int = 0
+    answerable: int = 0
+    unanswerable: int = 0
+    unlabelled: int = 0
+    new: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    mean_accuracy: float = 0.0
+    per_dataset: dict = field(default_factory=dict)
+
+    def balance_line(self) -> str:
+        return (
+            f"{self.total} questions: {self.answerable} answerable (1), {self.unanswerable} unanswerable (0), "
+            f"{self.unlabelled} in between (no label); mean sample accuracy {self.mean_accuracy:.3f}"
+        )
+
+
+def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
+    """Records of a labels file.
+
+    Each record is written as one ``json + "\\n"``, so an interrupted write leaves a last line
+    without its newline. Such a line is ignored when it is not complete JSON (and with ``repair``
+    cut from the file); when it is complete, ``repair`` adds the missing newline. A bad line
+    anywhere else raises :class:`InputError`: that file was not written by us, or was edited.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    complete = data.endswith(b"\n")
+    lines = data.split(b"\n")
+    if complete:
+        lines.pop()  # the empty string after the final newline
+    records, offset = [], 0
+    for number, line in enumerate(lines, 1):
+        unfinished = number == len(lines) and not complete
+        if line.strip():
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or "id" not in record:
+                    raise ValueError("not a label record")
+            except ValueError:
+                if not unfinished:
+                    raise InputError(f"{path}, line {number}: not a label record; refusing to append to it") from None
+                if repair:
+                    with open(path, "r+b") as f:
+                        f.truncate(offset)
+                break
+            records.append(record)
+            if unfinished and repair:
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+        offset += len(line) + 1
+    return records
+
+
+def majority_answer(samples: list[str]) -> str | None:
+    """The most frequent sample (compared normalised; ties: the earliest), as sampled."""
+    keys = [normalize_answer(s) for s in samples]
+    counts = Counter(k for k in keys if k)
+    if not counts:
+        return samples[0] if samples else None
+    best = max(counts.values())
+    for sample, key in zip(samples, keys):
+        if key and counts[key] == best:
+            return sample
+    return None
+
+
+def settings_for(spec: TaskSpec, *, n_samples: int | None, seed: int, max_new_tokens: int | None = None) -> SamplingSettings:
+    """Reference sampling settings for a task, with optional overrides."""
+    return SamplingSettings(
+        n_samples=n_samples or spec.default_samples,
+        max_new_tokens=max_new_tokens or spec.max_new_tokens,
+        seed=seed,
+        stop_strings=STOP_STRINGS.get(spec.name, ()),
+    )
+
+
+def label_questions(
+    lm: LoadedModel,
+    questions: Iterable[Question],
+    out: str | os.PathLike,
+    *,
+    n_samples: int | None = None,
+    matcher: str = "strict",
+    seed: int = 0,
+    max_new_tokens: int | None = None,
+    questions_per_batch: int = 4,
+    sample_chars: int | None = None,
+    progress: ProgressCallback | None = None,
+    show_progress: bool = False,
+) -> LabelSummary:
+    """Sample, score and label ``questions``, appending one JSON line per question to ``out``.
+
+    Parameters
+    ----------
+    n_samples : samples per question (default: the task's, 10).
+    matcher : ``strict`` (reference) or ``lenient``; see :func:`grade.tasks.is_correct`.
+    seed : with the question id, fixes every sample (reruns reproduce the file).
+    max_new_tokens : answer length (default: the task's, e.g. 12 for short QA).
+    questions_per_batch : questions decoded together (see :func:`grade.sampling.sample_answers`).
+    sample_chars : store each sample cut to this many characters (scores use the full text).
+    progress : called as ``progress(done, total, record)`` after each question is written; an
+        exception raised there stops the run, leaving a valid, resumable file.
+    show_progress : draw a tqdm progress bar on stderr.
+
+    Returns a :class:`LabelSummary` over the whole file.
+    """
+    out = Path(out)
+    questions = list(questions)
+    if not questions:
+        raise InputError("no questions to label")
+    ids = [q.id for q in questions]
+    if len(set(ids)) != len(ids):
+        raise InputError("question ids must be unique")
+    run = {"model": lm.name, "matcher": matcher, "seed": seed}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    existing = read_records(out, repair=True)
+    for record in existing:
+        for key, value in run.items():
+            if key in record and record[key] != value:
+                raise InputError(
+                    f"{out} was written with {key}={record[key]!r}, this run uses {value!r}; "
+                    "use the same settings to resume, or another output file"
+                )
+        if n_samples and record.get("n_samples") not in (None, n_samples):
+            raise InputError(
+                f"{out} was written with {record['n_samples']} samples per question, this run uses {n_samples}; "
+                "use the same settings to resume, or another output file"
+            )
+    done_ids = {r["id"] for r in existing}
+    todo = [q for q in questions if q.id not in done_ids]
+    start = time.perf_counter()
+    total, done = len(questions), len(questions) - len(todo)
+
+    bar = None
+    if show_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=done, unit="q", desc=f"labelling {out.name}", dynamic_ncols=True)
+    try:
+        with open(out, "a", encoding="utf-8") as f:
+            # group by task so that a batch shares one answer length and stop rule
+            for i in range(0, len(todo), questions_per_batch):
+                batch = todo[i : i + questions_per_batch]
+                by_task: dict[str, list[Question]] = {}
+                for q in batch:
+                    by_task.setdefault(q.task, []).append(q)
+                for task_questions in by_task.values():
+                    spec = task_questions[0].spec
+                    settings = settings_for(spec, n_samples=n_samples, seed=seed, max_new_tokens=max_new_tokens)
+                    samples = sample_answers(
+                        lm,
+                        [q.prompt(lm.tokenizer) for q in task_questions],
+                        [q.id for q in task_questions],
+                        settings,
+                        questions_per_batch=len(task_questions),
+                    )
+                    for q, texts in zip(task_questions, samples):
+                        record = _record(q, texts, matcher, settings, run, sample_chars)
+                        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                        f.flush()
+                        os.fsync(f.fileno())
+                        done += 1
+                        if bar is not None:
+                            bar.update(1)
+                            bar.set_postfix(label=record["label"], acc=f"{record['accuracy']:.1f}")
+                        if progress is not None:
+                            progress(done, total, record)
+    finally:
+        if bar is not None:
+            bar.close()
+    summary = summarize(out)
+    summary.new = len(todo)
+    summary.skipped = total - len(todo)
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _record(q: Question, texts: list[str], matcher: str, settings: SamplingSettings, run: dict,
+            sample_chars: int | None) -> dict:
+    scores = [int(is_correct(q, t, matcher)) for t in texts]
+    n_correct = sum(scores)
+    record = {
+        "id": q.id,
+        "question": q.question,
+        "answers": q.answers,
+        "context": q.context,
+        "choices": q.choices,
+        "task": q.task,
+        "dataset": q.dataset,
+        "samples": [t[:sample_chars] for t in texts] if sample_chars else texts,
+        "scores": scores,
+        "n_correct": n_correct,
+        "n_samples": len(texts),
+        "accuracy": n_correct / len(texts),
+        "label": label_for_accuracy(n_correct, len(texts), q.spec),
+        "majority": majority_answer(texts),
+        **run,
+        "max_new_tokens": settings.max_new_tokens,
+    }
+    if q.extra:
+        record["extra"] = q.extra
+    return record
+
+
+def summarize(path: str | os.PathLike) -> LabelSummary:
+    """Class balance of a labels file, overall and per dataset."""
+    records = read_records(path)
+    summary = LabelSummary(path=str(path))
+    for r in records:
+        per = summary.per_dataset.setdefault(r.get("dataset", ""), {"total": 0, "1": 0, "0": 0, "none": 0})
+        per["total"] += 1
+        key = "none" if r.get("label") is None else str(r["label"])
+        per[key] += 1
+    summary.total = len(records)
+    summary.answerable = sum(r.get("label") == 1 for r in records)
+    summary.unanswerable = sum(r.get("label") == 0 for r in records)
+    summary.unlabelled = summary.total - summary.answerable - summary.unanswerable
+    if records:
+        summary.mean_accuracy = sum(float(r.get("accuracy", 0.0)) for r in records) / len(records)
+    return summary
+
+
+def labelled_examples(path: str | os.PathLike) -> list[dict]:
+    """The records of a labels file that carry a label (0 or 1): the probe's training rows."""
+    return [r for r in read_records(path) if r.get("label") in (0, 1)]
