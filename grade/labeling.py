@@ -13,7 +13,8 @@ n_correct, n_samples, accuracy, label, majority, model, matcher, seed``. ``conte
 ``choices`` are what the prompt used (``context`` is null for a closed-book run even when the
 dataset has one), so ``format_prompt(tok, r["question"], task=r["task"], context=r["context"],
 choices=r["choices"])`` rebuilds the prompt the labels were made with. ``majority`` is the most
-frequent sampled answer (full text): the response the reference appends for ``L_pos`` features.
+frequent sampled answer (full text, see :func:`majority_answer`): the response the reference
+appends to the prompt for ``L_pos`` features.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ from typing import Callable, Iterable
 from .errors import InputError
 from .models import LoadedModel
 from .sampling import STOP_STRINGS, SamplingSettings, sample_answers
-from .tasks import Question, TaskSpec, is_correct, label_for_accuracy, normalize_answer
+from .tasks import (
+    Question,
+    TaskSpec,
+    gsm8k_final_number,
+    is_correct,
+    label_for_accuracy,
+    math_answer,
+    mmlu_letter,
+    normalize_answer,
+    normalize_latex,
+)
 
 ProgressCallback = Callable[[int, int, dict], None]
 
@@ -95,17 +106,28 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
     return records
 
 
-def majority_answer(samples: list[str]) -> str | None:
-    """The most frequent sample (compared normalised; ties: the earliest), as sampled."""
-    keys = [normalize_answer(s) for s in samples]
-    counts = Counter(k for k in keys if k)
+def answer_key(question: Question, text: str):
+    """What two samples must share to count as the same answer: the normalised short answer, the
+    MMLU letter, the GSM8K final number or the normalised MATH answer (``None``: no answer found)."""
+    if question.task == "mmlu":
+        return mmlu_letter(text, question.choices, lenient=True)
+    if question.task == "gsm8k":
+        return gsm8k_final_number(text)
+    if question.task == "math":
+        answer = math_answer(text)
+        return normalize_latex(answer) if answer is not None else None
+    return normalize_answer(text) or None
+
+
+def majority_answer(question: Question, samples: list[str]) -> str | None:
+    """The first sample whose answer (see :func:`answer_key`) is the most frequent one; the first
+    sample when none has an answer."""
+    keys = [answer_key(question, s) for s in samples]
+    counts = Counter(k for k in keys if k is not None)
     if not counts:
         return samples[0] if samples else None
     best = max(counts.values())
-    for sample, key in zip(samples, keys):
-        if key and counts[key] == best:
-            return sample
-    return None
+    return next(s for s, k in zip(samples, keys) if k is not None and counts[k] == best)
 
 
 def settings_for(spec: TaskSpec, *, n_samples: int | None, seed: int, max_new_tokens: int | None = None) -> SamplingSettings:
@@ -237,7 +259,7 @@ def _record(q: Question, texts: list[str], matcher: str, settings: SamplingSetti
         "n_samples": len(texts),
         "accuracy": n_correct / len(texts),
         "label": label_for_accuracy(n_correct, len(texts), q.spec),
-        "majority": majority_answer(texts),
+        "majority": majority_answer(q, texts),
         **run,
         "max_new_tokens": settings.max_new_tokens,
     }
