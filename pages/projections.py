@@ -38,10 +38,16 @@ if reference.hidden is None:
     st.info("The reference set was stored without hidden states, so only GRADE features could be shown.")
     st.stop()
 
-n_states = reference.hidden.shape[1]
 c1, c2, c3 = st.columns([1, 2, 2])
 method = c1.radio("Method", ["t-SNE", "UMAP"], key="pj_method", **session.KEEP, horizontal=True)
-layer = c2.slider("Hidden-state layer (0 = embeddings)", 0, n_states - 1, n_states - 1, key="pj_layer", **session.KEEP)
+if len(reference.hidden_layers) > 1:
+    layer = c2.select_slider("Hidden-state layer (0 = embeddings)", reference.hidden_layers,
+                             value=reference.hidden_layers[len(reference.hidden_layers) // 2], key="pj_layer", **session.KEEP)
+else:
+    layer = reference.hidden_layers[0]
+    c2.markdown(f"Hidden states after layer **{layer}** of {reference.ratios.shape[1]} (0 would be the embeddings): "
+                "the layer the reference set stores.")
+stored = reference.hidden_layers.index(layer)  # position of that layer in reference.hidden
 datasets = sorted(set(reference.datasets))
 chosen = c3.multiselect("Datasets", datasets, default=datasets, key="pj_datasets", **session.KEEP)
 mask = np.isin(reference.datasets, chosen)
@@ -60,9 +66,9 @@ else:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _embedding(kind: str, method: str, layer: int, rows: tuple[int, ...], current: tuple[float, ...] | None,
+def _embedding(kind: str, method: str, stored: int, rows: tuple[int, ...], current: tuple[float, ...] | None,
                reference_key: tuple, _reference):
-    X = _reference.hidden[list(rows), layer] if kind == "hidden" else _reference.ratios[list(rows)]
+    X = _reference.hidden[list(rows), stored] if kind == "hidden" else _reference.ratios[list(rows)]
     result = embed(X, method, None if current is None else np.asarray(current))
     return result.coords, result.current
 
@@ -79,7 +85,7 @@ for column, kind, title, current in (
 ):
     with column:
         with st.spinner(f"Computing {method} of {len(rows)} questions ..."):
-            coords, placed = _embedding(kind, method, layer, rows,
+            coords, placed = _embedding(kind, method, stored, rows,
                                         None if current is None else tuple(np.asarray(current, dtype=float).tolist()),
                                         reference_key, reference)
         fig = figures.projection_figure(coords, labels, with_doc, title, hover=text, current=placed)
@@ -87,11 +93,11 @@ for column, kind, title, current in (
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _separability(layer: int, rows: tuple[int, ...], reference_key: tuple, _reference) -> pd.DataFrame:
+def _separability(stored: int, rows: tuple[int, ...], reference_key: tuple, _reference) -> pd.DataFrame:
     """5-fold cross-validated 5-NN accuracy: how well each feature space predicts each property."""
     reference = _reference
     idx = list(rows)
-    spaces = {"hidden state": reference.hidden[idx, layer], "GRADE features": reference.ratios[idx]}
+    spaces = {"hidden state": reference.hidden[idx, stored], "GRADE features": reference.ratios[idx]}
     targets = {"correct / incorrect": reference.labels[idx], "with / without document": reference.with_context[idx]}
     table = []
     for space, X in spaces.items():
@@ -107,7 +113,7 @@ def _separability(layer: int, rows: tuple[int, ...], reference_key: tuple, _refe
 
 
 st.subheader("What each feature space encodes")
-table = _separability(layer, rows, reference_key, reference)
+table = _separability(stored, rows, reference_key, reference)
 st.dataframe(table, hide_index=True, column_config={
     c: st.column_config.NumberColumn(format="%.3f") for c in table.columns if c != "feature space"})
 base_label = max(labels.mean(), 1 - labels.mean())

@@ -24,8 +24,9 @@ from grade.errors import GradeError, ModelLoadError, ProbeError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSETS = REPO_ROOT / "assets"
-PROBES_DIR = ASSETS / "probes"
-REFERENCE_FEATURES = ASSETS / "reference_features.parquet"
+# The shipped probes and reference set; the environment can point elsewhere (e.g. a freshly built set).
+PROBES_DIR = Path(os.environ.get("GRADE_PROBES_DIR") or ASSETS / "probes")
+REFERENCE_FEATURES = Path(os.environ.get("GRADE_REFERENCE_FEATURES") or ASSETS / "reference_features.parquet")
 
 
 def datasets_dir() -> Path:
@@ -244,13 +245,15 @@ class ReferenceSet:
     """A labelled feature set for one model and loss: what the bands and projections are drawn from.
 
     ratios: (n, L); labels: (n,) 1 = answerable / correct; with_context: (n,) bool;
-    hidden: (n, L+1, d) last-prompt-token hidden states (embeddings first) or None; text: hover text.
+    hidden: (n, S, d) last-prompt-token hidden states of S stored layers, or None;
+    hidden_layers: which of the model's L+1 hidden states (0 = embeddings) those S are; text: hover text.
     """
 
     ratios: np.ndarray
     labels: np.ndarray
     with_context: np.ndarray
     hidden: np.ndarray | None
+    hidden_layers: list[int]
     text: list[str]
     datasets: list[str]
     model: str | None
@@ -282,9 +285,16 @@ def reference_set(frame, model: str | None, loss: str | None = None) -> Referenc
         ratios = feature_matrix(rows)
     except GradeError:  # mixed depths: not one model's features
         return None
-    hidden = None
+    hidden, hidden_layers = None, []
     if "hidden" in rows.columns and not rows["hidden"].isna().any():
-        hidden = hidden_states(rows)
+        if "hidden_layer" in rows.columns:  # a slim reference set: one layer's state per row
+            layers = rows["hidden_layer"].unique()
+            if len(layers) == 1:
+                hidden = np.stack([np.asarray(h, dtype=np.float32) for h in rows["hidden"]])[:, None, :]
+                hidden_layers = [int(layers[0])]
+        else:  # a full feature store: every layer
+            hidden = hidden_states(rows)
+            hidden_layers = list(range(hidden.shape[1]))
     with_context = rows["has_context"].fillna(False).to_numpy().astype(bool) if "has_context" in rows.columns \
         else np.zeros(len(rows), dtype=bool)
     datasets = rows["dataset"].astype(str).tolist() if "dataset" in rows.columns else [""] * len(rows)
@@ -292,5 +302,6 @@ def reference_set(frame, model: str | None, loss: str | None = None) -> Referenc
     labels = rows["label"].to_numpy().astype(int)
     text = [f"{d}: {q[:80]}<br>{'answerable' if y else 'unanswerable'}{' · with document' if c else ''}"
             for d, q, y, c in zip(datasets, questions, labels, with_context)]
-    return ReferenceSet(ratios=ratios, labels=labels, with_context=with_context, hidden=hidden, text=text,
+    return ReferenceSet(ratios=ratios, labels=labels, with_context=with_context, hidden=hidden,
+                        hidden_layers=hidden_layers, text=text,
                         datasets=datasets, model=model, loss=loss)

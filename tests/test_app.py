@@ -1,0 +1,217 @@
+"""The Streamlit app under ``streamlit.testing.v1.AppTest``, with the embedded model and the shipped probe.
+
+Each test drives the real app script (app.py and its pages): it types, clicks, and checks what the
+page shows against the engine's own numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+TIMEOUT = 600  # seconds per script run: generous for a busy 2-core CPU (an analysis takes ~1 s when idle)
+QUESTION = "What is the capital of France?"
+
+pytestmark = pytest.mark.slow
+
+
+def _app():
+    from streamlit.testing.v1 import AppTest
+
+    return AppTest.from_file(APP, default_timeout=TIMEOUT)
+
+
+def _no_exception(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _metric(at, label: str) -> str:
+    found = [m.value for m in at.metric if m.label == label]
+    assert found, f"no metric {label!r}; metrics: {[m.label for m in at.metric]}"
+    return found[0]
+
+
+def _analyze(at, question: str, context: str = ""):
+    at.text_area(key="question").input(question)
+    at.text_area(key="context").input(context)
+    at.button(key="analyze").click().run()
+    _no_exception(at)
+    return at
+
+
+@pytest.fixture(scope="module")
+def analysed():
+    """One session that analysed QUESTION on Home (shared by the page tests to save CPU)."""
+    at = _app().run()
+    _no_exception(at)
+    return _analyze(at, QUESTION)
+
+
+@pytest.fixture(scope="module")
+def shipped_probe(smollm):
+    from studio.resources import default_probe, list_probes
+
+    info = default_probe(smollm.name, list_probes())
+    assert info is not None, "no shipped probe for the default model in assets/probes (run `make probes`)"
+    return info
+
+
+def test_home_shows_answer_and_the_probes_verdict(analysed, smollm, shipped_probe):
+    import grade
+    from grade.probe import Probe
+
+    at = analysed
+    assert not at.error, [e.value for e in at.error]
+    shown = float(_metric(at, "Probability that the model can answer").rstrip("%")) / 100
+    # The same question through the engine and the probe directly gives the same verdict.
+    probe = Probe.load(shipped_probe.path)
+    result = grade.analyze(smollm, QUESTION, loss=shipped_probe.loss, srank=shipped_probe.metadata.get("srank", "paper"))
+    expected = float(probe.predict_proba(result.rank_ratio[None, :])[0, 1])
+    assert shown == pytest.approx(expected, abs=0.006)  # the page rounds to whole percent
+    assert float(_metric(at, "GRADE (mean rank ratio)")) == pytest.approx(result.grade, abs=6e-4)
+    text = " ".join(m.value for m in at.markdown)
+    assert shipped_probe.name in text and "AUROC" in text
+    assert "Paris" in text  # the embedded model knows this one
+    assert at.get("plotly_chart"), "no overview chart"
+    downloads = {b.proto.label for b in at.get("download_button")}
+    assert {"Features (CSV)", "Full result (JSON)"} <= downloads
+
+
+def test_spectra_page(analysed):
+    at = analysed.switch_page("pages/spectra.py").run()
+    _no_exception(at)
+    assert len(at.get("plotly_chart")) == 4
+    why = next(m.value for m in at.markdown if m.value.startswith("**Why the stable rank?**"))
+    assert "t = 1e-4" in why and "t = 1e-5" in why
+    at.slider(key="spectra_layer").set_value(0).run()
+    _no_exception(at)
+    assert "layer 0" in next(m.value for m in at.markdown if m.value.startswith("**Why the stable rank?**"))
+
+
+def test_projections_page_places_the_current_question(analysed):
+    at = analysed.switch_page("pages/projections.py").run()
+    _no_exception(at)
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+    for chart in charts:
+        figure = json.loads(chart.proto.spec)
+        names = [trace.get("name") for trace in figure["data"]]
+        assert "current question" in names, names
+        assert any(str(n).startswith("correct") for n in names) and any(str(n).startswith("incorrect") for n in names)
+    assert at.dataframe, "no separability table"
+
+
+def test_probes_page_lists_shipped_probes_and_trains_one(analysed, shipped_probe):
+    at = analysed.switch_page("pages/probes.py").run()
+    _no_exception(at)
+    assert shipped_probe.name in " ".join(m.value for m in at.markdown)
+    at.radio(key="train_kind").set_value("logreg")
+    at.button(key="train_probe").click().run()
+    _no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    auroc = _metric(at, "Test AUROC")
+    assert auroc == "n/a" or 0.0 <= float(auroc) <= 1.0
+    assert 0.0 <= float(_metric(at, "Test accuracy")) <= 1.0
+
+
+def test_page_values_survive_navigation(analysed):
+    at = analysed.switch_page("app.py").run()
+    _no_exception(at)
+    assert at.text_area(key="question").value == QUESTION
+    assert any(m.label == "Probability that the model can answer" for m in at.metric)
+
+
+def test_reasoning_trace_page_scores_the_reference_solution():
+    at = _app().run()
+    at.switch_page("pages/reasoning_trace.py").run()
+    _no_exception(at)
+    assert at.text_area(key="rt_text_B").value.strip()  # the dataset's worked solution
+    at.button(key="rt_analyze").click().run()
+    _no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert float(_metric(at, "GRADE_pos")) > 0
+    assert int(_metric(at, "Steps")) >= 2
+    heatmaps = [m for m in at.get("html") if "shock" in m.proto.body]
+    assert heatmaps, "no token heatmap"
+    assert "correct" in " ".join(m.value for m in at.markdown)  # the reference solution is marked correct
+
+
+def test_bad_input_shows_a_message_and_the_session_stays_usable(analysed):
+    at = analysed.switch_page("app.py").run()
+    _analyze(at, "   ")
+    assert any("empty" in e.value for e in at.error), [e.value for e in at.error]
+    _analyze(at, "x" * 5000)
+    assert any("limit" in e.value for e in at.error), [e.value for e in at.error]
+    _analyze(at, QUESTION, context="y" * 20000)
+    assert any("document" in e.value for e in at.error), [e.value for e in at.error]
+    _analyze(at, QUESTION)
+    assert not at.error and any(m.label == "Probability that the model can answer" for m in at.metric)
+
+
+def test_a_model_that_fails_to_load_is_reported(tmp_path):
+    at = _app().run()
+    at.selectbox(key="model_choice").set_value("__other__").run()
+    at.text_input(key="model_path").input(str(tmp_path / "no-such-model")).run()
+    _no_exception(at)
+    assert any("Model failed to load" in e.value for e in at.sidebar.error), [e.value for e in at.sidebar.error]
+    assert at.button(key="analyze").disabled
+    at.switch_page("pages/spectra.py").run()
+    _no_exception(at)
+    at.switch_page("app.py").run()
+    at.selectbox(key="model_choice").set_value("smollm2-135m-instruct").run()
+    _no_exception(at)
+    assert not at.sidebar.error and not at.button(key="analyze").disabled
+
+
+def test_a_corrupt_probe_file_is_reported(tmp_path, shipped_probe):
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"\x00not a safetensors file" * 10)
+    shutil.copy(shipped_probe.path.with_suffix(".json"), corrupt.with_suffix(".json"))
+    at = _app().run()
+    at.switch_page("pages/probes.py").run()
+    at.text_input(key="probe_path_text").input(str(corrupt))
+    at.button(key="load_probe").click().run()
+    _no_exception(at)
+    assert any("Probe not loaded" in e.value and "corrupt" in e.value for e in at.error), [e.value for e in at.error]
+    # The active probe is still the shipped one, and Home still works with it.
+    assert shipped_probe.name in " ".join(m.value for m in at.markdown)
+
+
+def test_sessions_keep_their_own_results():
+    first, second = _app().run(), _app().run()
+    _analyze(first, QUESTION)
+    _analyze(second, "Who wrote Pride and Prejudice?")
+    first.run()
+    answer_first = " ".join(m.value for m in first.markdown)
+    answer_second = " ".join(m.value for m in second.markdown)
+    assert "Paris" in answer_first and "Paris" not in answer_second
+    assert _metric(first, "GRADE (mean rank ratio)") != _metric(second, "GRADE (mean rank ratio)")
+
+
+def test_concurrent_analyses_on_the_shared_model_get_their_own_results(smollm):
+    """Two sessions' analyses at the same time on one model object (what two browser tabs do)."""
+    from studio import workflows
+
+    questions = [QUESTION, "Who wrote Pride and Prejudice?"]
+    alone = [workflows.analyze_question(smollm, q, max_new_tokens=8) for q in questions]
+    together: dict[int, workflows.QuestionAnalysis] = {}
+
+    def run(i):
+        together[i] = workflows.analyze_question(smollm, questions[i], max_new_tokens=8)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(2):
+        assert together[i].result.question == questions[i]
+        np.testing.assert_allclose(together[i].result.rank_ratio, alone[i].result.rank_ratio, rtol=1e-5)
+        assert together[i].answer == alone[i].answer

@@ -1,0 +1,214 @@
+"""End to end: the real app in headless Chromium (Debian's ``chromium`` + ``chromium-driver``, via selenium).
+
+Starts ``streamlit run app.py`` on a free localhost port, types a question, clicks Analyze, checks that
+the probe's verdict appears, visits every page, and saves a screenshot of each page to
+``assets/screenshots/<page>.png`` (the README shows them). Install the browser with ``make browser``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "assets" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+QUESTION = "What is the capital of France?"
+SLOW = 600  # seconds: model load + analysis + generation on a busy 2-core CPU
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_healthy(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"streamlit did not become healthy at {url} in {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile()
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_healthy(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+        if "Traceback" in output:
+            print(output[-5000:])  # shown by pytest on failure
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail("headless Chromium is missing: run `make browser` (apt-get install -y chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="grade-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1440,1000",
+                 "--hide-scrollbars"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _wait(driver, condition, timeout: float = SLOW, what: str = ""):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.5).until(condition)
+    except TimeoutException:
+        _save(driver, f"failed-{what or 'wait'}")
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; page text:\n"
+                             f"{driver.find_element('tag name', 'body').text[:3000]}") from None
+
+
+def _css(driver, selector: str):
+    return driver.find_elements("css selector", selector)
+
+
+def _idle(driver) -> bool:
+    """No script run in progress: Streamlit shows a 'running' status widget while a run is going."""
+    return not _css(driver, '[data-testid="stStatusWidget"]')
+
+
+def _no_exception(driver) -> None:
+    exceptions = _css(driver, '[data-testid="stException"]')
+    assert not exceptions, exceptions[0].text
+
+
+def _save(driver, name: str) -> Path:
+    """Screenshot of the whole page: the window is grown to the height of the scrolling main area."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script(
+        "const m = document.querySelector('[data-testid=\"stMain\"]');"
+        "return Math.max(m ? m.scrollHeight : 0, document.body.scrollHeight);")
+    driver.set_window_size(1440, min(max(int(height) + 40, 900), 6000))
+    time.sleep(1.5)  # let Plotly re-layout to the new size
+    path = SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1440, 1000)
+    return path
+
+
+def _go(driver, title: str) -> None:
+    """Navigate with the sidebar (a click keeps the session, a new URL would not)."""
+    link = _wait(driver, lambda d: next((a for a in _css(d, '[data-testid="stSidebarNav"] a')
+                                          if a.text.strip() == title), None), 60, f"nav link {title}")
+    link.click()
+    _wait(driver, lambda d: any(h.text.strip() == title for h in _css(d, "h1")), 60, f"page {title}")
+
+
+def _settled(driver, timeout: float = SLOW, what: str = "") -> None:
+    time.sleep(1.0)
+    _wait(driver, _idle, timeout, what or "the script run to finish")
+
+
+# -------------------------------------------------------------------------------------------- test
+
+
+def test_app_end_to_end(app_url, browser):
+    from selenium.webdriver.common.keys import Keys
+
+    driver = browser
+    driver.get(app_url)
+    box = _wait(driver, lambda d: next(iter(_css(d, ".st-key-question textarea")), None), SLOW, "the question box")
+    _settled(driver, what="the model to load")
+    box.click()
+    box.send_keys(QUESTION)
+    box.send_keys(Keys.TAB)  # commit the text area before clicking
+    time.sleep(0.5)
+    _css(driver, ".st-key-analyze button")[0].click()
+    verdict = _wait(driver, lambda d: next((v for v in _css(d, ".st-key-verdict")
+                                            if "Probability that the model can answer" in v.text), None),
+                    SLOW, "the probe verdict")
+    assert "%" in verdict.text and "AUROC" in verdict.text, verdict.text
+    answer = _css(driver, ".st-key-answer")[0].text
+    assert "Paris" in answer or len(answer) > 25, answer
+    _settled(driver)
+    _no_exception(driver)
+    _wait(driver, lambda d: len(_css(d, ".js-plotly-plot")) >= 2, 60, "the overview chart")
+    _save(driver, "home")
+
+    _go(driver, "Spectra")
+    _wait(driver, lambda d: len(_css(d, ".js-plotly-plot")) >= 4, 120, "the spectra charts")
+    _settled(driver)
+    _no_exception(driver)
+    assert "Why the stable rank?" in driver.find_element("tag name", "body").text
+    _save(driver, "spectra")
+
+    _go(driver, "Reasoning trace")
+    _settled(driver)
+    generate = _wait(driver, lambda d: next(iter(_css(d, ".st-key-rt_gen_A button")), None), 60, "generate button")
+    generate.click()
+    _wait(driver, lambda d: (_css(d, ".st-key-rt_text_A textarea") or [None])[0] is not None
+          and _css(d, ".st-key-rt_text_A textarea")[0].get_attribute("value").strip() != "", SLOW, "the generated trace")
+    _settled(driver)
+    _css(driver, ".st-key-rt_analyze button")[0].click()
+    _wait(driver, lambda d: _css(d, ".st-key-trace_A") and _css(d, ".st-key-trace_B"), SLOW, "both analysed traces")
+    _settled(driver)
+    _no_exception(driver)
+    assert "GRADE_pos" in driver.find_element("tag name", "body").text
+    _save(driver, "reasoning_trace")
+
+    _go(driver, "Projections")
+    _wait(driver, lambda d: len(_css(d, ".js-plotly-plot")) >= 2, SLOW, "the projections")
+    _settled(driver)
+    _no_exception(driver)
+    _save(driver, "projections")
+
+    _go(driver, "Probes")
+    _settled(driver)
+    _no_exception(driver)
+    assert "Active probe" in driver.find_element("tag name", "body").text
+    _save(driver, "probes")
