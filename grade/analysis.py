@@ -7,6 +7,7 @@ steps) -> per-layer spectra -> stable ranks and rank ratios.
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Literal
 
@@ -56,12 +57,32 @@ def _encode(lm: LoadedModel, text: str) -> list[int]:
     return lm.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _forward(lm: LoadedModel, input_ids: list[int], keep_hidden: bool):
     """Forward pass with capture; returns (capture, logits (n, vocab), hidden states or None)."""
+    capture, logits, _, hidden_states = _forward_tail(lm, input_ids, keep_hidden, 0)
+    return capture, logits, hidden_states
+
+
+def _forward_tail(lm: LoadedModel, input_ids: list[int], keep_hidden: bool, logits_from: int):
+    """Forward pass with capture; returns (capture, logits (n - first, vocab), first, hidden states or None).
+
+    Only positions ``first..n-1`` get logits (``first`` is ``logits_from`` where the model supports
+    ``logits_to_keep``, else 0): the LM head's product, its backward and the (n, vocab) buffers are the
+    largest avoidable costs of a GRADE pass, and the losses read a few rows only.
+    """
     ids = torch.tensor([input_ids], device=lm.device)
+    first = logits_from if logits_from > 0 and _accepts_logits_to_keep(lm.model) else 0
+    extra = {"logits_to_keep": len(input_ids) - first} if first else {}
     with capture_mlp(lm.model) as capture:
-        out = lm.model(input_ids=ids, use_cache=False, output_hidden_states=keep_hidden)
-    return capture, out.logits[0], (out.hidden_states if keep_hidden else None)
+        out = lm.model(input_ids=ids, use_cache=False, output_hidden_states=keep_hidden, **extra)
+    return capture, out.logits[0], first, (out.hidden_states if keep_hidden else None)
 
 
 def _activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -100,7 +121,7 @@ def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kind
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
             eig_h[layer], eig_g[layer], rows[layer] = spec.eig_h.numpy(), spec.eig_g.numpy(), spec.row_sums_g.numpy()
     else:
-        fast = stable_ranks_fast(torch.stack(hidden), torch.stack(deltas), kind_h, kind_g)
+        fast = stable_ranks_fast(hidden, deltas, kind_h, kind_g)  # per-layer lists: no stacked copies
         srank_h[:] = fast.srank_h.double().cpu().numpy()
         srank_g[:] = fast.srank_g.double().cpu().numpy()
         for layer in torch.nonzero(~fast.full_rank).flatten().tolist():
@@ -183,17 +204,21 @@ def analyze(
 
     t = time.perf_counter()
     with torch.enable_grad():
-        capture, logits, hidden_states = _forward(lm, input_ids, keep_hidden)
+        logits_from = len(input_ids) - 1 if loss == "pre" else len(prompt_ids) - 1
+        capture, logits, first, hidden_states = _forward_tail(lm, input_ids, keep_hidden, logits_from)
         timings["forward_s"] = time.perf_counter() - t
-        ids_tensor = torch.tensor(input_ids, device=logits.device)
+        # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
+        ids_tensor = torch.tensor(input_ids[first:], device=logits.device)
         step_spans: list[Step] = []
         if loss == "pre":
             losses = entropy_at_last_position(logits)
         elif steps:
             step_spans = steps_for_response(lm.tokenizer, response_ids, len(prompt_ids), response)
-            losses = torch.stack([response_cross_entropy(logits, ids_tensor, s.start, s.end) for s in step_spans])
+            losses = torch.stack(
+                [response_cross_entropy(logits, ids_tensor, s.start - first, s.end - first) for s in step_spans]
+            )
         else:
-            losses = response_cross_entropy(logits, ids_tensor, len(prompt_ids), len(input_ids))
+            losses = response_cross_entropy(logits, ids_tensor, len(prompt_ids) - first, len(input_ids) - first)
         if not torch.isfinite(losses).all():
             raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
         t = time.perf_counter()
