@@ -2,7 +2,8 @@
 
 Input: labelled JSONL (one object a line) with at least ``id``, ``question`` and ``label``
 (1 = answerable, 0 = not; ``null`` rows are skipped), optionally ``task``, ``context``, ``choices``,
-``dataset``, ``accuracy``, ``samples`` (the model's sampled answers) and ``response``.
+``dataset``, ``accuracy``, ``samples`` (the model's sampled answers), ``majority`` (the most frequent
+sample) and ``response``.
 
 Output: a *feature store*, a folder (conventionally named ``something.parquet``) of Parquet part
 files, one per chunk of extracted rows. ``pandas.read_parquet(folder)`` reads it whole;
@@ -165,14 +166,15 @@ def _prompt_for(lm, row: dict[str, Any]) -> str | None:
 
 def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True):
     """``grade.analyze`` of one labelled row with the fast path; the response under ``pos`` is the
-    row's ``response``, else its most frequent sample, else the model's greedy answer."""
+    row's ``response``, else its ``majority`` answer (the labeller's most frequent sample, compared by
+    the task's answer key), else its most frequent sample, else the model's greedy answer."""
     from .analysis import analyze
 
     task = row.get("task") or "qa"
     response = None
     generate = False
     if loss == "pos":
-        response = row.get("response") or most_frequent_sample(row.get("samples"))
+        response = row.get("response") or row.get("majority") or most_frequent_sample(row.get("samples"))
         generate = response is None
     return analyze(
         lm,
