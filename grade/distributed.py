@@ -467,7 +467,7 @@ class RayRun:
         remote = ray.remote(_Worker).options(num_cpus=cpus, num_gpus=gpus, max_restarts=MAX_WORKER_RESTARTS,
                                              max_task_retries=0)
         self.actors = [remote.remote(self.spec, work) for _ in range(n)]
-        self.alive = [True] * n
+        self.state = ["ready"] * n  # per actor: ready, recovering (being restarted by Ray) or dead
         self.worker_pids: dict[int, int] = {}
 
     def __enter__(self) -> "RayRun":
@@ -487,7 +487,7 @@ class RayRun:
                 pass
 
     def describe(self) -> list[dict]:
-        return self.ray.get([a.describe.remote() for a, ok in zip(self.actors, self.alive) if ok])
+        return self.ray.get([a.describe.remote() for a, st in zip(self.actors, self.state) if st == "ready"])
 
     def execute(self, items: list, sink: Sink, *, chunk_size: int = 32, progress: bool = False,
                 callback=None, align: int = 1) -> RunReport:
@@ -512,8 +512,8 @@ class RayRun:
         attempts = [0] * len(queue)
         waiting = list(range(len(queue)))
         pending: dict[Any, tuple[int, int]] = {}  # object ref -> (actor index, chunk index)
+        probes: dict[Any, int] = {}  # object ref -> actor index: returns once a restarted worker is back
         load = [0] * len(self.actors)  # chunks in flight per actor
-        failures = [0] * len(self.actors)  # deaths in a row per actor
         finished_items = 0
 
         bar = None
@@ -524,36 +524,45 @@ class RayRun:
         try:
             while waiting or pending:
                 for index in range(len(self.actors)):
-                    while waiting and self.alive[index] and load[index] < 2:
+                    while waiting and self.state[index] == "ready" and load[index] < 2:
                         chunk = waiting.pop(0)
                         pending[self.actors[index].process.remote(queue[chunk])] = (index, chunk)
                         load[index] += 1
-                if not pending:
+                if not pending and not probes:
                     raise GradeError("every Ray worker died; the finished questions are saved: re-run to go on")
-                ready, _ = self.ray.wait(list(pending), num_returns=1)
+                ready, _ = self.ray.wait(list(pending) + list(probes), num_returns=1)
                 ref = ready[0]
+                if ref in probes:
+                    index = probes.pop(ref)
+                    try:
+                        self.worker_pids[index] = self.ray.get(ref)
+                        self.state[index] = "ready"
+                    except self.ray.exceptions.RayActorError as exc:  # out of restarts
+                        self.state[index] = "dead"
+                        log.warning("a Ray worker is gone for good: %s", _cause(exc))
+                    continue
                 index, chunk = pending.pop(ref)
                 load[index] -= 1
                 try:
                     outcome = self.ray.get(ref)
                 except self.ray.exceptions.RayActorError as exc:
-                    # The worker process died (killed, out of memory, node lost). Ray restarts it and
-                    # reloads the model; its chunk goes to the front of the queue.
+                    # The worker process died (killed, out of memory, node lost): its chunk goes to the
+                    # front of the queue, for whichever worker is free first. Ray restarts the actor,
+                    # which reloads its model; a probe call tells us when it can take work again.
                     attempts[chunk] += 1
                     report.resent += 1
-                    log.warning("a Ray worker died (%s); chunk %d sent again", _cause(exc), chunk)
+                    log.warning("a Ray worker died (%s); its chunk of %d questions is sent again",
+                                _cause(exc), len(queue[chunk]))
                     if attempts[chunk] >= MAX_CHUNK_ATTEMPTS:
                         raise GradeError(f"a chunk of {len(queue[chunk])} questions killed its worker "
                                          f"{attempts[chunk]} times; the rest is saved: {_cause(exc)}") from None
                     waiting.insert(0, chunk)
-                    failures[index] += 1
-                    # Calls to a restarting actor wait for it; one that keeps failing is out of restarts.
-                    if failures[index] > MAX_WORKER_RESTARTS + 1:
-                        self.alive[index] = False
+                    if self.state[index] == "ready":
+                        self.state[index] = "recovering"
+                        probes[self.actors[index].pid.options(max_task_retries=-1).remote()] = index
                     continue
                 except self.ray.exceptions.RayTaskError as exc:  # a bug, not a dead worker: stop
                     raise GradeError(f"a Ray worker failed: {_cause(exc)}") from None
-                failures[index] = 0
                 self.worker_pids[index] = outcome["pid"]
                 sink.write(outcome["results"])
                 report.written += len(outcome["results"])
@@ -566,7 +575,7 @@ class RayRun:
         finally:
             if bar is not None:
                 bar.close()
-            for ref in pending:  # Ctrl-C or error: what is in flight is dropped, a re-run redoes it
+            for ref in list(pending) + list(probes):  # Ctrl-C or error: in-flight work is dropped, a re-run redoes it
                 self.ray.cancel(ref, force=False)
         report.seconds = time.perf_counter() - t0
         return report

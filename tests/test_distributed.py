@@ -1,0 +1,175 @@
+"""Labelling and extraction on a Ray cluster (grade.distributed): a real local cluster of 2 CPU workers,
+the embedded model, compared with the single-process path; a worker is killed and a run interrupted."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grade.cli import main
+from grade.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+QUESTIONS = [
+    ("q1", "What is the capital of France?", ["Paris"]),
+    ("q2", "How many legs does a spider have?", ["eight", "8"]),
+    ("q3", "Who wrote the novel Middlemarch?", ["George Eliot"]),
+    ("q4", "What is 7 + 5?", ["12", "twelve"]),
+    ("q5", "What colour is the sky on a clear day?", ["blue"]),
+    ("q6", "In which year did the Battle of Hastings take place?", ["1066"]),
+    ("q7", "What is the chemical symbol for gold?", ["Au"]),
+    ("q8", "Which planet is known as the Red Planet?", ["Mars"]),
+]
+
+
+def labelled_rows():
+    return [{"id": qid, "dataset": "facts", "question": q, "label": i % 2} for i, (qid, q, _) in enumerate(QUESTIONS)]
+
+
+def write_questions(path):
+    path.write_text("".join(json.dumps({"id": qid, "question": q, "answers": a}) + "\n" for qid, q, a in QUESTIONS))
+    return path
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster with 2 CPUs, started here and stopped after this module; yields its address."""
+    ray = pytest.importorskip("ray")
+    from grade.distributed import connect
+
+    started = connect(num_cpus=2)
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+def test_ray_options_need_engine_ray(tmp_path, capsys):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"id": "a", "question": "q?", "label": 1}) + "\n")
+    assert main(["extract", "--labels", str(labels), "--out", str(tmp_path / "f"), "--workers", "2"]) == 2
+    assert "--workers only apply with --engine ray" in capsys.readouterr().err
+    questions = write_questions(tmp_path / "qs.jsonl")
+    assert main(["label", "--dataset", str(questions), "--out", str(tmp_path / "l.jsonl"), "--address", "auto",
+                 "--gpus-per-worker", "2"]) == 2
+    assert "--address, --gpus-per-worker only apply" in capsys.readouterr().err
+    assert not (tmp_path / "f").exists() and not (tmp_path / "l.jsonl").exists()
+
+
+def test_cluster_options_are_checked(tmp_path):
+    from grade.distributed import _cluster_from_args, check_engine_arguments
+    from argparse import Namespace
+
+    args = Namespace(engine="ray", address=None, workers=0, gpus_per_worker=None, device="cpu")
+    with pytest.raises(InputError, match="--workers"):
+        _cluster_from_args(args)
+    args.workers, args.gpus_per_worker = 2, 1.5
+    with pytest.raises(InputError, match="whole number"):
+        _cluster_from_args(args)
+    args.gpus_per_worker = None
+    args.device = "cuda"
+    assert _cluster_from_args(args).gpus_per_worker == 1  # --device cuda: one GPU per worker by default
+    check_engine_arguments(args)  # all allowed with --engine ray
+
+
+@pytest.mark.slow
+def test_extract_on_ray_matches_local_despite_a_killed_worker_and_an_interrupted_run(smollm, ray_cluster, tmp_path):
+    from grade.distributed import ClusterOptions, ModelSpec, extract_features_distributed
+    from grade.features import extract_features, load_features
+
+    rows = labelled_rows()
+    extract_features(smollm, rows, tmp_path / "local.parquet")
+    spec, cluster, store = ModelSpec("smollm2-135m-instruct"), ClusterOptions(workers=2), tmp_path / "ray.parquet"
+
+    killed = []
+
+    def kill_then_interrupt(done, total, run):
+        if not killed:  # SIGKILL a worker that still holds a chunk: its chunk must be sent again
+            killed.append(run.worker_pids[1])
+            os.kill(run.worker_pids[1], signal.SIGKILL)
+        if done >= 5:
+            raise KeyboardInterrupt  # the driver stops too: what is written must stay usable
+
+    with pytest.raises(KeyboardInterrupt):
+        extract_features_distributed(spec, rows, store, chunk_size=1, cluster=cluster, callback=kill_then_interrupt)
+    first = load_features(store)
+    assert 5 <= len(first) < len(rows) and first["id"].is_unique
+
+    report = extract_features_distributed(spec, rows, store, chunk_size=1, cluster=cluster)
+    assert report.already == len(first) and report.written == len(rows) - len(first)  # only the missing ones
+
+    local = load_features(tmp_path / "local.parquet").sort_values("id").reset_index(drop=True)
+    ray = load_features(store).sort_values("id").reset_index(drop=True)
+    assert ray["id"].tolist() == local["id"].tolist()  # every question once
+    for column in ("rank_ratio", "srank_h", "srank_g"):
+        np.testing.assert_allclose(np.stack(ray[column]), np.stack(local[column]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.stack([np.stack(h) for h in ray["hidden"]]),
+                               np.stack([np.stack(h) for h in local["hidden"]]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ray["loss_value"], local["loss_value"], rtol=1e-6, atol=1e-6)
+    assert (ray["label"] == local["label"]).all() and (ray["n_tokens"] == local["n_tokens"]).all()
+
+
+@pytest.mark.slow
+def test_label_command_on_an_existing_cluster_matches_local(smollm, ray_cluster, tmp_path):
+    """``python -m grade label --engine ray --address ...`` joins the running cluster (the grade package
+    travels as a runtime_env module) and writes the records of the single-process path."""
+    import torch
+
+    from grade.labeling import label_questions, read_records
+    from grade.tasks import load_questions
+
+    dataset = write_questions(tmp_path / "facts.jsonl")
+    settings = dict(n_samples=3, matcher="lenient", seed=7, max_new_tokens=6, questions_per_batch=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray worker (1 CPU): the same kernels, the same floats
+    try:
+        label_questions(smollm, load_questions(dataset), tmp_path / "local.jsonl", **settings)
+    finally:
+        torch.set_num_threads(threads)
+
+    out = tmp_path / "ray.jsonl"
+    # An earlier run wrote the first decoding batch, then died mid-line: resumed, the cut line dropped.
+    first_batch = read_records(tmp_path / "local.jsonl")[:2]
+    out.write_text("".join(json.dumps(r) + "\n" for r in first_batch) + '{"id": "q3", "quest')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
+    command = [sys.executable, "-m", "grade", "label", "--dataset", str(dataset), "--out", str(out),
+               "--samples", "3", "--matcher", "lenient", "--seed", "7", "--max-new-tokens", "6", "--batch", "2",
+               "--quiet", "--engine", "ray", "--address", ray_cluster, "--workers", "2"]
+    done = subprocess.run(command, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "6 rows written, 2 already stored" in done.stdout
+
+    local = {r["id"]: r for r in read_records(tmp_path / "local.jsonl")}
+    ray = read_records(out)
+    assert sorted(r["id"] for r in ray) == sorted(local)  # the cut line was dropped, nothing twice
+    for record in ray:
+        assert record == local[record["id"]]  # samples, scores, labels, every field
+
+
+@pytest.mark.slow
+def test_device_map_model_keeps_every_layer_hooked(smollm, tmp_path):
+    """A model dispatched by accelerate (here: its last layers offloaded to disk, as a GPU split would
+    move them to other devices) still has all its MLPs captured, with the plain model's features."""
+    import grade
+    from grade.capture import capture_mlp
+    from grade.distributed import load_sharded_model
+
+    sharded = load_sharded_model("smollm2-135m-instruct", max_memory={"cpu": "480MB"}, offload_folder=tmp_path)
+    placements = set(sharded.model.hf_device_map.values())
+    assert "disk" in placements and "cpu" in placements  # really dispatched over two places
+    assert sharded.n_layers == smollm.n_layers
+
+    plain = grade.analyze(smollm, "What is the capital of France?", spectra=False, keep_hidden=True)
+    split = grade.analyze(sharded, "What is the capital of France?", spectra=False, keep_hidden=True)
+    np.testing.assert_allclose(split.rank_ratio, plain.rank_ratio, rtol=1e-6)
+    np.testing.assert_allclose(split.last_hidden, plain.last_hidden, rtol=1e-5, atol=1e-6)
+    import torch
+
+    with capture_mlp(sharded.model) as capture, torch.no_grad():
+        sharded.model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert capture.complete() and len(capture.hidden) == smollm.n_layers
