@@ -11,13 +11,13 @@ import streamlit as st
 
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
-from studio import figures, session, workflows  # noqa: E402
+from studio import figures, session, tokens, workflows  # noqa: E402
 from studio.resources import load_questions, reference_set  # noqa: E402
 
 TASKS = {
     "qa": "Short answer (facts)",
-    "mmlu": "Multiple choice (answer with a letter)",
     "gsm8k": "Math word problem (reasoning, #### answer)",
+    "math": "Competition math (answer in \\boxed{})",
     "cot": "Open question, step by step",
 }
 
@@ -78,8 +78,7 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
         word = "can probably answer" if verdict.answerable else "probably cannot answer"
         st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
                   help="Output of the probe on this question's per-layer rank ratios")
-        st.plotly_chart(figures.probability_gauge(verdict.probability), width="stretch", key="gauge",
-                        config={"displayModeBar": False})
+        st.html(tokens.probability_bar_html(verdict.probability))
         auroc = f"{verdict.auroc:.3f}" if verdict.auroc is not None else "not recorded"
         st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · measured test AUROC **{auroc}** · "
                     f"loss `{verdict.loss}`")
@@ -93,7 +92,7 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
             st.markdown("**The model's answer** (greedy)")
             st.write(analysis.answer or "_(empty answer)_")
         c1, c2, c3, c4 = st.columns(4)
-        c1.metric("GRADE (mean rank ratio)", f"{result.grade:.3f}")
+        c1.metric("GRADE", f"{result.grade:.3f}", help="Mean over layers of the rank ratio srank(C_g) / srank(C_h)")
         c2.metric(f"Loss ({result.loss})", f"{result.loss_value:.3f}")
         c3.metric("Tokens analysed", len(result.input_ids))
         c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s")
@@ -115,10 +114,10 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     table = pd.DataFrame(result.layer_table())
     with st.expander("Per-layer features"):
         st.dataframe(table, hide_index=True, width="stretch")
-    d1, d2, _ = st.columns([1, 1, 3])
-    d1.download_button("Features (CSV)", table.to_csv(index=False), file_name="grade_features.csv", mime="text/csv",
+    downloads = st.container(horizontal=True)
+    downloads.download_button("Features (CSV)", table.to_csv(index=False), file_name="grade_features.csv", mime="text/csv",
                        key="dl_csv", on_click="ignore")
-    d2.download_button("Full result (JSON)", lambda: result.to_json(), file_name="grade_result.json",
+    downloads.download_button("Full result (JSON)", lambda: result.to_json(), file_name="grade_result.json",
                        mime="application/json", key="dl_json", on_click="ignore")
 
 

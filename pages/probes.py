@@ -71,6 +71,22 @@ def _probe_table(probes) -> pd.DataFrame:
     } for p in probes])
 
 
+def _probe_summary(probe) -> str:
+    """Where the probe's numbers come from, from its metadata."""
+    meta = probe.metadata
+    test = probe.test_metrics
+    lines = [f"**{probe.name}**", "",
+             f"- model `{probe.model}`, loss `{probe.loss}`, stable rank `{meta.get('srank', '?')}`, {probe.kind} probe",
+             f"- test split: {test.get('n', '?')} questions, {test.get('positives', '?')} answerable"]
+    if probe.accuracy is not None:
+        lines.append(f"- test accuracy {probe.accuracy:.3f}" + (f", AUROC {probe.auroc:.3f}" if probe.auroc is not None else ""))
+    datasets = (meta.get("training_data") or {}).get("datasets") or {}
+    if datasets:
+        lines.append("- trained on " + ", ".join(f"{name} ({d.get('n', '?')})" for name, d in datasets.items()))
+    lines += ["", "ROC on the probe's own held-out test split, as stored in its metadata."]
+    return "\n".join(lines)
+
+
 def _roc_from_metrics(name: str, metrics: dict):
     roc = metrics.get("roc") if isinstance(metrics, dict) else None
     if not roc or metrics.get("auroc") is None:
@@ -95,8 +111,10 @@ with shipped_tab:
             _use(picked.path)
         curve = _roc_from_metrics(picked.name, picked.test_metrics)
         if curve is not None:
-            session.show_figure(figures.roc_figure([curve]), f"roc-{picked.name}", key="roc_shipped")
-            st.caption("ROC on the probe's own held-out test split, as stored in its metadata.")
+            left, right = st.columns([3, 2], gap="large")
+            with left:
+                session.show_figure(figures.roc_figure([curve]), f"roc-{picked.name}", key="roc_shipped")
+            right.markdown(_probe_summary(picked))
 
 with load_tab:
     st.markdown("Upload both files of a probe (`name.safetensors` and `name.json`), or give a path on this machine.")
@@ -230,7 +248,9 @@ with train_tab:
         m3.metric("Test rows (answerable)", f"{test['n']} ({test['positives']})")
         curve = _roc_from_metrics("new probe", test)
         if curve is not None:
-            session.show_figure(figures.roc_figure([curve]), "roc-new-probe", key="roc_trained")
+            left, _ = st.columns([3, 2])
+            with left:
+                session.show_figure(figures.roc_figure([curve]), "roc-new-probe", key="roc_trained")
         else:
             st.info("The test split holds one class only, so there is no ROC curve.")
         by_dataset = report.get("test_by_dataset") or {}
@@ -246,10 +266,10 @@ with train_tab:
         if saved and Path(saved).exists():
             info_saved = read_probe_info(saved)
             st.success(f"Saved {saved} and its .json (listed under 'Shipped and saved probes').")
-            d1, d2, d3 = st.columns([1, 1, 2])
-            d1.download_button("Weights (.safetensors)", Path(saved).read_bytes(), file_name=Path(saved).name,
+            row = st.container(horizontal=True)
+            row.download_button("Weights (.safetensors)", Path(saved).read_bytes(), file_name=Path(saved).name,
                                key="dl_probe_weights", on_click="ignore")
-            d2.download_button("Metadata (.json)", Path(saved).with_suffix(".json").read_bytes(),
+            row.download_button("Metadata (.json)", Path(saved).with_suffix(".json").read_bytes(),
                                file_name=Path(saved).with_suffix(".json").name, key="dl_probe_meta", on_click="ignore")
-            if info_saved is not None and d3.button("Use this probe", key="use_trained"):
+            if info_saved is not None and row.button("Use this probe", key="use_trained"):
                 _use(Path(saved))

@@ -152,7 +152,7 @@ columns = st.columns(len(shown), gap="medium")
 for trace, column in zip(shown, columns):
     with column:
         fig = figures.step_ratio_heatmap(trace.step_ratios, trace.step_texts,
-                                         f"{trace.title}: rank ratio per step and layer", zmin, zmax)
+                                         f"{trace.title}: ratio per step", zmin, zmax)
         session.show_figure(fig, f"{trace.title}-step-heatmap", key=f"rt_heat_{trace.title[-1]}")
 
 st.subheader("Manual error analysis")
@@ -180,8 +180,8 @@ rows = [
      **{f"ratio_{l}": float(v) for l, v in enumerate(s.rank_ratio)}}
     for t in shown for i, s in enumerate(t.result.steps)
 ]
-d1, d2, _ = st.columns([1, 1, 3])
-d1.download_button("Steps (CSV)", pd.DataFrame(rows).to_csv(index=False), file_name="grade_steps.csv", mime="text/csv",
+downloads = st.container(horizontal=True)
+downloads.download_button("Steps (CSV)", pd.DataFrame(rows).to_csv(index=False), file_name="grade_steps.csv", mime="text/csv",
                    key="rt_dl_csv", on_click="ignore")
-d2.download_button("Traces (JSON)", lambda: json.dumps({t.title: t.result.to_dict() for t in shown}),
+downloads.download_button("Traces (JSON)", lambda: json.dumps({t.title: t.result.to_dict() for t in shown}),
                    file_name="grade_traces.json", mime="application/json", key="rt_dl_json", on_click="ignore")

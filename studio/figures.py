@@ -18,18 +18,19 @@ COLOR_NO = "#d62728"
 COLOR_CURRENT = "#111111"
 TRACE_COLORS = ("#6a3d9a", "#b15928")
 
+# Title at the top left, the legend in one row under it (clear of the mode bar at the top right).
 BASE_LAYOUT = dict(
     template="plotly_white",
-    margin=dict(l=60, r=20, t=60, b=50),
-    legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+    margin=dict(l=60, r=20, t=92, b=50),
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0.0, font=dict(size=12)),
     hovermode="x unified",
     font=dict(size=13),
 )
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 380, **extra) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", y=0.97), xaxis_title=x, yaxis_title=y,
-                      height=height, **{**BASE_LAYOUT, **extra})
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", y=0.98, yanchor="top", yref="container"),
+                      xaxis_title=x, yaxis_title=y, height=height, **{**BASE_LAYOUT, **extra})
     return fig
 
 
@@ -133,9 +134,9 @@ def naive_rank_figure(eig_h: np.ndarray, eig_g: np.ndarray, srank_h: float, sran
         fig.add_trace(go.Scatter(x=[thresholds[0], thresholds[-1]], y=[srank, srank], mode="lines",
                                  name=f"stable rank of {name} = {srank:.2f}", line=dict(color=color, dash="dash"),
                                  hoverinfo="skip"))
-    for t in marks:
+    for t, side in zip(marks, ("right", "left")):
         fig.add_vline(x=t, line=dict(color="#888", width=1, dash="dot"),
-                      annotation_text=f"t={t:.0e}", annotation_position="top left")
+                      annotation_text=f"{t:.0e}", annotation_position=f"bottom {side}", annotation_font_color="#666")
     fig.update_xaxes(type="log", exponentformat="power", autorange="reversed")
     return _layout(fig, f"Naive rank vs. threshold, layer {layer}", "threshold t on λ/λ₁ (log scale, strict to the right)",
                    "number of eigenvalues above t", hovermode="closest")
@@ -206,13 +207,14 @@ def projection_figure(coords: np.ndarray, correct: np.ndarray, with_context: np.
                 text=[h for h, m in zip(hover, mask) if m], hovertemplate="%{text}<extra></extra>",
             ))
     if current is not None:
-        fig.add_trace(go.Scatter(x=[current[0]], y=[current[1]], mode="markers+text", name="current question",
+        fig.add_trace(go.Scatter(x=[current[0]], y=[current[1]], mode="markers", name="current question",
                                  marker=dict(color=COLOR_CURRENT, symbol="star", size=18, line=dict(width=1, color="white")),
-                                 text=["current question"], textposition="top center", hoverinfo="name"))
+                                 hoverinfo="name"))
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, scaleanchor="x")
-    return _layout(fig, title, "dimension 1", "dimension 2", height=470, hovermode="closest",
-                   legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0.0))
+    return _layout(fig, title, "dimension 1", "dimension 2", height=520, hovermode="closest",
+                   legend=dict(orientation="h", yanchor="top", y=-0.1, xanchor="left", x=0.0),
+                   margin=dict(l=40, r=20, t=50, b=40))
 
 
 # ------------------------------------------------------------------------------------------- probes
@@ -227,16 +229,5 @@ def roc_figure(curves: Sequence[tuple[str, np.ndarray, np.ndarray, float]]) -> g
                                  line=dict(color=[COLOR_G, COLOR_H, COLOR_YES][i % 3], width=2.5)))
     fig.update_xaxes(range=[0, 1], constrain="domain")
     fig.update_yaxes(range=[0, 1.01], scaleanchor="x")
-    return _layout(fig, "ROC curve", "false positive rate", "true positive rate", height=440, hovermode="closest",
-                   legend=dict(yanchor="bottom", y=0.02, xanchor="right", x=0.98))
-
-
-def probability_gauge(probability: float) -> go.Figure:
-    """A compact horizontal bar for P(answerable)."""
-    color = COLOR_YES if probability >= 0.5 else COLOR_NO
-    fig = go.Figure(go.Bar(x=[probability], y=[""], orientation="h", marker_color=color,
-                           text=[f"{probability:.0%}"], textposition="inside", hoverinfo="skip"))
-    fig.add_vline(x=0.5, line=dict(color="#555", dash="dot"))
-    fig.update_xaxes(range=[0, 1], tickformat=".0%")
-    fig.update_layout(template="plotly_white", height=90, margin=dict(l=10, r=10, t=10, b=30), showlegend=False)
-    return fig
+    return _layout(fig, "ROC curve (test split)", "false positive rate", "true positive rate", height=480,
+                   hovermode="closest")

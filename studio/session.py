@@ -109,11 +109,13 @@ def model_picker() -> ModelSpec | None:
         names = list(grade.EMBEDDED_MODELS) + [OTHER_MODEL]
         choice = st.selectbox(
             "Model", names, key="model_choice",
-            format_func=lambda n: grade.EMBEDDED_MODELS[n].description if n in grade.EMBEDDED_MODELS
-            else "Other: local folder, .gguf file or hub id",
+            format_func=lambda n: f"{n} (embedded)" if n in grade.EMBEDDED_MODELS
+            else "Other: folder, .gguf file or hub id",
             help="The embedded models work offline. A hub id needs a network or a filled Hugging Face cache.",
         )
         source = choice
+        if choice in grade.EMBEDDED_MODELS:
+            st.caption(grade.EMBEDDED_MODELS[choice].description)
         if choice == OTHER_MODEL:
             source = st.text_input("Folder, .gguf file or hub id", key="model_path",
                                    placeholder="/path/to/model or org/name").strip()
@@ -227,15 +229,15 @@ def png_export_available() -> bool:
 def show_figure(fig, name: str, *, key: str, downloads: bool = True) -> None:
     """An interactive Plotly chart with HTML (always) and PNG (when kaleido + Chromium work) downloads."""
     st.plotly_chart(fig, width="stretch", key=f"chart_{key}",
-                    config={"displaylogo": False, "toImageButtonOptions": {"format": "png", "filename": _slug(name), "scale": 2}})
+                    config={"displaylogo": False, "displayModeBar": "hover", "toImageButtonOptions": {"format": "png", "filename": _slug(name), "scale": 2}})
     if not downloads:
         return
-    cols = st.columns([1, 1, 4])
-    cols[0].download_button("HTML", data=lambda: fig.to_html(include_plotlyjs=True, full_html=True),
+    row = st.container(horizontal=True)
+    row.download_button("HTML", data=lambda: fig.to_html(include_plotlyjs=True, full_html=True),
                             file_name=f"{_slug(name)}.html", mime="text/html", key=f"html_{key}", on_click="ignore",
                             help="Interactive figure as a self-contained web page (works offline)")
     if png_export_available():
-        cols[1].download_button("PNG", data=lambda: fig.to_image(format="png", scale=2, width=1000,
+        row.download_button("PNG", data=lambda: fig.to_image(format="png", scale=2, width=1000,
                                                                  height=fig.layout.height or 450),
                                 file_name=f"{_slug(name)}.png", mime="image/png", key=f"png_{key}", on_click="ignore",
                                 help="Static image rendered with kaleido and the local Chromium (takes a few seconds)")

@@ -79,3 +79,15 @@ def colorbar_html(label: str = "epistemic shock (shared scale)") -> str:
             f'<span>low</span><div style="width:220px; height:12px; border-radius:3px; '
             f'background: linear-gradient(to right, {gradient});"></div><span>high</span>'
             f'<span style="margin-left:6px;">{html.escape(label)}</span></div>')
+
+
+def probability_bar_html(probability: float, threshold: float = 0.5) -> str:
+    """A horizontal bar for P(answerable), green at or above the threshold, red below, threshold marked."""
+    color = "#2a9d8f" if probability >= threshold else "#d62728"
+    width = max(0.0, min(1.0, probability)) * 100
+    return (f'<div style="position:relative; height:14px; border-radius:7px; background:#eceff3; margin:2px 0 4px;">'
+            f'<div style="width:{width:.1f}%; height:100%; border-radius:7px; background:{color};"></div>'
+            f'<div title="decision threshold" style="position:absolute; left:{threshold * 100:.0f}%; top:-3px; '
+            f'height:20px; border-left:2px dashed #555;"></div></div>'
+            f'<div style="display:flex; justify-content:space-between; font-size:0.75rem; color:#666;">'
+            f'<span>0%</span><span>threshold {threshold:.0%}</span><span>100%</span></div>')

@@ -75,14 +75,10 @@ def app_url():
             print(output[-5000:])  # shown by pytest on failure
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail("headless Chromium is missing: run `make browser` (apt-get install -y chromium chromium-driver)")
+def _new_driver(profile: str):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    profile = tempfile.mkdtemp(prefix="grade-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -90,12 +86,28 @@ def browser():
                  "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1440,1000",
                  "--hide-scrollbars"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def new_browser():
+    """A factory of headless Chromium windows, each with its own fresh profile; all closed at the end."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail("headless Chromium is missing: run `make browser` (apt-get install -y chromium chromium-driver)")
+    drivers, profiles = [], []
+
+    def make():
+        profiles.append(tempfile.mkdtemp(prefix="grade-chromium-"))
+        drivers.append(_new_driver(profiles[-1]))
+        return drivers[-1]
+
     try:
-        yield driver
+        yield make
     finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+        for driver in drivers:
+            driver.quit()
+        for profile in profiles:
+            shutil.rmtree(profile, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -144,7 +156,8 @@ def _save(driver, name: str) -> Path:
 def _go(driver, title: str) -> None:
     """Navigate with the sidebar (a click keeps the session, a new URL would not)."""
     link = _wait(driver, lambda d: next((a for a in _css(d, '[data-testid="stSidebarNav"] a')
-                                          if a.text.strip() == title), None), 60, f"nav link {title}")
+                                          if a.text.strip().splitlines()[-1:] == [title]), None), 60,
+                 f"nav link {title}")
     link.click()
     _wait(driver, lambda d: any(h.text.strip() == title for h in _css(d, "h1")), 60, f"page {title}")
 
@@ -157,21 +170,34 @@ def _settled(driver, timeout: float = SLOW, what: str = "") -> None:
 # -------------------------------------------------------------------------------------------- test
 
 
-def test_app_end_to_end(app_url, browser):
+def _type_question(driver, url: str, question: str) -> None:
+    """Open the app and type ``question`` into the question box."""
     from selenium.webdriver.common.keys import Keys
 
-    driver = browser
-    driver.get(app_url)
+    driver.get(url)
     box = _wait(driver, lambda d: next(iter(_css(d, ".st-key-question textarea")), None), SLOW, "the question box")
     _settled(driver, what="the model to load")
     box.click()
-    box.send_keys(QUESTION)
+    box.send_keys(question)
     box.send_keys(Keys.TAB)  # commit the text area before clicking
-    time.sleep(0.5)
+    _settled(driver)
+
+
+def _click_analyze(driver) -> None:
     _css(driver, ".st-key-analyze button")[0].click()
-    verdict = _wait(driver, lambda d: next((v for v in _css(d, ".st-key-verdict")
-                                            if "Probability that the model can answer" in v.text), None),
-                    SLOW, "the probe verdict")
+
+
+def _verdict(driver):
+    return _wait(driver, lambda d: next((v for v in _css(d, ".st-key-verdict")
+                                         if "Probability that the model can answer" in v.text), None),
+                 SLOW, "the probe verdict")
+
+
+def test_app_end_to_end(app_url, new_browser):
+    driver = new_browser()
+    _type_question(driver, app_url, QUESTION)
+    _click_analyze(driver)
+    verdict = _verdict(driver)
     assert "%" in verdict.text and "AUROC" in verdict.text, verdict.text
     answer = _css(driver, ".st-key-answer")[0].text
     assert "Paris" in answer or len(answer) > 25, answer
@@ -212,3 +238,22 @@ def test_app_end_to_end(app_url, browser):
     _no_exception(driver)
     assert "Active probe" in driver.find_element("tag name", "body").text
     _save(driver, "probes")
+
+
+def test_two_sessions_at_the_same_time_get_their_own_results(app_url, new_browser):
+    questions = (QUESTION, "Who wrote the novel Pride and Prejudice?")
+    drivers = [new_browser(), new_browser()]
+    for driver, question in zip(drivers, questions):
+        _type_question(driver, app_url, question)
+    for driver in drivers:  # both analyses run at once, on the one shared model
+        _click_analyze(driver)
+    for driver in drivers:
+        _verdict(driver)
+        _settled(driver)
+        _no_exception(driver)
+    answers = [_css(d, ".st-key-answer")[0].text for d in drivers]
+    assert "Paris" in answers[0] and "Paris" not in answers[1], answers
+    boxes = [_css(d, ".st-key-question textarea")[0].get_attribute("value") for d in drivers]
+    assert boxes == list(questions)
+    grades = [next(m.text for m in _css(d, '[data-testid="stMetric"]') if m.text.startswith("GRADE")) for d in drivers]
+    assert grades[0] != grades[1], grades
