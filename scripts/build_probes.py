@@ -2,7 +2,11 @@
 
 For each (model, loss) in :data:`CONFIGS`:
 
-1. every labelled file ``data/labels/<model>/<dataset>.jsonl`` is turned into a feature store
+0. this project's extra training sets (``data/probe_training/questions``: generated arithmetic and
+   hand-written world facts, see ``scripts/make_probe_questions.py``) are labelled with the model by
+   sampling (``python -m grade label --matcher lenient``; resumes, so a finished file costs nothing);
+1. every labelled file ``<labels dir>/<model>/<dataset>.jsonl`` (``data/labels``, written by the
+   labelling runs, and ``data/probe_training/labels``) becomes a feature store
    ``runs/features/<model>/<loss>/<dataset>.parquet`` (resumable: a re-run only extracts new rows);
 2. transfer is measured honestly: for every dataset with both classes, a probe is trained on the
    *other* datasets and scored on that one, which it never saw;
@@ -19,7 +23,8 @@ Usage: ``python scripts/build_probes.py [--only smollm2-135m-instruct-pre ...] [
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +35,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+QUESTIONS_DIR = ROOT / "data" / "probe_training" / "questions"  # written by scripts/make_probe_questions.py
+PROBE_LABELS_DIR = ROOT / "data" / "probe_training" / "labels"
+PROBE_SETS = ("world_facts", "arithmetic")
 CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"))
 MAX_PER_CLASS = 1000  # the reference caps each class at 1000
 REFERENCE_ROWS = 300  # per (model, loss) in the reference feature set
@@ -44,12 +52,35 @@ def probe_name(model: str, loss: str) -> str:
     return f"{model}-{loss}"
 
 
-def extract_all(model: str, loss: str, labels_dir: Path, features_dir: Path) -> list[Path]:
+def label_probe_sets(model: str, threads: int) -> None:
+    """Label this project's extra training sets with ``model`` (resumes: finished questions are kept)."""
+    for name in PROBE_SETS:
+        questions = QUESTIONS_DIR / f"{name}.jsonl"
+        out = PROBE_LABELS_DIR / model / f"{name}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "grade", "label", "--model", model, "--dataset", str(questions),
+                   "--matcher", "lenient", "--threads", str(threads), "--quiet", "--out", str(out)]
+        log(f"  labelling {name}: {' '.join(command[1:])}")
+        subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def label_files(model: str, labels_dirs: list[Path]) -> list[Path]:
+    """Labelled files of ``model`` in every labels folder; one dataset name may come from one folder only."""
+    files: dict[str, Path] = {}
+    for folder in labels_dirs:
+        for file in sorted((folder / model).glob("*.jsonl")):
+            if file.stem in files:
+                raise SystemExit(f"dataset {file.stem} is labelled twice: {files[file.stem]} and {file}")
+            files[file.stem] = file
+    return [files[k] for k in sorted(files)]
+
+
+def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Path) -> list[Path]:
     """Feature stores of every labelled file of ``model`` (extracting what is missing)."""
     from grade import load_model
     from grade.features import extract_features, read_labelled
 
-    files = sorted((labels_dir / model).glob("*.jsonl"))
+    files = label_files(model, labels_dirs)
     stores = []
     lm = None
     for file in files:
@@ -203,7 +234,9 @@ def write_readme(summaries: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--labels-dir", type=Path, default=ROOT / "data" / "labels")
+    parser.add_argument("--labels-dir", type=Path, nargs="+", default=[ROOT / "data" / "labels", PROBE_LABELS_DIR],
+                        help="folders of <model>/<dataset>.jsonl label files")
+    parser.add_argument("--skip-label", action="store_true", help="do not (re)label the extra training sets")
     parser.add_argument("--features-dir", type=Path, default=ROOT / "runs" / "features")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "assets" / "probes")
     parser.add_argument("--reference", type=Path, default=ROOT / "assets" / "reference_features.parquet")
@@ -218,17 +251,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     summaries, reference = [], []
+    labelled: set[str] = set()
     for model, loss in CONFIGS:
         name = probe_name(model, loss)
         if args.only and name not in args.only:
             continue
         log(f"{name}:")
+        if not args.skip_label and not args.skip_extract and model not in labelled:
+            label_probe_sets(model, args.threads)
+            labelled.add(model)
         if args.skip_extract:
             stores = sorted((args.features_dir / model / loss).glob("*.parquet"))
         else:
             stores = extract_all(model, loss, args.labels_dir, args.features_dir)
         if not stores:
-            log(f"  no labelled data for {model} in {args.labels_dir / model}: {name} not built")
+            log(f"  no labelled data for {model} in {', '.join(str(d / model) for d in args.labels_dir)}: {name} not built")
             continue
         summaries.append(build_config(model, loss, stores, args.out_dir))
         reference.append(reference_rows(model, loss, stores))
