@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-# A step ends after . ! ? ; or : followed by whitespace (so "3.5" and "e.g" stay whole), or at a newline.
-STEP_BOUNDARY = re.compile(r"(?<=[.!?;:])\s+|\n+")
+# A step ends after . ! ? or ; followed by whitespace (so "3.5" stays whole), or at a newline. Colons do not
+# end a step: "Step 1: add the pens" is one step.
+STEP_BOUNDARY = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 
 def entropy_at_last_position(logits: torch.Tensor) -> torch.Tensor:
