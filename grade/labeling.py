@@ -31,6 +31,7 @@ from .errors import InputError
 from .models import LoadedModel
 from .sampling import STOP_STRINGS, SamplingSettings, sample_answers
 from .tasks import (
+    TASKS,
     Question,
     TaskSpec,
     gsm8k_final_number,
@@ -191,6 +192,13 @@ def label_questions(
             raise InputError(
                 f"{out} was written with {record['n_samples']} samples per question, this run uses {n_samples}; "
                 "use the same settings to resume, or another output file"
+            )
+        task = TASKS.get(record.get("task", ""))
+        expected_tokens = max_new_tokens or (task.max_new_tokens if task else None)
+        if expected_tokens and record.get("max_new_tokens") not in (None, expected_tokens):
+            raise InputError(
+                f"{out} was written with answers of up to {record['max_new_tokens']} tokens, this run uses "
+                f"{expected_tokens}; use the same settings to resume, or another output file"
             )
     done_ids = {r["id"] for r in existing}
     todo = [q for q in questions if q.id not in done_ids]
