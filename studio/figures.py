@@ -29,7 +29,8 @@ BASE_LAYOUT = dict(
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 380, **extra) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", y=0.98, yanchor="top", yref="container"),
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", xref="paper", y=0.98, yanchor="top",
+                                 yref="container"),
                       xaxis_title=x, yaxis_title=y, height=height, **{**BASE_LAYOUT, **extra})
     return fig
 
@@ -134,12 +135,13 @@ def naive_rank_figure(eig_h: np.ndarray, eig_g: np.ndarray, srank_h: float, sran
         fig.add_trace(go.Scatter(x=[thresholds[0], thresholds[-1]], y=[srank, srank], mode="lines",
                                  name=f"stable rank of {name} = {srank:.2f}", line=dict(color=color, dash="dash"),
                                  hoverinfo="skip"))
-    for t, side in zip(marks, ("right", "left")):
-        fig.add_vline(x=t, line=dict(color="#888", width=1, dash="dot"),
-                      annotation_text=f"{t:.0e}", annotation_position=f"bottom {side}", annotation_font_color="#666")
-    fig.update_xaxes(type="log", exponentformat="power", autorange="reversed")
-    return _layout(fig, f"Naive rank vs. threshold, layer {layer}", "threshold t on λ/λ₁ (log scale, strict to the right)",
-                   "number of eigenvalues above t", hovermode="closest")
+    for t in marks:
+        fig.add_vline(x=t, line=dict(color="#888", width=1, dash="dot"))
+    fig.update_xaxes(type="log", exponentformat="power", autorange="reversed", dtick=2)
+    marked = " and ".join(f"{t:.0e}" for t in marks)
+    return _layout(fig, f"Naive rank vs. threshold, layer {layer}",
+                   f"threshold t on λ/λ₁ (log scale; dotted: t = {marked})", "number of eigenvalues above t",
+                   hovermode="closest")
 
 
 def stable_rank_layers_figure(srank_h: np.ndarray, srank_g: np.ndarray, layer: int | None = None) -> go.Figure:

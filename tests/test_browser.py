@@ -203,7 +203,7 @@ def test_app_end_to_end(app_url, new_browser):
     assert "Paris" in answer or len(answer) > 25, answer
     _settled(driver)
     _no_exception(driver)
-    _wait(driver, lambda d: len(_css(d, ".js-plotly-plot")) >= 2, 60, "the overview chart")
+    _wait(driver, lambda d: len(_css(d, ".js-plotly-plot")) >= 1, 60, "the overview chart")
     _save(driver, "home")
 
     _go(driver, "Spectra")
@@ -257,3 +257,17 @@ def test_two_sessions_at_the_same_time_get_their_own_results(app_url, new_browse
     assert boxes == list(questions)
     grades = [next(m.text for m in _css(d, '[data-testid="stMetric"]') if m.text.startswith("GRADE")) for d in drivers]
     assert grades[0] != grades[1], grades
+
+
+def test_png_export_renders_offline_with_the_local_chromium():
+    """The PNG download buttons render with kaleido and the Debian Chromium, no network, no browser download."""
+    import numpy as np
+
+    from studio import figures
+    from studio.session import png_export_available
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("headless Chromium is missing: run `make browser`")
+    assert png_export_available()
+    png = figures.rank_ratio_trend(np.linspace(0.5, 1.5, 30)).to_image(format="png", width=800, height=360)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
