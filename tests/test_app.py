@@ -151,6 +151,13 @@ def test_reasoning_trace_page_scores_the_reference_solution():
     heatmaps = [m for m in at.get("html") if "shock" in m.proto.body]
     assert heatmaps, "no token heatmap"
     assert "correct" in " ".join(m.value for m in at.markdown)  # the reference solution is marked correct
+    # Manual error analysis: re-running the (unedited) steps reassembles the same trace, same numbers.
+    before = (_metric(at, "GRADE_pos"), at.text_area(key="rt_text_B").value)
+    analysed_before = at.session_state["rt_traces"]["B"]
+    at.button(key="rt_rerun_B").click().run()
+    _no_exception(at)
+    assert at.session_state["rt_traces"]["B"] is not analysed_before  # it was analysed again
+    assert (_metric(at, "GRADE_pos"), at.text_area(key="rt_text_B").value) == before
 
 
 def test_bad_input_shows_a_message_and_the_session_stays_usable(analysed):
