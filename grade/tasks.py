@@ -301,6 +301,7 @@ def qa_lenient(reply: str, answers: list[str]) -> bool:
 # Multiple choice (MMLU)
 
 _LEADING_LETTER = re.compile(r"^[\s\"'(\[*]*([ABCD])(?![A-Za-z])")
+_MARKUP = re.compile(r"</?[a-zA-Z][^>]{0,20}>|\*\*")
 _ANSWER_IS = re.compile(r"answer(?:\s+is)?\s*[:=]?\s*\(?\s*([ABCD])(?![A-Za-z])", re.IGNORECASE)
 
 
@@ -310,6 +311,7 @@ def mmlu_letter(reply: str, choices: list[str] | None = None, *, lenient: bool =
     Lenient also reads "The answer is B" / "Answer: (B)" and a reply that starts with exactly one
     option's text.
     """
+    reply = _MARKUP.sub("", reply)  # "<strong>B</strong>", "**B**": formatting, not an answer
     m = _LEADING_LETTER.match(reply)
     if m:
         return m.group(1)

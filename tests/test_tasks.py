@@ -169,6 +169,8 @@ def test_wrong_answers_fail_on_real_rows(shared):
         ("B", "B", "B"),
         ("(C) mental set", "C", "C"),
         ("D. anchoring", "D", "D"),
+        ("<strong>D</strong>", "D", "D"),
+        ("**A**", "A", "A"),
         ("The answer is A", None, "A"),
         ("Answer: (B)", None, "B"),
         ("availability heuristic", None, "B"),
