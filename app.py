@@ -22,6 +22,7 @@ TASKS = {
 }
 
 
+@st.cache_data(show_spinner=False)
 def _examples() -> dict[str, tuple[str, str | None, str]]:
     """A few questions from the shipped datasets: label -> (question, context, task)."""
     examples: dict[str, tuple[str, str | None, str]] = {
@@ -56,6 +57,8 @@ def _run_analysis(lm) -> None:
                 max_new_tokens=int(st.session_state.get("max_new_tokens", 48)), progress=status.write,
                 model_label=st.session_state["model_spec"].label,
             )
+            if analysis.probe_problem is None and probe is None:
+                analysis.probe_problem = problem
         except Exception as exc:  # shown in the page; the session stays usable
             status.update(label="Analysis failed", state="error", expanded=True)
             st.session_state.pop(session.ANALYSIS, None)
@@ -63,7 +66,6 @@ def _run_analysis(lm) -> None:
             return
         status.update(label=f"Analyzed in {sum(analysis.seconds.values()):.1f} s", state="complete", expanded=False)
     st.session_state[session.ANALYSIS] = analysis
-    st.session_state["probe_problem"] = problem
     st.session_state.pop("analysis_error", None)
 
 
@@ -72,8 +74,7 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
         st.markdown("**Probe verdict**")
         verdict = analysis.verdict
         if verdict is None:
-            problem = st.session_state.get("probe_problem") or "No probe loaded."
-            st.info(f"No probe loaded, so no verdict: {problem}")
+            st.info(f"No verdict: {analysis.probe_problem or 'no probe loaded.'}")
             return
         word = "can probably answer" if verdict.answerable else "probably cannot answer"
         st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",

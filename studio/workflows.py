@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 import grade
-from grade.errors import InputError
+from grade.errors import InputError, ProbeError
 from grade.generation import greedy_response
 
 from .resources import ProbeInfo, probe_probability
@@ -46,6 +46,7 @@ class QuestionAnalysis:
     verdict: Verdict | None
     model_label: str
     seconds: dict[str, float] = field(default_factory=dict)
+    probe_problem: str | None = None  # why there is no verdict (no probe, or it does not fit the model)
 
 
 def check_inputs(question: str, context: str | None) -> tuple[str, str | None]:
@@ -106,11 +107,15 @@ def analyze_question(
         prompt_ids = lm.tokenizer(result.prompt, add_special_tokens=False)["input_ids"]
         answer = lm.tokenizer.decode(greedy_response(lm, prompt_ids, max_new_tokens), skip_special_tokens=True).strip()
         seconds["generation_s"] = time.perf_counter() - t
-    verdict = None
+    verdict, problem = None, None
     if probe is not None and probe_info is not None:
         say("Asking the probe ...")
-        verdict = probe_verdict(probe, probe_info, lm, result)
-    return QuestionAnalysis(result=result, answer=answer, verdict=verdict, model_label=model_label, seconds=seconds)
+        try:
+            verdict = probe_verdict(probe, probe_info, lm, result)
+        except ProbeError as exc:  # the features are still worth showing
+            problem = f"probe {probe_info.name!r} does not fit: {exc}"
+    return QuestionAnalysis(result=result, answer=answer, verdict=verdict, model_label=model_label, seconds=seconds,
+                            probe_problem=problem)
 
 
 def probe_verdict(probe, probe_info: ProbeInfo, lm: grade.LoadedModel, result: grade.GradeResult) -> Verdict:

@@ -232,3 +232,19 @@ def test_concurrent_analyses_on_the_shared_model_get_their_own_results(smollm):
         assert together[i].result.question == questions[i]
         np.testing.assert_allclose(together[i].result.rank_ratio, alone[i].result.rank_ratio, rtol=1e-5)
         assert together[i].answer == alone[i].answer
+
+
+def test_a_probe_for_another_model_gives_no_verdict_but_the_features(tmp_path):
+    from grade.probe import Probe
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 18))
+    Probe("logreg", seed=0).fit(X, (X[:, 0] > 0).astype(int),
+                                info={"model": "gemma-3-270m", "loss": "pre", "srank": "paper"}).save(tmp_path / "g")
+    at = _app()
+    at.session_state["probe_path"] = str(tmp_path / "g.safetensors")
+    at.run()
+    _analyze(at, QUESTION)
+    assert not at.error, [e.value for e in at.error]
+    assert any("does not fit" in i.value and "gemma-3-270m" in i.value for i in at.info), [i.value for i in at.info]
+    assert float(_metric(at, "GRADE")) > 0
