@@ -91,7 +91,7 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     with left:
         with st.container(border=True, key="answer"):
             st.markdown("**The model's answer** (greedy)")
-            st.write(analysis.answer or "_(empty answer)_")
+            st.markdown(session.plain(analysis.answer) if analysis.answer.strip() else "_(empty answer)_")
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("GRADE", f"{result.grade:.3f}", help="Mean over layers of the rank ratio srank(C_g) / srank(C_h)")
         c2.metric(f"Loss ({result.loss})", f"{result.loss_value:.3f}")

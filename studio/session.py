@@ -209,6 +209,12 @@ def show_error(exc: BaseException, what: str = "") -> None:
             st.exception(exc)
 
 
+def plain(text: str) -> str:
+    """Model output shown as it is: markdown and LaTeX characters escaped, line breaks kept."""
+    escaped = re.sub(r"([\\`*_{}\[\]()#+\-.!|>~$<])", r"\\\1", text)
+    return escaped.replace("\n", "  \n")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "figure"
 

@@ -194,3 +194,9 @@ def test_model_registry_loads_once_and_does_not_remember_failures(tmp_path):
             registry.get(bad)
     assert calls.count(str(tmp_path / "missing")) == 2  # a failure is retried, not cached
     assert registry.loaded() == [spec]
+
+
+def test_model_output_is_shown_verbatim_not_as_markdown():
+    from studio.session import plain
+
+    assert plain("# Title *x* $5$ a_b\nnext") == "\\# Title \\*x\\* \\$5\\$ a\\_b  \nnext"
