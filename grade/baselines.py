@@ -109,7 +109,6 @@ class BaselineConfig:
     saplma_from_top: int = 12  # hidden_states[-12]: layer L-11
     align_fractions: tuple[float, ...] = (0.5, 0.625, 0.75, 0.875)  # candidate layers, as a share of L
     max_new_tokens: dict[str, int] | None = None  # per task; None -> MAX_NEW_TOKENS
-    sampling: bool = True  # False skips EigenScore and self-consistency (the expensive pair)
     seed: int = 0
 
     def new_tokens(self, task: str) -> int:
@@ -450,16 +449,24 @@ def p_yes_matrix(lm: LoadedModel, prompt: str, n_tokens: int) -> np.ndarray:
     return torch.softmax(two, dim=-1)[..., 0].T.cpu().numpy()
 
 
-def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", config: BaselineConfig | None = None) -> dict:
+PARTS = ("answer", "ic", "judge", "samples")
+
+
+def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", config: BaselineConfig | None = None,
+                   parts: tuple[str, ...] = PARTS) -> dict:
     """All unsupervised baseline scores and the supervised baselines' inputs for one labelled item.
 
     ``item``: a labelled record (``id``, ``question``, ``task``, optional ``context`` / ``choices``).
     Returns a JSON-ready dict: the scores under :data:`SCORE_KEYS` (higher = answerable), the greedy
     answer, the Judge reply, the sampled answer keys, ``align_hidden`` (layer -> base64 float16 vector
     of the last prompt token), ``saplma_hidden`` (base64 float16, hidden_states[-12] at the answer's
-    last token) and per-pass timings.
+    last token) and per-pass timings. ``parts`` picks the passes: ``answer`` (greedy answer: P-Entropy,
+    CoE, SAPLMA and Align-P inputs), ``ic``, ``judge``, ``samples`` (self-consistency, EigenScore).
     """
     config = config or BaselineConfig()
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise InputError(f"unknown baseline pass(es) {', '.join(sorted(unknown))}; use {', '.join(PARTS)}")
     task = item.get("task") or "qa"
     new_tokens = config.new_tokens(task)
     stops = STOP_STRINGS.get(task, ())
@@ -467,35 +474,34 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
     record: dict = {"id": str(item["id"]), "dataset": item.get("dataset"), "variant": variant, "model": lm.name}
 
     with lm.lock:
-        # 1. greedy answer, all hidden states of its tokens -> P-Entropy, CoE, SAPLMA, Align-P
-        t = time.perf_counter()
         prompt_ids = encode_prompt(lm.tokenizer, task_prompt(lm, item, variant))
-        (greedy,), last_prompt = decode(lm, prompt_ids, new_tokens, stop_strings=stops, keep_states=True,
-                                        config=config, prompt_states=True)
-        record["greedy_answer"] = greedy.text
-        record["p_entropy"] = -float(np.sum(greedy.entropies))
-        trajectory = greedy.states.astype(np.float64).mean(axis=0)  # (L+1, d): mean over answer tokens
-        record["coe_r"], record["coe_c"] = coe_scores(trajectory)
-        record["saplma_hidden"] = encode_vector(greedy.states[-1, -config.saplma_from_top])
-        n_layers = last_prompt.shape[0] - 1
-        record["align_hidden"] = {str(l): encode_vector(last_prompt[l]) for l in align_layers(n_layers, config)}
-        timings["greedy_s"] = time.perf_counter() - t
+        n_layers = lm.n_layers
+        if "answer" in parts:  # greedy answer, all hidden states of its tokens
+            t = time.perf_counter()
+            (greedy,), last_prompt = decode(lm, prompt_ids, new_tokens, stop_strings=stops, keep_states=True,
+                                            config=config, prompt_states=True)
+            record["greedy_answer"] = greedy.text
+            record["p_entropy"] = -float(np.sum(greedy.entropies))
+            trajectory = greedy.states.astype(np.float64).mean(axis=0)  # (L+1, d): mean over answer tokens
+            record["coe_r"], record["coe_c"] = coe_scores(trajectory)
+            record["saplma_hidden"] = encode_vector(greedy.states[-1, -config.saplma_from_top])
+            record["align_hidden"] = {str(l): encode_vector(last_prompt[l]) for l in align_layers(n_layers, config)}
+            timings["answer_s"] = time.perf_counter() - t
 
-        # 2. IC
-        t = time.perf_counter()
-        record["ic"] = internal_confidence(p_yes_matrix(lm, ic_prompt(lm, item, variant), config.ic_tokens))
-        timings["ic_s"] = time.perf_counter() - t
+        if "ic" in parts:
+            t = time.perf_counter()
+            record["ic"] = internal_confidence(p_yes_matrix(lm, ic_prompt(lm, item, variant), config.ic_tokens))
+            timings["ic_s"] = time.perf_counter() - t
 
-        # 3. Judge: greedy, 16 tokens, refusal word
-        t = time.perf_counter()
-        (reply,), _ = decode(lm, encode_prompt(lm.tokenizer, judge_prompt(lm, item, variant)), config.judge_tokens,
-                             stop_strings=("\n",), config=config, entropies_wanted=False)
-        record["judge_reply"] = reply.text
-        record["judge"] = 0.0 if "unknown" in reply.text.lower() else 1.0
-        timings["judge_s"] = time.perf_counter() - t
+        if "judge" in parts:  # greedy, 16 tokens, refusal word
+            t = time.perf_counter()
+            (reply,), _ = decode(lm, encode_prompt(lm.tokenizer, judge_prompt(lm, item, variant)), config.judge_tokens,
+                                 stop_strings=("\n",), config=config, entropies_wanted=False)
+            record["judge_reply"] = reply.text
+            record["judge"] = 0.0 if "unknown" in reply.text.lower() else 1.0
+            timings["judge_s"] = time.perf_counter() - t
 
-        # 4. K fresh samples -> EigenScore (middle layer, last answer token) and self-consistency
-        if config.sampling:
+        if "samples" in parts:  # K fresh samples -> EigenScore (middle layer, last answer token), SC
             t = time.perf_counter()
             seeds = [_seed_for(record["id"], variant, config.seed, k) for k in range(config.n_samples)]
             samples, _ = decode(lm, prompt_ids, new_tokens, n=config.n_samples, sample=True, config=config,
@@ -513,14 +519,20 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
 # per-question cache (JSONL, append-only, resumable)
 
 
-def cache_path(root: str | Path, model: str, dataset: str, variant: str = "original") -> Path:
-    safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
-    suffix = "" if variant == "original" else f".{variant}"
-    return Path(root) / safe_model / f"{dataset}{suffix}.jsonl"
+def safe_name(name: str) -> str:
+    """A model or dataset name usable as a file name (a path or hub id keeps its last parts)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name).strip().strip("/")).strip("._") or "model"
+
+
+def cache_path(root: str | Path, model: str, dataset: str, variant: str = "original", part: str = "main") -> Path:
+    """``root/<model>/baselines/<dataset>[.<variant>][.samples].jsonl``: the cheap passes (answer, IC,
+    Judge) and the sampling pass live in separate files so that either can be run alone."""
+    name = dataset + ("" if variant == "original" else f".{variant}") + ("" if part == "main" else f".{part}")
+    return Path(root) / safe_name(model) / "baselines" / f"{name}.jsonl"
 
 
 def read_cache(path: str | Path) -> dict[str, dict]:
-    """id -> record; a half-written last line (an interrupted run) is ignored."""
+    """id -> record; a half-written line (an interrupted run) is ignored; a missing file is empty."""
     records: dict[str, dict] = {}
     path = Path(path)
     if not path.exists():
@@ -536,7 +548,8 @@ def read_cache(path: str | Path) -> dict[str, dict]:
 
 
 def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, variant: str = "original",
-                config: BaselineConfig | None = None, progress: Callable[[int, int, dict], None] | None = None) -> dict[str, dict]:
+                config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
+                progress: Callable[[int, int, dict], None] | None = None) -> dict[str, dict]:
     """Score every item not yet in the cache at ``path``, appending one JSON line per question.
 
     Returns the full cache (old and new records), id -> record. Safe to interrupt and rerun.
@@ -554,8 +567,7 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
                 with path.open("a", encoding="utf-8") as out:
                     out.write("\n")
     for i, item in enumerate(todo):
-        record = score_question(lm, item, variant=variant, config=config)
-        record["sampling"] = config.sampling
+        record = score_question(lm, item, variant=variant, config=config, parts=parts)
         with path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
         done[str(item["id"])] = record
@@ -571,8 +583,18 @@ def iter_jsonl(path: str | Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
+def read_caches(paths: Iterable[str | Path]) -> dict[str, dict]:
+    """Several caches of the same questions merged per id (e.g. the main and the sampling pass)."""
+    merged: dict[str, dict] = {}
+    for path in paths:
+        for key, record in read_cache(path).items():
+            timings = {**merged.get(key, {}).get("timings", {}), **record.get("timings", {})}
+            merged[key] = {**merged.get(key, {}), **record, "timings": timings}
+    return merged
+
+
 __all__ = [
-    "BaselineConfig", "METHODS", "SCORE_KEYS", "VARIANTS", "answer_key", "coe_scores", "decode_vector",
-    "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "score_items",
+    "BaselineConfig", "METHODS", "PARTS", "SCORE_KEYS", "VARIANTS", "answer_key", "coe_scores", "decode_vector",
+    "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "read_caches", "score_items",
     "score_question", "self_consistency", "task_prompt",
 ]

@@ -15,6 +15,17 @@ import pytest
 from grade import baselines as B
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small probes on a shared CPU: more threads only add contention."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # ------------------------------------------------------------------------------------------ estimators
 
 
@@ -179,3 +190,117 @@ def test_score_question_and_resumable_cache(smol, tmp_path):
     with open(path, "a") as fh:  # an interrupted write leaves half a line: it is ignored
         fh.write('{"id": "q3", "dataset"')
     assert set(B.read_cache(path)) == {"q1", "q2"}
+
+
+# ------------------------------------------------------------------------------------------ protocol
+
+from grade import evaluation as E  # noqa: E402
+
+
+def test_auroc_matches_scikit_learn_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 200)
+    s = np.round(rng.normal(size=200) + y, 1)  # rounded: many ties
+    assert E.auroc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert math.isnan(E.auroc(np.ones(5), np.arange(5)))
+
+
+def test_bootstrap_interval_contains_the_estimate_and_narrows_with_more_data():
+    rng = np.random.default_rng(4)
+
+    def width(n):
+        y = np.repeat([0, 1], n)
+        s = rng.normal(size=2 * n) + 0.8 * y
+        lo, hi = E.bootstrap_ci(y, s, E.auroc, n_boot=300, seed=1)
+        assert lo <= E.auroc(y, s) <= hi
+        return hi - lo
+
+    assert width(400) < width(20)
+
+
+def test_best_threshold_separates_separable_scores():
+    y = np.array([0, 0, 0, 1, 1])
+    s = np.array([0.1, 0.2, 0.3, 0.7, 0.9])
+    t = E.best_threshold(y, s)
+    assert 0.3 < t < 0.7
+    assert E.best_threshold(np.ones(3, int), np.array([1.0, 2.0, 3.0])) < 1.0  # all answerable
+
+
+def _synthetic_table(name, n=120, informative=True, seed=0):
+    """A table whose GRADE array and scores carry the label (or not): the protocol must find it."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat([0, 1], n // 2)
+    signal = (y - 0.5) * (2.0 if informative else 0.0)
+    grade_pre = rng.normal(size=(n, 6)) + signal[:, None] * np.linspace(0.2, 1.0, 6)
+    split = E.assign_splits([f"{name}{i}" for i in range(n)], y, E.Protocol())
+    table = E.Table(name, "original", np.array([f"{name}{i}" for i in range(n)], dtype=object), y, split)
+    table.grade = {"pre": grade_pre, "srank_g_pre": np.abs(grade_pre) + 1, "srank_h_pre": np.ones((n, 6))}
+    table.scores = {"P-Entropy": signal + rng.normal(size=n), "Judge": (rng.random(n) < 0.5).astype(float),
+                    "IC": rng.normal(size=n)}
+    table.align = {3: rng.normal(size=(n, 8)) + signal[:, None]}
+    table.saplma = rng.normal(size=(n, 8)) + signal[:, None]
+    table.confidently_wrong = (y == 0) & (rng.random(n) < 0.3)
+    return table
+
+
+def test_protocol_finds_signal_and_reports_no_signal_honestly():
+    protocol = E.Protocol(n_boot=200, probe_epochs=30)
+    tables = {"good": _synthetic_table("good"), "noise": _synthetic_table("noise", informative=False, seed=1)}
+    rows, fitted = E.main_table(tables, protocol)
+    cell = {(r["dataset"], r["method"]): r for r in rows}
+    assert cell[("good", "GRADE_pre")]["auroc"] > 0.85
+    assert cell[("good", "Align-P")]["auroc"] > 0.85 and cell[("good", "SAPLMA")]["auroc"] > 0.85
+    assert cell[("good", "P-Entropy")]["auroc"] > 0.75
+    assert 0.25 < cell[("good", "IC")]["auroc"] < 0.75  # a random score stays near chance
+    assert math.isnan(cell[("good", "Judge")]["auroc"])  # accuracy only
+    assert cell[("noise", "GRADE_pre")]["auroc_lo"] < 0.5 < cell[("noise", "GRADE_pre")]["auroc_hi"] + 1e-9
+    assert ("good", "GRADE_pos") not in cell  # no pos features: no row rather than a made-up one
+    assert cell[("good", "GRADE_pre")]["n"] == int((tables["good"].split == "test").sum())
+
+    transfer = E.transfer_matrix(tables, fitted, protocol)
+    pairs = {(r["method"], r["train"], r["test"]): r["auroc"] for r in transfer}
+    assert pairs[("GRADE_pre", "good", "good")] == pytest.approx(cell[("good", "GRADE_pre")]["auroc"])
+    assert ("GRADE_pre", "good", "noise") in pairs
+
+    ablations = E.ablations(tables, protocol)
+    kinds = {r["variant"] for r in ablations}
+    assert any(k.startswith("threshold on the mean") for k in kinds) and any("srank(C_g)" in k for k in kinds)
+    cw = E.confidently_wrong_study(tables, fitted, protocol)
+    pooled = [r for r in cw if r["dataset"] == "all" and r["method"] == "GRADE_pre"][0]
+    assert pooled["n"] == sum(int(t.confidently_wrong[t.rows("test")].sum()) for t in tables.values())
+
+
+def test_robustness_is_zero_change_for_an_unchanged_input_and_negative_for_noise():
+    protocol = E.Protocol(n_boot=50, probe_epochs=30)
+    table = _synthetic_table("good")
+    _, fitted = E.main_table({"good": table}, protocol)
+    test = table.rows("test")
+    same = E.Table("good", "reworded", table.ids[test], table.y[test], np.array(["test"] * len(test), dtype=object),
+                   grade={k: v[test] for k, v in table.grade.items()},
+                   scores={k: v[test] for k, v in table.scores.items()})
+    noisy = E.Table("good", "irrelevant", table.ids[test], table.y[test], np.array(["test"] * len(test), dtype=object),
+                    grade={k: np.random.default_rng(9).normal(size=v[test].shape) for k, v in table.grade.items()})
+    rows = E.robustness({"good": table}, {("good", "reworded"): same, ("good", "irrelevant"): noisy}, fitted, protocol)
+    by = {(r["variant"], r["method"]): r for r in rows}
+    assert by[("reworded", "GRADE_pre")]["auroc_rel_change"] == pytest.approx(0.0)
+    assert by[("irrelevant", "GRADE_pre")]["auroc_rel_change"] < 0
+    assert ("irrelevant", "P-Entropy") not in by  # not computed for that variant: left out
+
+
+def test_results_roundtrip_through_files(tmp_path):
+    protocol = E.Protocol(n_boot=50, probe_epochs=10)
+    tables = {"good": _synthetic_table("good")}
+    result = E.run_benchmark("m", tables, {}, {"good": {"eligible": True}}, protocol, notes=["a note"],
+                             studies=("transfer",))
+    E.write_results(result, tmp_path, figures=True, png=False)
+    again = E.load_results(tmp_path)
+    assert [r["method"] for r in again.main] == [r["method"] for r in result.main]
+    assert again.main[0]["auroc"] == pytest.approx(result.main[0]["auroc"], abs=1e-4)
+    assert again.notes == ["a note"]
+    md = (tmp_path / "main_table.md").read_text()
+    assert f"{result.main[0]['auroc']:.3f}" in md
+    assert (tmp_path / "auroc_bars.html").is_file() and (tmp_path / "transfer_heatmap.html").is_file()
+    with pytest.raises(Exception):
+        E.load_results(tmp_path / "nothing")

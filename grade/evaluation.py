@@ -1,0 +1,802 @@
+"""The paper's evaluation protocol, run on cached features: GRADE next to the baselines.
+
+Everything here works from files, never from a model, so the tables regenerate in seconds:
+
+* labels: ``<labels dir>/<dataset>.jsonl`` (``grade label``: id, question, task, samples, accuracy, label);
+* GRADE features: Parquet feature stores (:mod:`grade.features`), one per (dataset, variant, loss);
+* baseline scores: the per-question JSONL caches of :mod:`grade.baselines`.
+
+:func:`grade.commands.benchmark` fills the caches (that part needs the model) and then calls
+:func:`run_benchmark` here.
+
+Protocol (per model and dataset)
+--------------------------------
+* Rows with a label; a dataset enters only if each class has at least ``min_per_class`` rows
+  (the others are reported with their counts). ``max_per_class`` caps each class (seeded), as the
+  reference caps at 1000: a compute budget, not a balancing step.
+* One seeded split, stratified by label: train / validation / test (default 60 / 20 / 20). With
+  ``--eval-labels`` (questions never seen during development) every development row is used for
+  training and validation and the new rows are the test set.
+* Supervised methods train on train and select on validation (GRADE: the paper's MLP probe with
+  early selection; Align-P: layer and C; SAPLMA: fixed recipe). Training-free scores are used as
+  they are; their accuracy uses the threshold that maximises accuracy on train + validation
+  (their AUROC needs no threshold). Judge is a yes/no answer: accuracy only.
+* AUROC with a percentile bootstrap confidence interval (stratified resampling of the test set,
+  ``n_boot`` draws), so that small test sets are not over-read.
+
+Every score is oriented so that higher = answerable; none is flipped after looking at test data.
+Single-feature GRADE ablations (a threshold on one layer's ratio) pick their direction on train.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .baselines import SCORE_KEYS, VARIANTS, answer_key, decode_vector, read_cache
+from .errors import InputError
+
+GRADE_METHODS = ("GRADE_pre", "GRADE_pos")
+SUPERVISED = ("GRADE_pre", "GRADE_pos", "Align-P", "SAPLMA")
+UNSUPERVISED = ("P-Entropy", "IC", "CoE-R", "CoE-C", "Self-consistency", "EigenScore")
+METHOD_ORDER = ("GRADE_pre", "GRADE_pos", "P-Entropy", "Judge", "IC", "Align-P", "SAPLMA", "CoE-R", "CoE-C",
+                "Self-consistency", "EigenScore")
+
+
+@dataclass
+class Protocol:
+    """Settings of one benchmark run (all recorded next to the results)."""
+
+    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    seed: int = 42
+    min_per_class: int = 30
+    max_per_class: int | None = None
+    n_boot: int = 1000
+    ci: float = 0.95
+    probe_kind: str = "mlp"
+    probe_epochs: int = 100  # the paper's maximum; the best validation epoch is kept
+
+
+# --------------------------------------------------------------------------------------------------
+# metrics
+
+
+def auroc(y: np.ndarray, s: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney form, ties count one half); NaN with one class."""
+    y = np.asarray(y).astype(bool)
+    s = np.asarray(s, dtype=np.float64)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0 or not np.isfinite(s).all():
+        return float("nan")
+    order = np.argsort(s, kind="mergesort")
+    ranks = np.empty(len(s))
+    sorted_s = s[order]
+    # average ranks of ties
+    boundaries = np.flatnonzero(np.diff(sorted_s)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(s)]])
+    for a, b in zip(starts, ends):
+        ranks[order[a:b]] = (a + b + 1) / 2.0
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def bootstrap_ci(y: np.ndarray, s: np.ndarray, metric: Callable[[np.ndarray, np.ndarray], float], *,
+                 n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``metric(y, s)``, resampling each class separately (so
+    every draw keeps the test set's class counts and AUROC stays defined)."""
+    y = np.asarray(y).astype(int)
+    s = np.asarray(s, dtype=np.float64)
+    if len(y) == 0 or not np.isfinite(s).all():
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+    values = []
+    for _ in range(n_boot):
+        idx = np.concatenate([rng.choice(pos, len(pos)) if len(pos) else pos, rng.choice(neg, len(neg)) if len(neg) else neg])
+        values.append(metric(y[idx], s[idx]))
+    values = np.asarray(values)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return float("nan"), float("nan")
+    alpha = (1 - ci) / 2
+    return float(np.quantile(values, alpha)), float(np.quantile(values, 1 - alpha))
+
+
+def best_threshold(y: np.ndarray, s: np.ndarray) -> float:
+    """The cut (``score >= t`` = answerable) with the best accuracy on (y, s): midpoints of sorted
+    distinct scores, plus 'everything answerable' and 'nothing answerable'."""
+    s = np.asarray(s, dtype=np.float64)
+    y = np.asarray(y).astype(int)
+    ok = np.isfinite(s)
+    s, y = s[ok], y[ok]
+    if not len(s):
+        return 0.0
+    values = np.unique(s)
+    cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2, [values[-1] + 1.0]])
+    accs = [((s >= t).astype(int) == y).mean() for t in cuts]
+    return float(cuts[int(np.argmax(accs))])
+
+
+def metrics(y: np.ndarray, s: np.ndarray, threshold: float, protocol: Protocol, *, with_auroc: bool = True,
+            seed: int = 0) -> dict[str, Any]:
+    """n, positives, accuracy at the threshold, AUROC and its bootstrap CI (NaN where undefined)."""
+    y = np.asarray(y).astype(int)
+    s = np.asarray(s, dtype=np.float64)
+    finite = np.isfinite(s)
+    pred = np.where(finite, s >= threshold, False).astype(int)
+    out = {"n": int(len(y)), "positives": int(y.sum()), "missing": int((~finite).sum()),
+           "acc": float((pred == y).mean()) if len(y) else float("nan"),
+           "auroc": float("nan"), "auroc_lo": float("nan"), "auroc_hi": float("nan")}
+    if with_auroc and finite.all():
+        out["auroc"] = auroc(y, s)
+        out["auroc_lo"], out["auroc_hi"] = bootstrap_ci(y, s, auroc, n_boot=protocol.n_boot, ci=protocol.ci, seed=seed)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# data
+
+
+@dataclass
+class Table:
+    """Everything known about one (dataset, variant) of one model, row-aligned.
+
+    ``split``: "train" / "val" / "test" per row. ``grade[name]``: (n, L) arrays (``pre`` / ``pos``
+    rank ratios, ``srank_g_pre`` ...). ``scores[method]``: (n,) training-free scores (NaN where not
+    computed). ``align[layer]``: (n, d) last prompt token states. ``saplma``: (n, d).
+    """
+
+    dataset: str
+    variant: str
+    ids: np.ndarray
+    y: np.ndarray
+    split: np.ndarray
+    grade: dict[str, np.ndarray] = field(default_factory=dict)
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    align: dict[int, np.ndarray] = field(default_factory=dict)
+    saplma: np.ndarray | None = None
+    confidently_wrong: np.ndarray | None = None
+
+    def rows(self, part: str | tuple[str, ...]) -> np.ndarray:
+        parts = (part,) if isinstance(part, str) else part
+        return np.flatnonzero(np.isin(self.split, parts))
+
+    def has(self, method: str) -> bool:
+        if method in GRADE_METHODS:
+            return method.split("_")[1] in self.grade
+        if method == "Align-P":
+            return bool(self.align)
+        if method == "SAPLMA":
+            return self.saplma is not None
+        if method == "Judge":
+            return "Judge" in self.scores
+        return method in self.scores and np.isfinite(self.scores[method]).any()
+
+
+def read_labels(path: str | Path) -> list[dict]:
+    """Labelled rows (label 0/1 only) of one JSONL file."""
+    from .features import read_labelled
+
+    return read_labelled(path)
+
+
+def confidently_wrong(row: dict) -> bool:
+    """All samples give the same (non-empty) answer and none is correct."""
+    samples = row.get("samples") or []
+    if not samples or row.get("accuracy") is None or float(row["accuracy"]) > 0:
+        return False
+    keys = {answer_key(row.get("task") or "qa", s, row.get("choices")) for s in samples}
+    return len(keys) == 1 and "" not in keys
+
+
+def select_rows(rows: list[dict], protocol: Protocol) -> tuple[list[dict], dict[str, Any]]:
+    """Class counts, and the rows kept (``max_per_class`` cap, seeded). ``info['eligible']`` says
+    whether each class has ``min_per_class`` rows."""
+    y = np.array([int(r["label"]) for r in rows], dtype=int)
+    counts = {"answerable": int((y == 1).sum()), "unanswerable": int((y == 0).sum())}
+    keep = np.arange(len(rows))
+    if protocol.max_per_class:
+        rng = np.random.default_rng(protocol.seed)
+        chosen = []
+        for cls in (0, 1):
+            idx = np.flatnonzero(y == cls)
+            chosen.extend(sorted(rng.permutation(idx)[: protocol.max_per_class].tolist()))
+        keep = np.array(sorted(chosen), dtype=int)
+    kept = [rows[i] for i in keep]
+    info = {**counts, "kept": len(kept),
+            "eligible": min(counts.values()) >= protocol.min_per_class}
+    return kept, info
+
+
+def assign_splits(ids: list[str], y: np.ndarray, protocol: Protocol) -> np.ndarray:
+    from .probe import stratified_split
+
+    split = np.empty(len(ids), dtype=object)
+    for name, idx in zip(("train", "val", "test"), stratified_split(y, fractions=protocol.fractions, seed=protocol.seed)):
+        split[idx] = name
+    return split
+
+
+def _grade_arrays(frame, ids: list[str]) -> dict[str, np.ndarray]:
+    """(n, L) rank ratios and stable ranks for ``ids`` from a feature DataFrame (NaN rows if absent)."""
+    from .features import feature_matrix
+
+    frame = frame.drop_duplicates("id").set_index("id")
+    present = [i for i in ids if i in frame.index]
+    if not present:
+        return {}
+    sub = frame.loc[present]
+    out = {}
+    for column in ("rank_ratio", "srank_g", "srank_h"):
+        values = feature_matrix(sub, column)
+        full = np.full((len(ids), values.shape[1]), np.nan)
+        where = {i: k for k, i in enumerate(ids)}
+        full[[where[i] for i in present]] = values
+        out[column] = full
+    return out
+
+
+def build_table(dataset: str, variant: str, rows: list[dict], split: np.ndarray, *,
+                features: dict[str, Any], baseline_cache: dict[str, dict] | None) -> Table:
+    """Assemble a :class:`Table` from label rows, feature DataFrames (``{"pre": df, "pos": df}``) and
+    a baseline cache (id -> record)."""
+    ids = [str(r["id"]) for r in rows]
+    table = Table(dataset, variant, np.array(ids, dtype=object), np.array([int(r["label"]) for r in rows]),
+                  np.asarray(split, dtype=object))
+    table.confidently_wrong = np.array([confidently_wrong(r) for r in rows])
+    for loss, frame in features.items():
+        if frame is None:
+            continue
+        arrays = _grade_arrays(frame, ids)
+        if arrays:
+            table.grade[loss] = arrays["rank_ratio"]
+            table.grade[f"srank_g_{loss}"] = arrays["srank_g"]
+            table.grade[f"srank_h_{loss}"] = arrays["srank_h"]
+    cache = baseline_cache or {}
+    records = [cache.get(i) for i in ids]
+    if any(r is not None for r in records):
+        for method, key in SCORE_KEYS.items():
+            values = np.array([np.nan if r is None or r.get(key) is None else float(r[key]) for r in records])
+            if np.isfinite(values).any():
+                table.scores[method] = values
+        layers = sorted({int(k) for r in records if r for k in r.get("align_hidden", {})})
+        if all(r is not None for r in records):
+            for layer in layers:
+                table.align[layer] = np.stack([decode_vector(r["align_hidden"][str(layer)]) for r in records])
+            table.saplma = np.stack([decode_vector(r["saplma_hidden"]) for r in records])
+    return table
+
+
+# --------------------------------------------------------------------------------------------------
+# scorers: fit on a table's train/val rows, score any rows of any table
+
+
+class Scorer:
+    name = ""
+    threshold = 0.5
+    auroc = True
+
+    def fit(self, table: Table, train: np.ndarray, val: np.ndarray) -> "Scorer":
+        return self
+
+    def score(self, table: Table, rows: np.ndarray) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ProbeScorer(Scorer):
+    """The paper's probe (or logistic regression) on a per-layer GRADE array, optionally a layer subset."""
+
+    def __init__(self, feature: str = "pre", kind: str = "mlp", layers: slice | None = None, seed: int = 42,
+                 epochs: int = 100):
+        self.feature, self.kind, self.layers, self.seed, self.epochs = feature, kind, layers, seed, epochs
+
+    def _x(self, table: Table, rows: np.ndarray) -> np.ndarray:
+        x = table.grade[self.feature][rows]
+        return x[:, self.layers] if self.layers is not None else x
+
+    def fit(self, table, train, val):
+        from .probe import Probe
+
+        ok_tr = np.isfinite(self._x(table, train)).all(axis=1)
+        ok_va = np.isfinite(self._x(table, val)).all(axis=1)
+        train, val = train[ok_tr], val[ok_va]
+        self.probe = Probe(self.kind, seed=self.seed, epochs=self.epochs).fit(self._x(table, train), table.y[train],
+                                                         self._x(table, val), table.y[val])
+        return self
+
+    def score(self, table, rows):
+        x = self._x(table, rows)
+        out = np.full(len(rows), np.nan)
+        ok = np.isfinite(x).all(axis=1)
+        if ok.any():
+            out[ok] = self.probe.predict_proba(x[ok])[:, 1]
+        return out
+
+
+class LayerThreshold(Scorer):
+    """A threshold on one scalar made from the GRADE array: the mean over layers, or one layer.
+    The direction (higher or lower = answerable) is chosen on train, the cut on train + val."""
+
+    def __init__(self, feature: str = "pre", reduce: str = "mean"):
+        self.feature, self.reduce = feature, reduce
+
+    def _s(self, table, rows):
+        x = table.grade[self.feature][rows]
+        if self.reduce == "mean":
+            return x.mean(axis=1)
+        layer = {"last": x.shape[1] - 1, "middle": x.shape[1] // 2}[self.reduce]
+        return x[:, layer]
+
+    def fit(self, table, train, val):
+        s = self._s(table, train)
+        self.sign = 1.0 if not (auroc(table.y[train], s) < 0.5) else -1.0
+        both = np.concatenate([train, val])
+        self.threshold = best_threshold(table.y[both], self.sign * self._s(table, both))
+        return self
+
+    def score(self, table, rows):
+        return self.sign * self._s(table, rows)
+
+
+class AlignP(Scorer):
+    """Align-P: logistic regression (scikit-learn, standardised, C chosen on validation) on the last
+    prompt token's hidden state; the layer (middle to late) is chosen on validation AUROC."""
+
+    name = "Align-P"
+
+    def __init__(self, seed: int = 42):
+        self.seed = seed
+
+    def fit(self, table, train, val):
+        from .probe import Probe
+
+        best = None
+        for layer, x in sorted(table.align.items()):
+            probe = Probe("logreg", seed=self.seed).fit(x[train], table.y[train], x[val], table.y[val])
+            a = auroc(table.y[val], probe.predict_proba(x[val])[:, 1])
+            key = (a if np.isfinite(a) else 0.5, -layer)  # ties: the earlier layer
+            if best is None or key > best[0]:
+                best = (key, layer, probe)
+        _, self.layer, self.probe = best
+        return self
+
+    def score(self, table, rows):
+        return self.probe.predict_proba(table.align[self.layer][rows])[:, 1]
+
+
+class SAPLMA(Scorer):
+    """SAPLMA (Azaria & Mitchell 2023): MLP 256-128-64, ReLU, sigmoid; Adam lr 1e-3, 5 epochs, batch
+    32, on hidden_states[-12] of the answer's last token. Inputs are standardised with the training
+    mean and standard deviation (hidden-state scales differ by orders of magnitude between models; the
+    original works on raw states of larger models)."""
+
+    name = "SAPLMA"
+
+    def __init__(self, seed: int = 42, epochs: int = 5, batch_size: int = 32, lr: float = 1e-3):
+        self.seed, self.epochs, self.batch_size, self.lr = seed, epochs, batch_size, lr
+
+    def fit(self, table, train, val):
+        import torch
+        from torch import nn
+
+        x = table.saplma[train].astype(np.float64)
+        self.mean, self.std = x.mean(0), x.std(0) + 1e-6
+        torch.manual_seed(self.seed)
+        rng = np.random.default_rng(self.seed)
+        d = x.shape[1]
+        self.net = nn.Sequential(nn.Linear(d, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                                 nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 1))
+        opt = torch.optim.Adam(self.net.parameters(), lr=self.lr)
+        xt = torch.tensor((x - self.mean) / self.std, dtype=torch.float32)
+        yt = torch.tensor(table.y[train], dtype=torch.float32)
+        loss_fn = nn.BCEWithLogitsLoss()
+        with torch.enable_grad():
+            self.net.train()
+            for _ in range(self.epochs):
+                order = rng.permutation(len(xt))
+                for start in range(0, len(order), self.batch_size):
+                    batch = order[start:start + self.batch_size]
+                    opt.zero_grad()
+                    loss = loss_fn(self.net(xt[batch]).squeeze(-1), yt[batch])
+                    loss.backward()
+                    opt.step()
+        self.net.eval()
+        return self
+
+    def score(self, table, rows):
+        import torch
+
+        x = torch.tensor((table.saplma[rows] - self.mean) / self.std, dtype=torch.float32)
+        with torch.no_grad():
+            return torch.sigmoid(self.net(x).squeeze(-1)).double().numpy()
+
+
+class FixedScore(Scorer):
+    """A training-free score; only the accuracy threshold is fitted (best accuracy on train + val)."""
+
+    def __init__(self, method: str):
+        self.name = method
+        self.auroc = method != "Judge"
+
+    def fit(self, table, train, val):
+        if self.name == "Judge":
+            self.threshold = 0.5  # 1 = "I can answer", 0 = "Unknown": a decision already
+            return self
+        both = np.concatenate([train, val])
+        self.threshold = best_threshold(table.y[both], table.scores[self.name][both])
+        return self
+
+    def score(self, table, rows):
+        return table.scores[self.name][rows]
+
+
+def make_scorer(method: str, protocol: Protocol) -> Scorer:
+    if method in GRADE_METHODS:
+        return ProbeScorer(method.split("_")[1], protocol.probe_kind, seed=protocol.seed, epochs=protocol.probe_epochs)
+    if method == "Align-P":
+        return AlignP(seed=protocol.seed)
+    if method == "SAPLMA":
+        return SAPLMA(seed=protocol.seed)
+    return FixedScore(method)
+
+
+def _seed_of(*parts: str) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256("|".join(parts).encode()).digest()[:4], "little")
+
+
+def evaluate_method(method: str, table: Table, protocol: Protocol, scorer: Scorer | None = None,
+                    test_table: Table | None = None, test_rows: np.ndarray | None = None) -> tuple[dict[str, Any], Scorer]:
+    """Fit ``method`` on ``table``'s train/val rows and score the test rows of ``test_table``
+    (default: the same table). Returns (metrics, fitted scorer)."""
+    test_table = test_table or table
+    if scorer is None:
+        scorer = make_scorer(method, protocol).fit(table, table.rows("train"), table.rows("val"))
+    rows = test_table.rows("test") if test_rows is None else test_rows
+    s = scorer.score(test_table, rows)
+    m = metrics(test_table.y[rows], s, scorer.threshold, protocol, with_auroc=scorer.auroc,
+                seed=_seed_of(method, table.dataset, test_table.dataset, test_table.variant))
+    return m, scorer
+
+
+# --------------------------------------------------------------------------------------------------
+# the studies
+
+
+def main_table(tables: dict[str, Table], protocol: Protocol, methods=METHOD_ORDER) -> tuple[list[dict], dict]:
+    """One row per (dataset, method): Acc, AUROC and its CI on the test split. Also returns the
+    fitted scorers, ``{(dataset, method): scorer}``, for the other studies."""
+    rows, fitted = [], {}
+    for name, table in tables.items():
+        for method in methods:
+            if not table.has(method):
+                continue
+            m, scorer = evaluate_method(method, table, protocol)
+            fitted[(name, method)] = scorer
+            extra = {"layer": scorer.layer} if method == "Align-P" else {}
+            rows.append({"dataset": name, "method": method, **m, **extra})
+    return rows, fitted
+
+
+def transfer_matrix(tables: dict[str, Table], fitted: dict, protocol: Protocol, methods=SUPERVISED) -> list[dict]:
+    """Train on A (its fitted scorer), test on B's test split, for every ordered pair.
+
+    When A and B share questions (one dataset asked under two conditions), B's test rows whose
+    question was in A's train or validation split are left out, so nothing seen in training is tested.
+    """
+    out = []
+    for method in methods:
+        for a, ta in tables.items():
+            if (a, method) not in fitted:
+                continue
+            seen = set(ta.ids[ta.rows(("train", "val"))])
+            for b, tb in tables.items():
+                if not tb.has(method):
+                    continue
+                rows = np.array([i for i in tb.rows("test") if tb.ids[i] not in seen], dtype=int)
+                if len(rows) == 0 or len(set(tb.y[rows])) < 2:
+                    continue
+                m, _ = evaluate_method(method, ta, protocol, scorer=fitted[(a, method)], test_table=tb, test_rows=rows)
+                out.append({"method": method, "train": a, "test": b, **m})
+    return out
+
+
+def robustness(tables: dict[str, Table], perturbed: dict[tuple[str, str], Table], fitted: dict,
+               protocol: Protocol, methods=METHOD_ORDER) -> list[dict]:
+    """Scorers fitted on the original prompts, applied to the same test questions with a perturbed
+    prompt. Relative change = (perturbed - original) / original, on the rows present in both."""
+    out = []
+    for (name, variant), pt in perturbed.items():
+        table = tables.get(name)
+        if table is None:
+            continue
+        position = {i: k for k, i in enumerate(pt.ids)}
+        rows = np.array([k for k in table.rows("test") if table.ids[k] in position], dtype=int)
+        prow = np.array([position[table.ids[k]] for k in rows], dtype=int)
+        if len(rows) == 0 or len(set(table.y[rows])) < 2:
+            continue
+        for method in methods:
+            if (name, method) not in fitted or not pt.has(method):
+                continue
+            scorer = fitted[(name, method)]
+            base, _ = evaluate_method(method, table, protocol, scorer=scorer, test_rows=rows)
+            new, _ = evaluate_method(method, table, protocol, scorer=scorer, test_table=pt, test_rows=prow)
+            if new["missing"] == new["n"]:
+                continue
+            rel = lambda key: (new[key] - base[key]) / base[key] if base[key] and np.isfinite(base[key]) else float("nan")  # noqa: E731
+            out.append({"dataset": name, "variant": variant, "method": method, "n": base["n"],
+                        "acc": base["acc"], "acc_perturbed": new["acc"], "acc_rel_change": rel("acc"),
+                        "auroc": base["auroc"], "auroc_perturbed": new["auroc"], "auroc_rel_change": rel("auroc")})
+    return out
+
+
+def ablations(tables: dict[str, Table], protocol: Protocol) -> list[dict]:
+    """GRADE variants on the test split: probe on all layers vs a threshold on the mean / last /
+    middle layer ratio; rank ratio vs the raw gradient stable rank srank(C_g); layer thirds."""
+    out = []
+    for name, table in tables.items():
+        for loss in ("pre", "pos"):
+            if loss not in table.grade:
+                continue
+            L = table.grade[loss].shape[1]
+            third = max(1, L // 3)
+            probe = lambda feature, layers=None, kind=protocol.probe_kind: ProbeScorer(  # noqa: E731
+                feature, kind, layers, protocol.seed, protocol.probe_epochs)
+            variants: list[tuple[str, Scorer]] = [
+                ("probe, all layers (rank ratio)", probe(loss)),
+                ("logistic regression, all layers", probe(loss, kind="logreg")),
+                ("threshold on the mean ratio", LayerThreshold(loss, "mean")),
+                ("threshold on the last layer's ratio", LayerThreshold(loss, "last")),
+                ("threshold on the middle layer's ratio", LayerThreshold(loss, "middle")),
+                ("probe on srank(C_g) (raw gradient)", probe(f"srank_g_{loss}")),
+                (f"probe, first third (layers 0-{third - 1})", probe(loss, slice(0, third))),
+                (f"probe, middle third (layers {third}-{2 * third - 1})", probe(loss, slice(third, 2 * third))),
+                (f"probe, last third (layers {2 * third}-{L - 1})", probe(loss, slice(2 * third, L))),
+            ]
+            for label, scorer in variants:
+                if scorer.feature not in table.grade:
+                    continue
+                scorer.fit(table, table.rows("train"), table.rows("val"))
+                m, _ = evaluate_method(f"GRADE_{loss}", table, protocol, scorer=scorer)
+                out.append({"dataset": name, "loss": loss, "variant": label, **m})
+    return out
+
+
+def confidently_wrong_study(tables: dict[str, Table], fitted: dict, protocol: Protocol) -> list[dict]:
+    """Accuracy of every method on the test questions where all samples agree and are wrong (label
+    0 throughout: accuracy = share flagged unanswerable), pooled over datasets and per dataset."""
+    out = []
+    pooled: dict[str, list[tuple[np.ndarray, float]]] = {}
+    for name, table in tables.items():
+        rows = np.array([k for k in table.rows("test") if table.confidently_wrong[k]], dtype=int)
+        for method in METHOD_ORDER:
+            if (name, method) not in fitted:
+                continue
+            scorer = fitted[(name, method)]
+            s = scorer.score(table, rows) if len(rows) else np.array([])
+            pred = np.where(np.isfinite(s), s >= scorer.threshold, True)
+            pooled.setdefault(method, []).append(pred)
+            out.append({"dataset": name, "method": method, "n": int(len(rows)),
+                        "acc": float((pred == 0).mean()) if len(rows) else float("nan")})
+    for method, preds in pooled.items():
+        pred = np.concatenate(preds) if preds else np.array([])
+        out.append({"dataset": "all", "method": method, "n": int(len(pred)),
+                    "acc": float((pred == 0).mean()) if len(pred) else float("nan")})
+    return out
+
+
+@dataclass
+class BenchmarkResult:
+    model: str
+    protocol: dict
+    datasets: dict[str, dict]  # per dataset: class counts, eligibility, split sizes, reason
+    main: list[dict]
+    transfer: list[dict]
+    robustness: list[dict]
+    ablations: list[dict]
+    confidently_wrong: list[dict]
+    notes: list[str] = field(default_factory=list)
+
+
+def run_benchmark(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
+                  dataset_info: dict[str, dict], protocol: Protocol, *, notes: list[str] | None = None,
+                  studies: tuple[str, ...] = ("transfer", "robustness", "ablations", "confidently_wrong")) -> BenchmarkResult:
+    """All studies on assembled tables (see :func:`build_table`)."""
+    if not tables:
+        raise InputError("no dataset has enough labelled questions of each class for a benchmark")
+    main, fitted = main_table(tables, protocol)
+    return BenchmarkResult(
+        model=model,
+        protocol=asdict(protocol),
+        datasets=dataset_info,
+        main=main,
+        transfer=transfer_matrix(tables, fitted, protocol) if "transfer" in studies else [],
+        robustness=robustness(tables, perturbed, fitted, protocol) if "robustness" in studies else [],
+        ablations=ablations(tables, protocol) if "ablations" in studies else [],
+        confidently_wrong=confidently_wrong_study(tables, fitted, protocol) if "confidently_wrong" in studies else [],
+        notes=list(notes or []),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# output
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+
+
+def main_markdown(result: BenchmarkResult) -> str:
+    """Methods as rows, datasets as column pairs: ``Acc`` and ``AUROC [95% CI]``."""
+    datasets = list(dict.fromkeys(r["dataset"] for r in result.main))
+    cell = {(r["dataset"], r["method"]): r for r in result.main}
+    head = "| method | " + " | ".join(f"{d} Acc | {d} AUROC [95% CI]" for d in datasets) + " |"
+    sep = "|---|" + "---|---|" * len(datasets)
+    lines = [head, sep]
+    for method in METHOD_ORDER:
+        if not any((d, method) in cell for d in datasets):
+            continue
+        parts = []
+        for d in datasets:
+            r = cell.get((d, method))
+            if r is None:
+                parts += ["n/a", "n/a"]
+                continue
+            a = _fmt(r["auroc"])
+            ci = f" [{_fmt(r['auroc_lo'], 2)}, {_fmt(r['auroc_hi'], 2)}]" if math.isfinite(r["auroc"]) else ""
+            parts += [_fmt(r["acc"]), a + ci]
+        lines.append(f"| {method} | " + " | ".join(parts) + " |")
+    tests = ", ".join(f"{d}: n={cell[(d, next(m for m in METHOD_ORDER if (d, m) in cell))]['n']}"
+                      f" ({cell[(d, next(m for m in METHOD_ORDER if (d, m) in cell))]['positives']} answerable)"
+                      for d in datasets)
+    lines.append("")
+    lines.append(f"Test sets: {tests}.")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, index=False, float_format="%.4f")
+
+
+def write_results(result: BenchmarkResult, out: str | Path, *, figures: bool = True, png: bool = True) -> list[Path]:
+    """``main_table.{csv,md}``, ``transfer.csv``, ``robustness.csv``, ``ablations.csv``,
+    ``confidently_wrong.csv``, ``summary.json`` and figures (Plotly HTML, PNG when Kaleido can
+    render) under ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, rows in (("main_table", result.main), ("transfer", result.transfer), ("robustness", result.robustness),
+                       ("ablations", result.ablations), ("confidently_wrong", result.confidently_wrong)):
+        if rows:
+            write_csv(rows, out / f"{name}.csv")
+            written.append(out / f"{name}.csv")
+    (out / "main_table.md").write_text(main_markdown(result), encoding="utf-8")
+    written.append(out / "main_table.md")
+    summary = {"model": result.model, "protocol": result.protocol, "datasets": result.datasets, "notes": result.notes}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    written.append(out / "summary.json")
+    if figures:
+        written += write_figures(result, out, png=png)
+    return written
+
+
+def load_results(folder: str | Path) -> BenchmarkResult:
+    """A :class:`BenchmarkResult` read back from a results folder (CSV + summary.json), for the app."""
+    import pandas as pd
+
+    folder = Path(folder)
+    summary_path = folder / "summary.json"
+    if not summary_path.is_file():
+        raise InputError(f"{folder} holds no benchmark results (no summary.json)")
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+
+    def rows(name: str) -> list[dict]:
+        path = folder / f"{name}.csv"
+        if not path.is_file():
+            return []
+        frame = pd.read_csv(path)
+        return [{k: (float("nan") if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                for r in frame.to_dict("records")]
+
+    return BenchmarkResult(model=summary.get("model", folder.name), protocol=summary.get("protocol", {}),
+                           datasets=summary.get("datasets", {}), main=rows("main_table"), transfer=rows("transfer"),
+                           robustness=rows("robustness"), ablations=rows("ablations"),
+                           confidently_wrong=rows("confidently_wrong"), notes=summary.get("notes", []))
+
+
+# --------------------------------------------------------------------------------------------------
+# figures
+
+
+def _save_figure(fig, out: Path, name: str, png: bool) -> list[Path]:
+    """HTML always (Plotly, JS from the CDN kept out: the file loads plotly.js once, inline-free);
+    PNG when Kaleido can render here (it needs a Chrome/Chromium; skipped silently otherwise)."""
+    paths = [out / f"{name}.html"]
+    fig.write_html(paths[0], include_plotlyjs="cdn", full_html=True)
+    if png:
+        try:
+            fig.write_image(out / f"{name}.png", scale=2)
+            paths.append(out / f"{name}.png")
+        except Exception:  # no Kaleido or no browser: the HTML is the figure
+            pass
+    return paths
+
+
+def figures(result: BenchmarkResult) -> dict[str, Any]:
+    """Plotly figures of a result: name -> figure (only those with data)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    figs: dict[str, Any] = {}
+    main = [r for r in result.main if math.isfinite(r["auroc"])]
+    if main:
+        fig = go.Figure()
+        for dataset in dict.fromkeys(r["dataset"] for r in main):
+            rows = [r for r in main if r["dataset"] == dataset]
+            fig.add_bar(name=dataset, x=[r["method"] for r in rows], y=[r["auroc"] for r in rows],
+                        error_y=dict(type="data", symmetric=False,
+                                     array=[r["auroc_hi"] - r["auroc"] for r in rows],
+                                     arrayminus=[r["auroc"] - r["auroc_lo"] for r in rows]))
+        fig.add_hline(y=0.5, line_dash="dot", line_color="grey")
+        fig.update_layout(title=f"{result.model}: test AUROC with 95% bootstrap CI", barmode="group",
+                          yaxis_title="AUROC", yaxis_range=[0, 1], template="plotly_white")
+        figs["auroc_bars"] = fig
+    methods = [m for m in SUPERVISED if any(r["method"] == m for r in result.transfer)]
+    if methods:
+        names = list(dict.fromkeys([r["train"] for r in result.transfer] + [r["test"] for r in result.transfer]))
+        fig = make_subplots(rows=1, cols=len(methods), subplot_titles=methods, horizontal_spacing=0.08)
+        for k, method in enumerate(methods, 1):
+            z = [[next((r["auroc"] for r in result.transfer if r["method"] == method and r["train"] == a and r["test"] == b), None)
+                  for b in names] for a in names]
+            text = [[_fmt(v, 2) if v is not None else "" for v in row] for row in z]
+            fig.add_trace(go.Heatmap(z=z, x=names, y=names, text=text, texttemplate="%{text}", zmin=0.3, zmax=1.0,
+                                     colorscale="RdBu", zmid=0.5, showscale=k == len(methods)), row=1, col=k)
+            fig.update_xaxes(title_text="test on", row=1, col=k)
+        fig.update_yaxes(title_text="train on", row=1, col=1)
+        fig.update_layout(title=f"{result.model}: transfer (AUROC, train on row, test on column)",
+                          height=380, width=max(600, 330 * len(methods)), template="plotly_white")
+        figs["transfer_heatmap"] = fig
+    rob = [r for r in result.robustness if math.isfinite(r["auroc_rel_change"])]
+    if rob:
+        fig = go.Figure()
+        for variant in dict.fromkeys(r["variant"] for r in rob):
+            for dataset in dict.fromkeys(r["dataset"] for r in rob):
+                rows = [r for r in rob if r["variant"] == variant and r["dataset"] == dataset]
+                if rows:
+                    fig.add_bar(name=f"{dataset}, {variant}", x=[r["method"] for r in rows],
+                                y=[100 * r["auroc_rel_change"] for r in rows])
+        fig.update_layout(title=f"{result.model}: relative AUROC change under harmless perturbations (%)",
+                          barmode="group", yaxis_title="change in AUROC (%)", template="plotly_white")
+        figs["robustness"] = fig
+    abl = [r for r in result.ablations if math.isfinite(r["auroc"])]
+    if abl:
+        fig = go.Figure()
+        for key in dict.fromkeys((r["dataset"], r["loss"]) for r in abl):
+            rows = [r for r in abl if (r["dataset"], r["loss"]) == key]
+            fig.add_bar(name=f"{key[0]}, GRADE_{key[1]}", y=[r["variant"] for r in rows], x=[r["auroc"] for r in rows],
+                        orientation="h", error_x=dict(type="data", symmetric=False,
+                                                      array=[r["auroc_hi"] - r["auroc"] for r in rows],
+                                                      arrayminus=[r["auroc"] - r["auroc_lo"] for r in rows]))
+        fig.add_vline(x=0.5, line_dash="dot", line_color="grey")
+        fig.update_layout(title=f"{result.model}: GRADE ablations (test AUROC)", barmode="group",
+                          xaxis_range=[0, 1], height=200 + 40 * len(abl) // max(1, len({(r['dataset'], r['loss']) for r in abl})) * 2,
+                          template="plotly_white", yaxis_autorange="reversed")
+        figs["ablations"] = fig
+    return figs
+
+
+def write_figures(result: BenchmarkResult, out: str | Path, *, png: bool = True) -> list[Path]:
+    out = Path(out)
+    written = []
+    for name, fig in figures(result).items():
+        written += _save_figure(fig, out, name, png)
+    return written
