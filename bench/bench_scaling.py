@@ -10,7 +10,7 @@ through the same sinks as the commands (Parquet feature store / labels JSONL, in
 CPU workers get ``--threads-per-worker`` torch threads each, so N workers use N x that many cores:
 the figure says how well independent model copies fill a machine's cores (or share one GPU, with a
 fractional ``--gpus-per-worker``). The single-process path (``--engine local``: one model in this
-process, ``--threads-per-worker`` threads) is timed on the same questions for reference.
+process, ``--threads-per-worker`` threads) is timed on the same questions before and after the Ray runs, for reference.
 
 ``--random-init CONFIG_DIR`` builds the model from a config.json + tokenizer folder with random weights
 (same shapes and cost as the real model; for machines without the weights, e.g. a GPU box that cannot
@@ -129,7 +129,7 @@ def time_ray(args, model_name: str, items, workers: int) -> dict:
             run.execute(items[: args.warmup], sink, chunk_size=max(1, args.warmup // workers))
             report = run.execute(items[args.warmup :], sink, chunk_size=args.chunk_size)
     return {"workers": workers, "seconds": report.seconds, "questions": report.written, "load_s": load_s,
-            "resent": report.resent}
+            "resent": report.resent, "utilisation": report.utilisation}
 
 
 def main() -> int:
@@ -167,6 +167,9 @@ def main() -> int:
         for n in args.workers:
             rows.append(time_ray(args, model_name, items, n))
             print(rows[-1], file=sys.stderr)
+        if not args.no_local:  # again, to see how much the machine drifted during the run
+            rows.append({**time_local(args, model_name, items), "workers": "local (after)"})
+            print(rows[-1], file=sys.stderr)
         ray.shutdown()
     info["load_average_end"] = os.getloadavg()
     base = next((r for r in rows if r["workers"] == 1), None)
@@ -174,13 +177,14 @@ def main() -> int:
           f"{' (random weights)' if args.random_init else ''}, {args.threads_per_worker} thread(s) per CPU worker, "
           f"{args.gpus_per_worker:g} GPU per worker; machine: {info.get('gpu', info.get('cpu'))}, "
           f"{info['cpu_count']} CPUs, load average {info['load_average_start'][0]:.1f} -> {info['load_average_end'][0]:.1f}\n")
-    print("| workers | questions/s | speed-up vs 1 worker | model load (s) |")
-    print("|---|---|---|---|")
+    print("| workers | questions/s | speed-up vs 1 worker | workers busy | model load (s) |")
+    print("|---|---|---|---|---|")
     for r in rows:
         r["questions_per_s"] = r["questions"] / r["seconds"]
         speedup = f"{r['questions_per_s'] / (base['questions'] / base['seconds']):.2f}x" if base else "-"
         load = f"{r['load_s']:.1f}" if "load_s" in r else "-"
-        print(f"| {r['workers']} | {r['questions_per_s']:.2f} | {speedup if r['workers'] != 'local' else '-'} | {load} |")
+        busy = f"{r['utilisation']:.0%}" if "utilisation" in r else "-"
+        print(f"| {r['workers']} | {r['questions_per_s']:.2f} | {'-' if str(r['workers']).startswith('local') else speedup} | {busy} | {load} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, "machine": info,
                                     "rows": rows}, indent=2))

@@ -351,7 +351,13 @@ class RunReport:
     skipped: list[tuple] = field(default_factory=list)  # (..., reason) per item the work refused
     resent: int = 0  # chunks sent again after their worker died
     workers: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock of the run, model loads excluded
+    busy_seconds: float = 0.0  # summed over workers: time spent in the work itself
+
+    @property
+    def utilisation(self) -> float:
+        """Share of the workers' time spent working (1.0: no worker ever waited for the driver)."""
+        return self.busy_seconds / (self.workers * self.seconds) if self.workers and self.seconds else 0.0
 
     def __str__(self) -> str:
         return (f"{self.written} rows written, {self.already} already stored, {len(self.skipped)} skipped, "
@@ -416,6 +422,9 @@ def _plan_workers(cluster: ClusterOptions) -> tuple[int, float, float]:
         if total_gpus < gpus:
             raise GradeError(f"each worker needs {gpus:g} GPU(s) but the cluster has {total_gpus:g}")
         workers = cluster.workers or max(1, int(total_gpus // gpus))
+        if workers * gpus > total_gpus + 1e-9:  # Ray would wait for GPUs forever
+            raise GradeError(f"{workers} workers x {gpus:g} GPU(s) need {workers * gpus:g} GPUs; "
+                             f"the cluster has {total_gpus:g}")
         cpus = cluster.cpus_per_worker or 1
     else:
         workers = cluster.workers or max(1, int(total_cpus))
@@ -423,6 +432,11 @@ def _plan_workers(cluster: ClusterOptions) -> tuple[int, float, float]:
         cpus = cluster.cpus_per_worker or max(1.0, math.floor(total_cpus / workers))
     if workers < 1:
         raise InputError("--workers must be at least 1")
+    if workers * cpus > total_cpus:
+        # More workers than cores (asked for): reserve a share of a core each so that all of them
+        # start; each still runs as many threads as asked (the cores are oversubscribed).
+        log.warning("%d workers on %g CPUs: the cores are shared", workers, total_cpus)
+        cpus = total_cpus / workers
     return workers, gpus, cpus
 
 
@@ -463,7 +477,7 @@ class RayRun:
         self.ray = ray
         n, gpus, cpus = _plan_workers(cluster)
         # The CPU thread count must be known to the worker before its model runs.
-        self.spec = replace(spec, gpus=gpus, threads=spec.threads or (None if gpus else int(cpus)))
+        self.spec = replace(spec, gpus=gpus, threads=spec.threads or (None if gpus else max(1, int(cpus))))
         remote = ray.remote(_Worker).options(num_cpus=cpus, num_gpus=gpus, max_restarts=MAX_WORKER_RESTARTS,
                                              max_task_retries=0)
         self.actors = [remote.remote(self.spec, work) for _ in range(n)]
@@ -564,6 +578,7 @@ class RayRun:
                 except self.ray.exceptions.RayTaskError as exc:  # a bug, not a dead worker: stop
                     raise GradeError(f"a Ray worker failed: {_cause(exc)}") from None
                 self.worker_pids[index] = outcome["pid"]
+                report.busy_seconds += outcome["seconds"]
                 sink.write(outcome["results"])
                 report.written += len(outcome["results"])
                 report.skipped += outcome["skipped"]

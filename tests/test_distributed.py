@@ -78,6 +78,16 @@ def test_cluster_options_are_checked(tmp_path):
 
 
 @pytest.mark.slow
+def test_impossible_placements_fail_at_once(ray_cluster):
+    """Ray would wait forever for GPUs the cluster does not have: say so instead."""
+    from grade.distributed import ClusterOptions, FeatureWork, ModelSpec, RayRun
+    from grade.errors import GradeError
+
+    with pytest.raises(GradeError, match="the cluster has 0"):
+        RayRun(FeatureWork(), ModelSpec("smollm2-135m-instruct"), ClusterOptions(workers=1, gpus_per_worker=1))
+
+
+@pytest.mark.slow
 def test_extract_on_ray_matches_local_despite_a_killed_worker_and_an_interrupted_run(smollm, ray_cluster, tmp_path):
     from grade.distributed import ClusterOptions, ModelSpec, extract_features_distributed
     from grade.features import extract_features, load_features
@@ -173,3 +183,43 @@ def test_device_map_model_keeps_every_layer_hooked(smollm, tmp_path):
     with capture_mlp(sharded.model) as capture, torch.no_grad():
         sharded.model(input_ids=torch.tensor([[1, 2, 3]]))
     assert capture.complete() and len(capture.hidden) == smollm.n_layers
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # pragma: no cover
+        return 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 GPUs (run on a multi-GPU machine)")
+def test_model_split_across_two_gpus_matches_one_gpu():
+    """device_map over 2 GPUs: activations and gradients cross devices mid-model; every layer is still
+    hooked, features and sampled answers equal those of the same model on one GPU."""
+    import grade
+    from grade.architectures import down_projections
+    from grade.distributed import load_sharded_model
+    from grade.prompts import format_prompt
+    from grade.sampling import SamplingSettings, sample_answers
+
+    name = os.environ.get("GRADE_TEST_MODEL", "smollm2-135m-instruct")
+    whole = grade.load_model(name, device="cuda:0", dtype="float32")
+    size = sum(p.numel() * p.element_size() for p in whole.model.parameters())
+    split = load_sharded_model(name, dtype="float32", max_memory={0: int(size * 0.6), 1: int(size * 2)})
+    layer_devices = {m.weight.device for m in down_projections(split.model)}
+    assert len(layer_devices) == 2 and split.n_layers == whole.n_layers
+
+    question = "What is the capital of France?"
+    for kwargs in (dict(loss="pre"), dict(loss="pre", spectra=True),
+                   dict(loss="pos", response="Paris. It is on the Seine.", steps=True)):
+        a = grade.analyze(whole, question, keep_hidden=True, **kwargs)
+        b = grade.analyze(split, question, keep_hidden=True, **kwargs)
+        np.testing.assert_allclose(b.rank_ratio, a.rank_ratio, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(b.last_hidden, a.last_hidden, rtol=1e-4, atol=1e-5)
+
+    prompt = format_prompt(whole.tokenizer, question)
+    settings = SamplingSettings(n_samples=4, max_new_tokens=8, seed=3, stop_strings=("\n",))
+    assert sample_answers(split, [prompt], ["q1"], settings) == sample_answers(whole, [prompt], ["q1"], settings)
