@@ -8,14 +8,16 @@ chunks of questions to the actors and writes every finished chunk itself. Ray Da
 workers to a path that every node must reach and has no notion of "skip the questions already in the
 output", which is what makes a killed run resumable here. Ray core gives us retries of dead workers,
 GPU placement (``num_gpus``) and a way to attach to a running cluster (``ray.init(address=...)``);
-the rest is ~100 lines below.
+the scheduling loop below is all the rest.
 
 Guarantees, and what makes them hold:
 
 * **Same results whatever the number of workers.** The work on one question is a pure function of
   ``(model, question, settings)``: features are deterministic, and every sampled answer draws from its
   own random stream seeded from ``(seed, question id, sample index)`` (:mod:`grade.sampling`). No
-  state crosses questions, so chunking and scheduling cannot change a result.
+  state crosses questions, so chunking and scheduling cannot change a result. Bitwise equality also
+  needs the same kernels (device, dtype, torch threads): across thread counts we measured float32
+  differences of ~5e-7 in loss values and none in rank ratios on the CPU.
 * **Nothing lost, nothing twice.** Only the driver writes, one output part per finished chunk, atomically
   (temporary name, then rename). A chunk whose worker dies is sent again (the actor is restarted by
   Ray and reloads its model); a re-run first reads the keys already in the output and only sends the
