@@ -15,7 +15,6 @@ import os
 import sys
 
 from ..distributed import add_engine_arguments, check_engine_arguments
-from ..distributed import add_engine_arguments, check_engine_arguments
 from .common import add_model_arguments, load_model_from_args
 
 
