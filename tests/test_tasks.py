@@ -331,3 +331,10 @@ def test_every_document_contains_its_answer():
     for q in load_questions("with_document", with_context=True):
         assert q.context and is_correct(q, q.context, "lenient"), q.id
     assert all(q.context is None for q in load_questions("with_document"))
+
+
+def test_no_short_answer_is_given_away_by_its_question():
+    """The lenient matcher would credit a reply that merely repeats the question."""
+    for name in ("facts_known", "facts_unknown", "with_document"):
+        for q in load_questions(name):
+            assert not is_correct(q, q.question, "lenient"), q.id
