@@ -468,7 +468,8 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
     if unknown:
         raise InputError(f"unknown baseline pass(es) {', '.join(sorted(unknown))}; use {', '.join(PARTS)}")
     task = item.get("task") or "qa"
-    new_tokens = config.new_tokens(task)
+    # the answer length the labels were sampled with, when the labelled record says so
+    new_tokens = int(item.get("max_new_tokens") or config.new_tokens(task))
     stops = STOP_STRINGS.get(task, ())
     timings: dict[str, float] = {}
     record: dict = {"id": str(item["id"]), "dataset": item.get("dataset"), "variant": variant, "model": lm.name}

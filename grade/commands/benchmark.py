@@ -35,8 +35,11 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(p)
     p.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS),
-                   help="label file stems under --labels-dir (default: the six shared datasets)")
-    p.add_argument("--labels-dir", default=None, help="folder of labelled JSONL files (default: data/labels/<model>)")
+                   help="label file stems looked up in --labels-dir (default: the six shared datasets), or "
+                        "NAME=FILE[,FILE...] to pool labelled files under one name")
+    p.add_argument("--labels-dir", nargs="+", default=None,
+                   help="folders searched in order for <dataset>.jsonl (default: data/labels/<model>, then "
+                        "data/benchmark/labels/<model>)")
     p.add_argument("--eval-labels-dir", default=None,
                    help="labelled files of unseen questions: train on all of --labels-dir, test on these")
     p.add_argument("--cache-dir", default=str(REPO_ROOT / "data" / "benchmark"),
@@ -143,18 +146,19 @@ def _ensure_features(handle, store: Path, rows: list[dict], variant: str, loss: 
     """Feature DataFrame for ``rows`` (computing the missing ones unless offline)."""
     import pandas as pd
 
-    from ..features import extract_features, load_features, stored_keys
+    from ..features import extract_features, load_features, row_key, stored_keys
 
     have = set()
     frames = []
     if extra is not None and variant == "original":
-        sub = extra[(extra["loss"] == loss) & extra["dataset"].isin({r["dataset"] for r in rows})]
-        sub = sub[sub["id"].isin({r["id"] for r in rows})]
+        wanted = {row_key(r) for r in rows}
+        keys = list(zip(extra["dataset"], extra["id"], extra["has_context"].astype(bool)))
+        sub = extra[[(k in wanted) and l == loss for k, l in zip(keys, extra["loss"])]]
         if len(sub):
             frames.append(sub)
-            have |= set(zip(sub["dataset"], sub["id"]))
+            have |= set(zip(sub["dataset"], sub["id"], sub["has_context"].astype(bool)))
     have |= stored_keys(store)
-    missing = [r for r in rows if (r["dataset"], r["id"]) not in have]
+    missing = [r for r in rows if row_key(r) not in have]
     if missing and not handle.args.offline:
         lm = handle.get()
         t = time.perf_counter()
@@ -220,11 +224,12 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    cache = Path(args.cache_dir)
     protocol = Protocol(fractions=tuple(args.fractions), seed=args.seed, min_per_class=args.min_per_class,
                         max_per_class=args.max_per_class, n_boot=args.n_boot)
-    labels_dir = Path(args.labels_dir) if args.labels_dir else REPO_ROOT / "data" / "labels" / safe_name(args.model)
+    labels_dirs = [Path(d) for d in args.labels_dir] if args.labels_dir else [
+        REPO_ROOT / "data" / "labels" / safe_name(args.model), cache / safe_name(args.model) / "labels"]
     out = Path(args.out) if args.out else REPO_ROOT / "results" / safe_name(args.model)
-    cache = Path(args.cache_dir)
     extra = load_features(args.features, hidden=False) if args.features else None
     config = BaselineConfig(n_samples=args.samples)
     handle = _ModelHandle(args)
@@ -232,13 +237,20 @@ def run(args: argparse.Namespace) -> int:
 
     tables, perturbed, info = {}, {}, {}
     notes = []
-    for dataset in args.datasets:
-        path = labels_dir / f"{dataset}.jsonl"
-        if not path.is_file():
-            info[dataset] = {"eligible": False, "reason": f"no labelled file {path}"}
-            _log(f"{dataset}: no labelled file at {path}")
+    for spec in args.datasets:
+        dataset, paths = _label_files(spec, labels_dirs)
+        missing_files = [p for p in paths if not p.is_file()]
+        if not paths or missing_files:
+            where = ", ".join(_display(p) for p in missing_files) or " or ".join(_display(d / f"{dataset}.jsonl") for d in labels_dirs)
+            info[dataset] = {"eligible": False, "reason": f"no labelled file ({where})"}
+            _log(f"{dataset}: no labelled file ({where})")
             continue
-        rows, entry = select_rows(read_labels(path), protocol)
+        labelled = [row for p in paths for row in read_labels(p)]
+        all_rows = sum(1 for p in paths for line in p.open(encoding="utf-8") if line.strip())
+        rows, entry = select_rows(labelled, protocol)
+        entry["labelled_files"] = [_display(p) for p in paths]
+        entry["questions_sampled"] = all_rows
+        entry["no_label"] = all_rows - len(labelled)
         eval_rows = []
         if args.eval_labels_dir:
             eval_path = Path(args.eval_labels_dir) / f"{dataset}.jsonl"
@@ -301,6 +313,24 @@ def run(args: argparse.Namespace) -> int:
     _log(f"studies {time.perf_counter() - t:.1f} s; wrote {len(written)} files to {out}")
     print((out / "main_table.md").read_text(encoding="utf-8"))
     return 0
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _label_files(spec: str, dirs: list[Path]) -> tuple[str, list[Path]]:
+    """``name`` -> the first ``<dir>/<name>.jsonl`` found; ``NAME=FILE,FILE`` -> those files pooled."""
+    if "=" in spec:
+        name, files = spec.split("=", 1)
+        return name.strip(), [Path(f).expanduser() for f in files.split(",") if f.strip()]
+    for folder in dirs:
+        if (folder / f"{spec}.jsonl").is_file():
+            return spec, [folder / f"{spec}.jsonl"]
+    return spec, []
 
 
 def _two_way_split(y, train_share: float, seed: int):

@@ -1,0 +1,137 @@
+"""Run the benchmark for both embedded models and write ``results/README.md`` from the CSVs.
+
+Usage::
+
+    python scripts/run_benchmark.py            # fill missing caches (loads the models), then tables
+    python scripts/run_benchmark.py --offline  # tables and README from the caches only (seconds)
+
+The README's numbers are read from ``results/<model>/*.csv`` by this script, so they always equal
+the CSVs. Which labelled files each model uses is written down in :data:`RUNS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHARED = ("triviaqa", "nq_open", "hotpotqa", "mmlu", "gsm8k", "math")
+
+
+def _facts(model: str, known_dir: str) -> str:
+    """This project's fact questions (not a shared benchmark): the probe-training world facts and
+    the two hand-written sample sets, pooled, since no shared dataset has both classes here."""
+    return (f"facts=data/probe_training/labels/{model}/world_facts.jsonl,"
+            f"{known_dir}/facts_known.jsonl,{known_dir}/facts_unknown.jsonl")
+
+
+#: model -> extra arguments of ``python -m grade benchmark`` (the exact runs behind results/).
+RUNS: dict[str, list[str]] = {
+    "smollm2-135m-instruct": [
+        "--datasets", *SHARED, _facts("smollm2-135m-instruct", "data/labels/smollm2-135m-instruct"),
+        "--max-per-class", "60", "--robustness-datasets", "facts",
+    ],
+    "gemma-3-270m": [
+        "--datasets", *SHARED, _facts("gemma-3-270m", "data/benchmark/gemma-3-270m/labels"),
+        "--max-per-class", "60", "--robustness-datasets", "facts",
+    ],
+}
+
+
+def _fmt(x, digits=3) -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def model_section(model: str) -> list[str]:
+    from grade.evaluation import load_results
+
+    folder = ROOT / "results" / model
+    result = load_results(folder)
+    lines = [f"## {model}", ""]
+    lines += ["| dataset | labelled questions | answerable | unanswerable | no label | benchmarked |", "|---|---|---|---|---|---|"]
+    for name, entry in result.datasets.items():
+        sampled = entry.get("questions_sampled", "–")
+        status = "yes" if entry.get("eligible") else f"no: {entry.get('reason', '')}"
+        lines.append(f"| {name} | {sampled} | {entry.get('answerable', '–')} | {entry.get('unanswerable', '–')} | "
+                     f"{entry.get('no_label', '–')} | {status} |")
+    lines += ["", "Main table (test split; AUROC with 95% stratified-bootstrap interval):", ""]
+    lines += (folder / "main_table.md").read_text(encoding="utf-8").strip().splitlines()
+    if result.robustness:
+        lines += ["", "Robustness (same test questions, detectors not retrained; relative change):", "",
+                  "| dataset | perturbation | method | AUROC | AUROC perturbed | rel. change AUROC | Acc | Acc perturbed | rel. change Acc |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in result.robustness:
+            lines.append(f"| {r['dataset']} | {r['variant']} | {r['method']} | {_fmt(r['auroc'])} | {_fmt(r['auroc_perturbed'])} | "
+                         f"{_fmt(r['auroc_rel_change'])} | {_fmt(r['acc'])} | {_fmt(r['acc_perturbed'])} | {_fmt(r['acc_rel_change'])} |")
+    if result.ablations:
+        lines += ["", "GRADE ablations (test AUROC [95% CI]):", "", "| dataset | loss | variant | Acc | AUROC |", "|---|---|---|---|---|"]
+        for r in result.ablations:
+            lines.append(f"| {r['dataset']} | {r['loss']} | {r['variant']} | {_fmt(r['acc'])} | "
+                         f"{_fmt(r['auroc'])} [{_fmt(r['auroc_lo'], 2)}, {_fmt(r['auroc_hi'], 2)}] |")
+    cw = [r for r in result.confidently_wrong if r["dataset"] == "all"]
+    if cw:
+        lines += ["", f"Confidently wrong test questions (all samples agree and are wrong; n = {cw[0]['n']}): "
+                      "accuracy = share flagged unanswerable.", "",
+                  "| method | Acc |", "|---|---|"]
+        lines += [f"| {r['method']} | {_fmt(r['acc'])} |" for r in cw]
+    transfer = [r for r in result.transfer if r["train"] != r["test"]]
+    if transfer:
+        lines += ["", "Cross-dataset transfer (AUROC):", "", "| method | train | test | AUROC |", "|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['train']} | {r['test']} | {_fmt(r['auroc'])} |" for r in transfer]
+    else:
+        lines += ["", "Cross-dataset transfer: only one dataset qualified, so there is no pair to transfer between."]
+    figs = sorted(p.name for p in folder.glob("*.html"))
+    if figs:
+        lines += ["", "Figures: " + ", ".join(f"[{f}]({model}/{f})" for f in figs) + " (PNG next to each where rendered)."]
+    for note in result.notes:
+        lines += ["", note]
+    return lines + [""]
+
+
+def write_readme() -> Path:
+    header = (ROOT / "scripts" / "benchmark_readme_header.md")
+    lines = ["# Benchmark results", "",
+             "Generated by `python scripts/run_benchmark.py` from the CSV files in this folder (do not edit by hand).",
+             "Protocol: `grade/evaluation.py`; baselines: `grade/baselines.py`; command: `python -m grade benchmark`.",
+             ""]
+    if header.is_file():
+        lines += header.read_text(encoding="utf-8").strip().splitlines() + [""]
+    for model in RUNS:
+        if (ROOT / "results" / model / "summary.json").is_file():
+            lines += model_section(model)
+    path = ROOT / "results" / "README.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--offline", action="store_true", help="never load a model: caches only")
+    parser.add_argument("--models", nargs="*", default=list(RUNS))
+    parser.add_argument("--readme-only", action="store_true")
+    args = parser.parse_args()
+    if not args.readme_only:
+        for model in args.models:
+            command = [sys.executable, "-m", "grade", "benchmark", "--model", model, *RUNS[model]]
+            if args.offline:
+                command.append("--offline")
+            print(" ".join(command), file=sys.stderr, flush=True)
+            code = subprocess.call(command, cwd=ROOT)
+            if code:
+                return code
+    print(write_readme())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
