@@ -164,6 +164,11 @@ def _prompt_for(lm, row: dict[str, Any]) -> str | None:
                          choices=list(row["choices"]))
 
 
+def given_response(row: dict[str, Any]) -> str | None:
+    """The response a ``pos`` row is scored on, if the row brings one (else the greedy answer is used)."""
+    return row.get("response") or row.get("majority") or most_frequent_sample(row.get("samples"))
+
+
 def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True):
     """``grade.analyze`` of one labelled row with the fast path; the response under ``pos`` is the
     row's ``response``, else its ``majority`` answer (the labeller's most frequent sample, compared by
@@ -174,7 +179,7 @@ def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "pap
     response = None
     generate = False
     if loss == "pos":
-        response = row.get("response") or row.get("majority") or most_frequent_sample(row.get("samples"))
+        response = given_response(row)
         generate = response is None
     return analyze(
         lm,
@@ -269,9 +274,60 @@ def _check_store(store: Path, model: str, loss: str, srank: str) -> None:
         )
 
 
+def refresh_store(store: str | Path, rows: list[dict[str, Any]], loss: str) -> tuple[int, int]:
+    """Bring stored rows in line with the current labelled rows (labels are redone when a labelling
+    run is repeated): a changed label or accuracy is rewritten in place; under ``pos`` a row whose
+    scored response changed is removed, so that the next extraction computes it again.
+
+    Returns (rows relabelled, rows removed). Part files are rewritten atomically.
+    """
+    store = Path(store)
+    current = {row_key(r): r for r in rows if r.get("label") is not None}
+    relabelled = removed = 0
+    for part in _part_files(store):
+        table = pq.read_table(part)
+        data = table.select(["dataset", "id", "has_context", "label", "accuracy", "response"]).to_pylist()
+        keep, labels, accuracies, changed = [], [], [], False
+        for rec in data:
+            row = current.get((rec["dataset"], rec["id"], rec["has_context"]))
+            if row is not None and loss == "pos":
+                wanted = given_response(row)
+                if wanted is not None and wanted != rec["response"]:
+                    keep.append(False)
+                    labels.append(rec["label"])
+                    accuracies.append(rec["accuracy"])
+                    removed += 1
+                    changed = True
+                    continue
+            keep.append(True)
+            label, accuracy = rec["label"], rec["accuracy"]
+            if row is not None:
+                new_acc = row.get("accuracy")
+                new_acc = float(new_acc) if isinstance(new_acc, (int, float)) else math.nan
+                if int(row["label"]) != label or not (new_acc == accuracy or (math.isnan(new_acc) and math.isnan(accuracy))):
+                    label, accuracy = int(row["label"]), new_acc
+                    relabelled += 1
+                    changed = True
+            labels.append(label)
+            accuracies.append(accuracy)
+        if not changed:
+            continue
+        table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(labels, pa.int8()))
+        table = table.set_column(table.schema.get_field_index("accuracy"), "accuracy", pa.array(accuracies, pa.float64()))
+        table = table.filter(pa.array(keep))
+        tmp = store / f".{part.name}.tmp"
+        if table.num_rows:
+            pq.write_table(table, tmp, compression="zstd")
+            os.replace(tmp, part)
+        else:
+            part.unlink()
+    return relabelled, removed
+
+
 def _write_part(store: Path, records: list[dict[str, Any]]) -> Path:
     """Write one chunk atomically: a reader never sees a half-written part."""
-    index = len(_part_files(store))
+    parts = _part_files(store)
+    index = int(parts[-1].name.split("-")[1]) + 1 if parts else 0  # parts may have been removed
     name = f"part-{index:05d}-{uuid.uuid4().hex[:8]}.parquet"
     tmp = store / f".{name}.tmp"
     pq.write_table(pa.Table.from_pylist(records, schema=SCHEMA), tmp, compression="zstd")
@@ -286,10 +342,14 @@ class ExtractionReport:
     store: Path
     written: int = 0  # rows added by this call
     already: int = 0  # rows found in the store and skipped
+    relabelled: int = 0  # stored rows whose label changed in the input (updated in place)
+    removed: int = 0  # stored pos rows whose response changed (computed again)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (dataset, id, reason)
 
     def __str__(self) -> str:
-        return (f"{self.written} rows written, {self.already} already stored, "
+        refreshed = f", {self.relabelled} relabelled" if self.relabelled else ""
+        refreshed += f", {self.removed} redone (response changed)" if self.removed else ""
+        return (f"{self.written} rows written, {self.already} already stored{refreshed}, "
                 f"{len(self.skipped)} skipped -> {self.store}")
 
 
@@ -308,7 +368,8 @@ def extract_features(
     """Compute features of labelled rows and append them to the store ``out`` (a folder).
 
     Rows whose :func:`row_key` is already stored are skipped, so an interrupted run can simply be
-    repeated. Every ``chunk_size`` rows a part file is written; the rows finished before an exception
+    repeated. Stored rows are first brought in line with ``rows`` (:func:`refresh_store`): a label
+    that changed since is updated, a ``pos`` row whose response changed is computed again. Every ``chunk_size`` rows a part file is written; the rows finished before an exception
     (Ctrl-C included) are written too before it propagates.
 
     Parameters
@@ -325,6 +386,7 @@ def extract_features(
     out.mkdir(parents=True, exist_ok=True)
     _check_store(out, lm.name, loss, srank)
     report = ExtractionReport(store=out)
+    report.relabelled, report.removed = refresh_store(out, rows, loss)
     done = stored_keys(out)
     todo, seen = [], set(done)
     for row in rows:

@@ -65,37 +65,74 @@ def label_probe_sets(model: str, threads: int) -> None:
 
 
 def label_files(model: str, labels_dirs: list[Path]) -> list[Path]:
-    """Labelled files of ``model`` in every labels folder; one dataset name may come from one folder only."""
+    """Labelled files of ``model``, folder by folder in the given order (that order decides which copy
+    of a question asked in two sets is kept); one dataset name may come from one folder only."""
     files: dict[str, Path] = {}
     for folder in labels_dirs:
         for file in sorted((folder / model).glob("*.jsonl")):
             if file.stem in files:
                 raise SystemExit(f"dataset {file.stem} is labelled twice: {files[file.stem]} and {file}")
             files[file.stem] = file
-    return [files[k] for k in sorted(files)]
+    return list(files.values())
 
 
-def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Path) -> list[Path]:
-    """Feature stores of every labelled file of ``model`` (extracting what is missing)."""
+def question_key(row: dict) -> tuple[str, str]:
+    return " ".join(str(row["question"]).lower().split()), " ".join(str(row.get("context") or "").lower().split())
+
+
+def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Path, *,
+                compute: bool = True) -> list[tuple[Path, set]]:
+    """Feature stores of every labelled file of ``model`` with the keys of the rows labelled now.
+
+    Stores are first brought in line with the label files (changed labels, changed ``pos``
+    responses); with ``compute`` the missing rows are extracted.
+    """
     from grade import load_model
-    from grade.features import extract_features, read_labelled
+    from grade.features import extract_features, read_labelled, refresh_store, row_key
 
-    files = label_files(model, labels_dirs)
     stores = []
     lm = None
-    for file in files:
-        rows = read_labelled(file)
+    seen: set[tuple[str, str]] = set()
+    for file in label_files(model, labels_dirs):
+        rows = []
+        for row in read_labelled(file):  # a question already in an earlier set would leak across splits
+            key = question_key(row)
+            if key not in seen:
+                seen.add(key)
+                rows.append(row)
         if not rows:
             log(f"  {file.name}: no labelled rows, skipped")
             continue
         store = features_dir / model / loss / f"{file.stem}.parquet"
-        if lm is None:
-            lm = load_model(model)
-        t = time.perf_counter()
-        report = extract_features(lm, rows, store, loss=loss, progress=True, chunk_size=32)
-        log(f"  {file.name}: {report} ({time.perf_counter() - t:.0f} s)")
-        stores.append(store)
+        if compute:
+            if lm is None:
+                lm = load_model(model)
+            t = time.perf_counter()
+            report = extract_features(lm, rows, store, loss=loss, progress=True, chunk_size=32)
+            log(f"  {file.name}: {report} ({time.perf_counter() - t:.0f} s)")
+        elif store.is_dir():
+            refresh_store(store, rows, loss)
+        if store.is_dir():
+            stores.append((store, {row_key(r) for r in rows}))
     return stores
+
+
+def current_rows(stores: list[tuple[Path, set]], hidden: bool) -> pd.DataFrame:
+    """The stored rows that are labelled now (a row whose question lost its label is left out)."""
+    from grade.features import load_features
+
+    frames = []
+    for store, keys in stores:
+        df = load_features(store, hidden=hidden)
+        wanted = [(d, i, c) in keys for d, i, c in zip(df["dataset"], df["id"], df["has_context"])]
+        frames.append(df[wanted])
+    return dedupe(pd.concat(frames, ignore_index=True))
+
+
+def dedupe(df: pd.DataFrame) -> pd.DataFrame:
+    """First row of each question (same text, same with/without document), stores in the given order."""
+    key = df["question"].str.lower().str.split().str.join(" ")
+    return df[~pd.DataFrame({"q": key, "c": df["has_context"]}).duplicated()].reset_index(drop=True)
 
 
 def usable_datasets(df: pd.DataFrame) -> list[str]:
@@ -108,13 +145,12 @@ def slim(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if k != "roc"}
 
 
-def build_config(model: str, loss: str, stores: list[Path], out_dir: Path) -> dict:
+def build_config(model: str, loss: str, stores: list[tuple[Path, set]], out_dir: Path) -> dict:
     """Transfer runs, the shipped probe and its logreg comparison; returns a summary for the README."""
-    from grade.features import load_features
     from grade.probe import train_from_features
 
-    df = load_features(stores, hidden=False)
-    sources = [str(s.relative_to(ROOT)) if s.is_relative_to(ROOT) else str(s) for s in stores]
+    df = current_rows(stores, hidden=False)
+    sources = [str(s.relative_to(ROOT)) if s.is_relative_to(ROOT) else str(s) for s, _ in stores]
     transfer = {}
     datasets = sorted(df["dataset"].unique())
     for held in usable_datasets(df):
@@ -142,11 +178,11 @@ def build_config(model: str, loss: str, stores: list[Path], out_dir: Path) -> di
             "report": report, "logreg": lr_report, "transfer": transfer}
 
 
-def reference_rows(model: str, loss: str, stores: list[Path], seed: int = 0) -> pd.DataFrame:
+def reference_rows(model: str, loss: str, stores: list[tuple[Path, set]], seed: int = 0) -> pd.DataFrame:
     """A small stratified sample with one middle hidden layer (the app's bands and projections)."""
-    from grade.features import hidden_states, load_features
+    from grade.features import hidden_states
 
-    df = load_features(stores)
+    df = current_rows(stores, hidden=True)
     df = df[df["hidden"].notna()].reset_index(drop=True)
     if df.empty:
         return df
@@ -260,10 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_label and not args.skip_extract and model not in labelled:
             label_probe_sets(model, args.threads)
             labelled.add(model)
-        if args.skip_extract:
-            stores = sorted((args.features_dir / model / loss).glob("*.parquet"))
-        else:
-            stores = extract_all(model, loss, args.labels_dir, args.features_dir)
+        stores = extract_all(model, loss, args.labels_dir, args.features_dir, compute=not args.skip_extract)
         if not stores:
             log(f"  no labelled data for {model} in {', '.join(str(d / model) for d in args.labels_dir)}: {name} not built")
             continue

@@ -96,6 +96,15 @@ def test_interrupted_extraction_resumes_without_loss_or_duplicates(smollm, tmp_p
     with pytest.raises(InputError, match="holds features of model"):
         extract_features(smollm, rows, store, loss="pos")
 
+    # a repeated labelling run changed a label: updated in place, nothing computed, nothing doubled
+    relabelled = [dict(r, label=1 - r["label"], accuracy=0.5) if r["id"] == "f2" else r for r in rows]
+    report = extract_features(smollm, relabelled, store)
+    assert (report.written, report.relabelled, report.removed) == (0, 1, 0)
+    df2 = load_features(store)
+    assert len(df2) == 6 and df2.loc[df2["id"] == "f2", "label"].item() == 1
+    assert df2.loc[df2["id"] == "f2", "accuracy"].item() == 0.5
+    np.testing.assert_array_equal(feature_matrix(df2.sort_values("id")), feature_matrix(df.sort_values("id")))
+
 
 @pytest.mark.slow
 def test_pos_features_score_the_most_frequent_sample(smollm, tmp_path):
@@ -104,3 +113,10 @@ def test_pos_features_score_the_most_frequent_sample(smollm, tmp_path):
     assert report.written == 1
     df = load_features(tmp_path / "pos.parquet")
     assert df["response"].item() == "Paris" and df["loss"].item() == "pos" and df["hidden"].isna().all()
+
+    # relabelled with another majority answer: the stale row is replaced, not doubled
+    rows[0]["majority"] = "The capital of France is Paris."
+    report = extract_features(smollm, rows, tmp_path / "pos.parquet", loss="pos", keep_hidden=False)
+    assert (report.written, report.removed) == (1, 1)
+    df = load_features(tmp_path / "pos.parquet")
+    assert len(df) == 1 and df["response"].item() == "The capital of France is Paris."
