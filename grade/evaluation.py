@@ -31,6 +31,7 @@ Single-feature GRADE ablations (a threshold on one layer's ratio) pick their dir
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ import numpy as np
 
 from .baselines import SCORE_KEYS, VARIANTS, answer_key, decode_vector, read_cache
 from .errors import InputError
+
+log = logging.getLogger(__name__)
 
 GRADE_METHODS = ("GRADE_pre", "GRADE_pos")
 SUPERVISED = ("GRADE_pre", "GRADE_pos", "Align-P", "SAPLMA")
@@ -161,6 +164,17 @@ class Table:
     align: dict[int, np.ndarray] = field(default_factory=dict)
     saplma: np.ndarray | None = None
     confidently_wrong: np.ndarray | None = None
+    source: np.ndarray | None = None  # each row's own dataset field (differs from ``dataset`` when pooled)
+
+    def subset(self, rows: np.ndarray, name: str, split: np.ndarray) -> "Table":
+        """The given rows as a table of their own, with a new split."""
+        return Table(name, self.variant, self.ids[rows], self.y[rows], np.asarray(split, dtype=object),
+                     grade={k: v[rows] for k, v in self.grade.items()},
+                     scores={k: v[rows] for k, v in self.scores.items()},
+                     align={k: v[rows] for k, v in self.align.items()},
+                     saplma=None if self.saplma is None else self.saplma[rows],
+                     confidently_wrong=None if self.confidently_wrong is None else self.confidently_wrong[rows],
+                     source=None if self.source is None else self.source[rows])
 
     def rows(self, part: str | tuple[str, ...]) -> np.ndarray:
         parts = (part,) if isinstance(part, str) else part
@@ -249,6 +263,7 @@ def build_table(dataset: str, variant: str, rows: list[dict], split: np.ndarray,
     table = Table(dataset, variant, np.array(ids, dtype=object), np.array([int(r["label"]) for r in rows]),
                   np.asarray(split, dtype=object))
     table.confidently_wrong = np.array([confidently_wrong(r) for r in rows])
+    table.source = np.array([str(r.get("dataset") or dataset) for r in rows], dtype=object)
     for loss, frame in features.items():
         if frame is None:
             continue
@@ -472,12 +487,18 @@ def evaluate_method(method: str, table: Table, protocol: Protocol, scorer: Score
 def main_table(tables: dict[str, Table], protocol: Protocol, methods=METHOD_ORDER) -> tuple[list[dict], dict]:
     """One row per (dataset, method): Acc, AUROC and its CI on the test split. Also returns the
     fitted scorers, ``{(dataset, method): scorer}``, for the other studies."""
+    from .errors import GradeError
+
     rows, fitted = [], {}
     for name, table in tables.items():
         for method in methods:
             if not table.has(method):
                 continue
-            m, scorer = evaluate_method(method, table, protocol)
+            try:
+                m, scorer = evaluate_method(method, table, protocol)
+            except GradeError as exc:  # e.g. partial caches left one class in a training split
+                log.warning("%s on %s not scored: %s", method, name, exc)
+                continue
             fitted[(name, method)] = scorer
             extra = {"layer": scorer.layer} if method == "Align-P" else {}
             rows.append({"dataset": name, "method": method, **m, **extra})
@@ -504,6 +525,23 @@ def transfer_matrix(tables: dict[str, Table], fitted: dict, protocol: Protocol, 
                     continue
                 m, _ = evaluate_method(method, ta, protocol, scorer=fitted[(a, method)], test_table=tb, test_rows=rows)
                 out.append({"method": method, "train": a, "test": b, **m})
+    return out
+
+
+def source_tables(tables: dict[str, Table], protocol: Protocol) -> dict[str, Table]:
+    """The sources of pooled datasets as tables of their own (``pool:source``), each with its own
+    stratified split, for a transfer study between them. Sources with one class are left out."""
+    out = {}
+    for name, table in tables.items():
+        if table.source is None or len(set(table.source)) < 2:
+            continue
+        for source in sorted(set(table.source)):
+            rows = np.flatnonzero(table.source == source)
+            y = table.y[rows]
+            if min(int(y.sum()), int(len(y) - y.sum())) < 3:
+                continue
+            split = assign_splits(list(table.ids[rows]), y, protocol)
+            out[f"{name}:{source}"] = table.subset(rows, f"{name}:{source}", split)
     return out
 
 
@@ -611,12 +649,22 @@ def run_benchmark(model: str, tables: dict[str, Table], perturbed: dict[tuple[st
     if not tables:
         raise InputError("no dataset has enough labelled questions of each class for a benchmark")
     main, fitted = main_table(tables, protocol)
+    transfer = []
+    if "transfer" in studies:
+        transfer = transfer_matrix(tables, fitted, protocol)
+        sources = source_tables(tables, protocol)
+        if len(sources) > 1:
+            _, fitted_sources = main_table(sources, protocol, methods=SUPERVISED)
+            transfer += [{**r, "between_sources": True} for r in transfer_matrix(sources, fitted_sources, protocol)]
+            notes = list(notes or []) + [
+                "Transfer between the sources of a pooled dataset (rows named pool:source) uses each source's own "
+                "split; these sources are smaller than the 30-per-class bar, so read them as exploratory."]
     return BenchmarkResult(
         model=model,
         protocol=asdict(protocol),
         datasets=dataset_info,
         main=main,
-        transfer=transfer_matrix(tables, fitted, protocol) if "transfer" in studies else [],
+        transfer=transfer,
         robustness=robustness(tables, perturbed, fitted, protocol) if "robustness" in studies else [],
         ablations=ablations(tables, protocol) if "ablations" in studies else [],
         confidently_wrong=confidently_wrong_study(tables, fitted, protocol) if "confidently_wrong" in studies else [],
@@ -635,6 +683,8 @@ def _fmt(x: float, digits: int = 3) -> str:
 def main_markdown(result: BenchmarkResult) -> str:
     """Methods as rows, datasets as column pairs: ``Acc`` and ``AUROC [95% CI]``."""
     datasets = list(dict.fromkeys(r["dataset"] for r in result.main))
+    if not datasets:
+        return "No dataset qualified for the benchmark (see summary.json for the class counts).\n"
     cell = {(r["dataset"], r["method"]): r for r in result.main}
     head = "| method | " + " | ".join(f"{d} Acc | {d} AUROC [95% CI]" for d in datasets) + " |"
     sep = "|---|" + "---|---|" * len(datasets)

@@ -304,3 +304,17 @@ def test_results_roundtrip_through_files(tmp_path):
     assert (tmp_path / "auroc_bars.html").is_file() and (tmp_path / "transfer_heatmap.html").is_file()
     with pytest.raises(Exception):
         E.load_results(tmp_path / "nothing")
+
+
+def test_pooled_sources_become_their_own_transfer_tables():
+    protocol = E.Protocol(n_boot=50, probe_epochs=10)
+    table = _synthetic_table("pool")
+    table.source = np.array(["a" if i % 2 else "b" for i in range(len(table.y))], dtype=object)
+    sources = E.source_tables({"pool": table}, protocol)
+    assert set(sources) == {"pool:a", "pool:b"}
+    assert len(sources["pool:a"].y) == int((table.source == "a").sum())
+    result = E.run_benchmark("m", {"pool": table}, {}, {}, protocol, studies=("transfer",))
+    between = [r for r in result.transfer if r.get("between_sources")]
+    assert {(r["train"], r["test"]) for r in between if r["method"] == "GRADE_pre"} == {
+        ("pool:a", "pool:a"), ("pool:a", "pool:b"), ("pool:b", "pool:a"), ("pool:b", "pool:b")}
+    assert any("exploratory" in note for note in result.notes)

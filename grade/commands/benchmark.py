@@ -305,10 +305,17 @@ def run(args: argparse.Namespace) -> int:
     skipped = [d for d, e in info.items() if not e.get("eligible")]
     if skipped:
         notes.append("Not benchmarked: " + "; ".join(f"{d} ({info[d].get('reason')})" for d in skipped) + ".")
-    if not tables:
-        raise InputError("no dataset qualifies: " + "; ".join(f"{d}: {info[d].get('reason')}" for d in info))
     t = time.perf_counter()
-    result = run_benchmark(args.model, tables, perturbed, info, protocol, notes=notes)
+    if not tables:  # still worth writing down: which datasets were looked at and why none qualified
+        from dataclasses import asdict
+
+        from ..evaluation import BenchmarkResult
+
+        notes.append(f"No dataset has at least {protocol.min_per_class} labelled questions of each class for "
+                     f"{args.model}: nothing was benchmarked.")
+        result = BenchmarkResult(args.model, asdict(protocol), info, [], [], [], [], [], notes)
+    else:
+        result = run_benchmark(args.model, tables, perturbed, info, protocol, notes=notes)
     written = write_results(result, out, figures=not args.no_figures)
     _log(f"studies {time.perf_counter() - t:.1f} s; wrote {len(written)} files to {out}")
     print((out / "main_table.md").read_text(encoding="utf-8"))
