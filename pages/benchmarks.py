@@ -25,7 +25,8 @@ st.markdown(
     "Every score is oriented so that higher = answerable. Regenerate with `python -m grade benchmark --offline`."
 )
 
-folders = sorted(p for p in RESULTS_DIR.glob("*") if (p / "summary.json").is_file()) if RESULTS_DIR.is_dir() else []
+folders = sorted((p for p in RESULTS_DIR.glob("*") if (p / "summary.json").is_file()),
+                 key=lambda p: (not (p / "main_table.csv").is_file(), p.name)) if RESULTS_DIR.is_dir() else []
 if not folders:
     st.info(f"No benchmark results under `{RESULTS_DIR}` yet. Run `python -m grade benchmark --model <name>`.")
     st.stop()

@@ -3,7 +3,7 @@
 Usage::
 
     python scripts/run_benchmark.py            # fill missing caches (loads the models), then tables
-    python scripts/run_benchmark.py --offline  # tables and README from the caches only (seconds)
+    python scripts/run_benchmark.py --offline  # tables and README from the caches only (about a minute)
 
 The README's numbers are read from ``results/<model>/*.csv`` by this script, so they always equal
 the CSVs. Which labelled files each model uses is written down in :data:`RUNS`.
@@ -36,15 +36,22 @@ def _snapshot(model: str) -> str:
     return f"data/benchmark/{model}/labels"
 
 
-#: model -> extra arguments of ``python -m grade benchmark`` (the exact runs behind results/).
-#: The shared datasets come first (each is reported with its class counts, benchmarked only with
-#: at least 30 questions per class); then this project's own labelled sets.
-RUNS: dict[str, list[str]] = {
-    model: ["--labels-dir", _snapshot(model), "--datasets", *SHARED, _facts(_snapshot(model)),
-            f"arithmetic={_snapshot(model)}/arithmetic.jsonl", "--max-per-class", "60",
-            "--robustness-datasets", "facts", "arithmetic"]
+#: results folder -> (model, extra arguments of ``python -m grade benchmark``): the exact runs
+#: behind results/. The shared datasets come first (each reported with its class counts, benchmarked
+#: only with at least 30 questions per class); then this project's own labelled sets.
+RUNS: dict[str, tuple[str, list[str]]] = {
+    model: (model, ["--labels-dir", _snapshot(model), "--datasets", *SHARED, _facts(_snapshot(model)),
+                    f"arithmetic={_snapshot(model)}/arithmetic.jsonl", "--max-per-class", "60",
+                    "--robustness-datasets", "facts", "arithmetic"])
     for model in ("smollm2-135m-instruct", "gemma-3-270m")
 }
+#: Questions not seen during development: world facts labelled after the snapshot (all 27
+#: answerable ones and 30 unanswerable ones drawn with seed 0); every development row of the facts
+#: pool trains (75 %) or validates (25 %).
+RUNS["smollm2-135m-instruct-unseen"] = ("smollm2-135m-instruct", [
+    "--labels-dir", _snapshot("smollm2-135m-instruct"), "--datasets", _facts(_snapshot("smollm2-135m-instruct")),
+    "--max-per-class", "60", "--eval-labels-dir", "data/benchmark/smollm2-135m-instruct/unseen", "--variants", "none",
+])
 
 
 def _fmt(x, digits=3) -> str:
@@ -55,12 +62,16 @@ def _fmt(x, digits=3) -> str:
     return "–" if math.isnan(x) else f"{x:.{digits}f}"
 
 
-def model_section(model: str) -> list[str]:
+def model_section(name: str) -> list[str]:
     from grade.evaluation import load_results
 
-    folder = ROOT / "results" / model
+    folder = ROOT / "results" / name
     result = load_results(folder)
-    lines = [f"## {model}", ""]
+    lines = [f"## {name}", ""]
+    if name.endswith("-unseen"):
+        lines += ["Scored on **questions not seen during development** (`--eval-labels-dir`): the detectors are "
+                  "trained and validated on the development rows of the facts pool and tested on newly labelled "
+                  "world-facts questions.", ""]
     lines += ["| dataset | labelled questions | answerable | unanswerable | no label | benchmarked |", "|---|---|---|---|---|---|"]
     for name, entry in result.datasets.items():
         sampled = entry.get("questions_sampled", "–")
@@ -109,9 +120,9 @@ def write_readme() -> Path:
              ""]
     if header.is_file():
         lines += header.read_text(encoding="utf-8").strip().splitlines() + [""]
-    for model in RUNS:
-        if (ROOT / "results" / model / "summary.json").is_file():
-            lines += model_section(model)
+    for name in RUNS:
+        if (ROOT / "results" / name / "summary.json").is_file():
+            lines += model_section(name)
     path = ROOT / "results" / "README.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -120,12 +131,14 @@ def write_readme() -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--offline", action="store_true", help="never load a model: caches only")
-    parser.add_argument("--models", nargs="*", default=list(RUNS))
+    parser.add_argument("--runs", nargs="*", default=list(RUNS), help=f"of {', '.join(RUNS)}")
     parser.add_argument("--readme-only", action="store_true")
     args = parser.parse_args()
     if not args.readme_only:
-        for model in args.models:
-            command = [sys.executable, "-m", "grade", "benchmark", "--model", model, *RUNS[model]]
+        for name in args.runs:
+            model, extra = RUNS[name]
+            command = [sys.executable, "-m", "grade", "benchmark", "--model", model, *extra,
+                       "--out", str(ROOT / "results" / name)]
             if args.offline:
                 command.append("--offline")
             print(" ".join(command), file=sys.stderr, flush=True)

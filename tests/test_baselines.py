@@ -318,3 +318,24 @@ def test_pooled_sources_become_their_own_transfer_tables():
     assert {(r["train"], r["test"]) for r in between if r["method"] == "GRADE_pre"} == {
         ("pool:a", "pool:a"), ("pool:a", "pool:b"), ("pool:b", "pool:a"), ("pool:b", "pool:b")}
     assert any("exploratory" in note for note in result.notes)
+
+
+def test_benchmarks_page_renders_results_and_an_empty_run(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    protocol = E.Protocol(n_boot=50, probe_epochs=10)
+    result = E.run_benchmark("model-a", {"good": _synthetic_table("good")}, {}, {"good": {"eligible": True}}, protocol,
+                             studies=("transfer", "ablations"))
+    E.write_results(result, tmp_path / "model-a", figures=False)
+    empty = E.BenchmarkResult("model-b", {}, {"x": {"eligible": False, "reason": "too few"}}, [], [], [], [], [], [])
+    E.write_results(empty, tmp_path / "model-b", figures=False)
+    monkeypatch.setenv("GRADE_RESULTS_DIR", str(tmp_path))
+    page = Path(__file__).resolve().parent.parent / "pages" / "benchmarks.py"
+    at = AppTest.from_file(str(page), default_timeout=120).run()
+    assert not at.exception
+    assert at.selectbox[0].value == "model-a"  # a run with a table comes first
+    assert len(at.dataframe) >= 2
+    at.selectbox[0].select("model-b").run()
+    assert not at.exception and any("No method" in i.value for i in at.info)
