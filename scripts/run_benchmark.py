@@ -67,8 +67,8 @@ def model_section(name: str) -> list[str]:
 
     folder = ROOT / "results" / name
     result = load_results(folder)
-    lines = [f"## {name}", ""]
-    if name.endswith("-unseen"):
+    lines = [f"## {folder.name}", ""]
+    if folder.name.endswith("-unseen"):
         lines += ["Scored on **questions not seen during development** (`--eval-labels-dir`): the detectors are "
                   "trained and validated on the development rows of the facts pool and tested on newly labelled "
                   "world-facts questions.", ""]
@@ -106,7 +106,7 @@ def model_section(name: str) -> list[str]:
         lines += ["", "Cross-dataset transfer: only one dataset qualified, so there is no pair to transfer between."]
     figs = sorted(p.name for p in folder.glob("*.html"))
     if figs:
-        lines += ["", "Figures: " + ", ".join(f"[{f}]({model}/{f})" for f in figs) + " (PNG next to each where rendered)."]
+        lines += ["", "Figures: " + ", ".join(f"[{f}]({folder.name}/{f})" for f in figs) + " (PNG next to each where rendered)."]
     for note in result.notes:
         lines += ["", note]
     return lines + [""]
