@@ -21,6 +21,7 @@ from .generation import greedy_response
 from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response
 from .models import LoadedModel
 from .prompts import format_prompt
+from .sampling import encode_prompt
 from .result import GradeResult, StepResult
 from .spectra import (
     SRankKind,
@@ -64,6 +65,7 @@ def _validate_text(question: str, max_chars: int = 20000) -> str:
 
 
 def _encode(lm: LoadedModel, text: str) -> list[int]:
+    """Ids of a response or other continuation: no special tokens added."""
     return lm.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -243,7 +245,8 @@ def analyze(
         raise InputError(f"unknown loss {loss!r}; use pre or pos")
     if prompt is None:
         prompt = format_prompt(lm.tokenizer, question, task=task, context=context)
-    prompt_ids = _encode(lm, prompt)
+    # The same encoding the label sampler used: a base model's plain prompt needs its BOS token.
+    prompt_ids = encode_prompt(lm.tokenizer, prompt)
     limit = min(max_tokens, lm.max_context)
     if len(prompt_ids) > limit:
         raise InputError(f"the prompt has {len(prompt_ids)} tokens; this model accepts at most {limit}")
