@@ -161,6 +161,7 @@ PAGES = [
     st.Page("pages/reasoning_trace.py", title="Reasoning trace", icon=":material/functions:"),
     st.Page("pages/projections.py", title="Projections", icon=":material/scatter_plot:"),
     st.Page("pages/probes.py", title="Probes", icon=":material/model_training:"),
+    st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/leaderboard:"),
 ]
 
 page = st.navigation(PAGES)
