@@ -31,6 +31,7 @@ from .errors import InputError
 from .models import LoadedModel
 from .sampling import STOP_STRINGS, SamplingSettings, sample_answers
 from .tasks import (
+    MATCHERS,
     TASKS,
     Question,
     TaskSpec,
@@ -178,6 +179,8 @@ def label_questions(
     ids = [q.id for q in questions]
     if len(set(ids)) != len(ids):
         raise InputError("question ids must be unique")
+    if matcher not in MATCHERS:
+        raise InputError(f"unknown matcher {matcher!r}; use strict or lenient")
     run = {"model": lm.name, "matcher": matcher, "seed": seed}
     out.parent.mkdir(parents=True, exist_ok=True)
     existing = read_records(out, repair=True)
