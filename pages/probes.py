@@ -71,6 +71,17 @@ def _probe_table(probes) -> pd.DataFrame:
     } for p in probes])
 
 
+def _majority_accuracy(metrics: dict) -> float | None:
+    """The accuracy of always answering the larger class: what an accuracy must beat."""
+    n, positives = metrics.get("n"), metrics.get("positives")
+    return max(positives, n - positives) / n if n and positives is not None else None
+
+
+def _majority(metrics: dict) -> str:
+    baseline = _majority_accuracy(metrics)
+    return f" (always guessing the larger class: {baseline:.3f})" if baseline is not None else ""
+
+
 def _probe_summary(probe) -> str:
     """Where the probe's numbers come from, from its metadata."""
     meta = probe.metadata
@@ -79,7 +90,8 @@ def _probe_summary(probe) -> str:
              f"- model `{probe.model}`, loss `{probe.loss}`, stable rank `{meta.get('srank', '?')}`, {probe.kind} probe",
              f"- test split: {test.get('n', '?')} questions, {test.get('positives', '?')} answerable"]
     if probe.accuracy is not None:
-        lines.append(f"- test accuracy {probe.accuracy:.3f}" + (f", AUROC {probe.auroc:.3f}" if probe.auroc is not None else ""))
+        lines.append(f"- test accuracy {probe.accuracy:.3f}" + _majority(test) +
+                     (f", AUROC {probe.auroc:.3f}" if probe.auroc is not None else ""))
     datasets = (meta.get("training_data") or {}).get("datasets") or {}
     if datasets:
         lines.append("- trained on " + ", ".join(f"{name} ({d.get('n', '?')})" for name, d in datasets.items()))
@@ -243,7 +255,9 @@ with train_tab:
         st.markdown(f"**Trained** a `{trained.kind}` probe for `{trained.metadata.get('model')}` "
                     f"(loss `{trained.metadata.get('loss')}`).")
         m1, m2, m3 = st.columns(3)
-        m1.metric("Test accuracy", f"{test['accuracy']:.3f}")
+        baseline = _majority_accuracy(test)
+        m1.metric("Test accuracy", f"{test['accuracy']:.3f}",
+                  help=None if baseline is None else f"Always guessing the larger class scores {baseline:.3f}")
         m2.metric("Test AUROC", "n/a" if test["auroc"] is None else f"{test['auroc']:.3f}")
         m3.metric("Test rows (answerable)", f"{test['n']} ({test['positives']})")
         curve = _roc_from_metrics("new probe", test)

@@ -80,8 +80,8 @@ labels, with_doc = reference.labels[mask] == 1, reference.with_context[mask]
 text = [reference.text[i] for i in rows]
 left, right = st.columns(2, gap="medium")
 for column, kind, title, current in (
-    (left, "hidden", f"Hidden states (layer {layer}), {method}", current_hidden),
-    (right, "grade", f"GRADE features (rank ratios), {method}", current_ratio),
+    (left, "hidden", f"{method}: hidden states", current_hidden),
+    (right, "grade", f"{method}: GRADE features", current_ratio),
 ):
     with column:
         with st.spinner(f"Computing {method} of {len(rows)} questions ..."):

@@ -29,8 +29,8 @@ BASE_LAYOUT = dict(
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 380, **extra) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", xref="paper", y=0.98, yanchor="top",
-                                 yref="container"),
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", xref="container", y=0.98, yanchor="top",
+                                 yref="container", pad=dict(l=12)),
                       xaxis_title=x, yaxis_title=y, height=height, **{**BASE_LAYOUT, **extra})
     return fig
 
@@ -173,7 +173,8 @@ def step_ratio_heatmap(step_ratios: np.ndarray, step_labels: Sequence[str], titl
         hovertemplate="%{y}, layer %{x}: %{z:.3f}<br>%{customdata}<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, "layer", "step", height=max(260, 60 + 28 * len(step_labels)), hovermode="closest")
+    return _layout(fig, title, "layer", "step", height=max(240, 110 + 28 * len(step_labels)), hovermode="closest",
+                   margin=dict(l=60, r=20, t=50, b=50))
 
 
 def step_grade_figure(traces: Sequence[tuple[str, np.ndarray]]) -> go.Figure:
