@@ -38,6 +38,7 @@ import pandas as pd  # noqa: E402
 QUESTIONS_DIR = ROOT / "data" / "probe_training" / "questions"  # written by scripts/make_probe_questions.py
 PROBE_LABELS_DIR = ROOT / "data" / "probe_training" / "labels"
 PROBE_SETS = ("world_facts", "arithmetic")
+CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"  # unseen check sets: scored, never trained on
 CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"))
 MAX_PER_CLASS = 1000  # the reference caps each class at 1000
 REFERENCE_ROWS = 300  # per (model, loss) in the reference feature set
@@ -178,6 +179,24 @@ def build_config(model: str, loss: str, stores: list[tuple[Path, set]], out_dir:
             "report": report, "logreg": lr_report, "transfer": transfer}
 
 
+def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool) -> dict:
+    """Scores of the finished probe on the check sets (labelled like the training data, never trained
+    on): per set and pooled."""
+    from grade.features import feature_matrix
+    from grade.probe import binary_metrics
+
+    stores = extract_all(model, loss, [CHECK_LABELS_DIR], features_dir / "check", compute=compute)
+    if not stores:
+        return {}
+    df = current_rows(stores, hidden=False)
+    p = probe.predict_proba(feature_matrix(df))[:, 1]
+    y = df["label"].to_numpy().astype(int)
+    out = {"all": binary_metrics(y, p, roc=False)}
+    for name, idx in df.groupby("dataset").indices.items():
+        out[name] = binary_metrics(y[idx], p[idx], roc=False)
+    return out
+
+
 def reference_rows(model: str, loss: str, stores: list[tuple[Path, set]], seed: int = 0) -> pd.DataFrame:
     """A small stratified sample with one middle hidden layer (the app's bands and projections)."""
     from grade.features import hidden_states
@@ -256,6 +275,7 @@ def write_readme(summaries: list[dict], path: Path) -> None:
                 f"{fmt(t.get('accuracy'))} | {fmt(t.get('auroc'))} | {fmt(lr_by.get(name, {}).get('auroc'))} | {transfer} |"
             )
         test = s["report"]["test"]
+        check = s.get("check") or {}
         lines += [
             f"| **all** | {split['train']['answerable'] + split['validation']['answerable'] + split['test']['answerable']} / "
             f"{split['train']['unanswerable'] + split['validation']['unanswerable'] + split['test']['unanswerable']} | | "
@@ -265,6 +285,18 @@ def write_readme(summaries: list[dict], path: Path) -> None:
             f"(a constant guess of the majority class scores {max(test['positives'], test['n'] - test['positives']) / max(test['n'], 1):.3f}).",
             "",
         ]
+        if check:
+            lines += [
+                "Unseen check sets (`data/probe_check`: new facts and arithmetic in other phrasings, labelled by",
+                "sampling with the lenient matcher like the training data, never trained on):",
+                "",
+                "| check set | n | answerable | accuracy | AUROC |",
+                "|---|---|---|---|---|",
+            ]
+            for set_name, m in check.items():
+                lines.append(f"| {'**all**' if set_name == 'all' else set_name} | {m['n']} | {m['positives']} | "
+                             f"{fmt(m['accuracy'])} | {fmt(m['auroc'])} |")
+            lines.append("")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -300,7 +332,15 @@ def main(argv: list[str] | None = None) -> int:
         if not stores:
             log(f"  no labelled data for {model} in {', '.join(str(d / model) for d in args.labels_dir)}: {name} not built")
             continue
-        summaries.append(build_config(model, loss, stores, args.out_dir))
+        summary = build_config(model, loss, stores, args.out_dir)
+        check = unseen_check(model, loss, summary["probe"], args.features_dir, compute=not args.skip_extract)
+        if check:
+            summary["probe"].metadata["unseen_check"] = check
+            summary["probe"].save(args.out_dir / summary["name"])
+            log(f"  unseen check: AUROC {fmt(check['all']['auroc'])}, accuracy {fmt(check['all']['accuracy'])} "
+                f"(n {check['all']['n']}, answerable {check['all']['positives']})")
+        summary["check"] = check
+        summaries.append(summary)
         reference.append(reference_rows(model, loss, stores))
     if not summaries:
         log("nothing built")

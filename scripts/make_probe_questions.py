@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "probe_training" / "questions"
+CHECK_OUT = ROOT / "data" / "probe_check" / "questions"  # never trained on
 
 PHRASES = {
     "+": ["What is {a} + {b}?", "What is {a} plus {b}?", "Compute {a} + {b}.", "How much is {a} plus {b}?",
@@ -443,6 +444,111 @@ WORLD_FACTS = [
     ("history", "Who invented the stethoscope?", ["Laennec", "René Laennec", "Rene Laennec"]),
 ]
 
+# A check set never used for training: new facts and arithmetic in other phrasings, for measuring the
+# shipped probes on unseen questions (``python -m grade evaluate``); see assets/probes/README.md.
+CHECK_FACTS = [
+    ("Which city is the capital of Scotland?", ["Edinburgh"]),
+    ("Name the capital city of Wales.", ["Cardiff"]),
+    ("Which city is the capital of Tunisia?", ["Tunis"]),
+    ("Which city is the capital of Cambodia?", ["Phnom Penh"]),
+    ("Name the capital city of Algeria.", ["Algiers"]),
+    ("Which city is the capital of Equatorial Guinea?", ["Malabo", "Ciudad de la Paz"]),
+    ("Name the capital city of Guinea-Bissau.", ["Bissau"]),
+    ("Which city is the capital of Sierra Leone?", ["Freetown"]),
+    ("Name the capital city of Kosovo.", ["Pristina", "Prishtina"]),
+    ("Which city is the capital of North Macedonia?", ["Skopje"]),
+    ("Which city is the capital of Montenegro?", ["Podgorica"]),
+    ("Name the capital city of Seychelles.", ["Victoria"]),
+    ("Which city is the capital of Saint Lucia?", ["Castries"]),
+    ("Which city is the capital of Grenada?", ["St. George's", "St George's", "Saint George's"]),
+    ("Which metal has the chemical symbol Zn?", ["zinc"]),
+    ("Which metal has the chemical symbol Ni?", ["nickel"]),
+    ("Which metal has the chemical symbol Al?", ["aluminium", "aluminum"]),
+    ("Which element has the chemical symbol Os?", ["osmium"]),
+    ("Which element has the chemical symbol Ir?", ["iridium"]),
+    ("Which element has the chemical symbol Te?", ["tellurium"]),
+    ("Which element has the chemical symbol Ge?", ["germanium"]),
+    ("What is the symbol of the element calcium?", ["Ca"]),
+    ("What is the symbol of the element nitrogen?", ["N"]),
+    ("What is the symbol of the element chlorine?", ["Cl"]),
+    ("Who wrote the play Macbeth?", ["Shakespeare", "William Shakespeare"]),
+    ("Who wrote the novel Oliver Twist?", ["Dickens", "Charles Dickens"]),
+    ("Who wrote the novel Moby-Dick?", ["Melville", "Herman Melville"]),
+    ("Who wrote the novel The Great Gatsby?", ["Fitzgerald", "F. Scott Fitzgerald"]),
+    ("Who wrote the novel Frankenstein?", ["Mary Shelley", "Shelley"]),
+    ("Who wrote the novel Dracula?", ["Bram Stoker", "Stoker"]),
+    ("Who wrote the novel Buddenbrooks?", ["Thomas Mann", "Mann"]),
+    ("Who wrote the novel The Trial?", ["Kafka", "Franz Kafka"]),
+    ("Who wrote the novel Hunger, published in 1890?", ["Knut Hamsun", "Hamsun"]),
+    ("Who wrote the novel Nostromo?", ["Joseph Conrad", "Conrad"]),
+    ("Who composed the opera Carmen?", ["Bizet", "Georges Bizet"]),
+    ("Who composed the ballet Swan Lake?", ["Tchaikovsky", "Pyotr Ilyich Tchaikovsky"]),
+    ("Who composed the opera Boris Godunov?", ["Mussorgsky", "Modest Mussorgsky"]),
+    ("Who composed the symphonic poem Finlandia?", ["Sibelius", "Jean Sibelius"]),
+    ("Who composed the opera Der Freischütz?", ["Weber", "Carl Maria von Weber"]),
+    ("Who painted the ceiling of the Sistine Chapel?", ["Michelangelo"]),
+    ("Who painted Guernica?", ["Picasso", "Pablo Picasso"]),
+    ("Who painted The Persistence of Memory?", ["Dalí", "Dali", "Salvador Dalí", "Salvador Dali"]),
+    ("Who painted The Hay Wain?", ["Constable", "John Constable"]),
+    ("Who painted The Ambassadors in 1533?", ["Holbein", "Hans Holbein"]),
+    ("Which planet is famous for its Great Red Spot?", ["Jupiter"]),
+    ("What is the hottest planet in the solar system?", ["Venus"]),
+    ("How many planets are in the solar system?", ["8", "eight"]),
+    ("How many moons does Mars have?", ["2", "two"]),
+    ("What is the largest moon of Jupiter?", ["Ganymede"]),
+    ("What is the second largest moon of Saturn?", ["Rhea"]),
+    ("How many legs does an insect have?", ["6", "six"]),
+    ("How many wings does a bee have?", ["4", "four"]),
+    ("How many teeth does an adult human normally have?", ["32", "thirty-two"]),
+    ("How many chambers does the human heart have?", ["4", "four"]),
+    ("How many chromosomes does a human body cell normally have?", ["46", "forty-six"]),
+    ("What is the currency of India?", ["rupee", "Indian rupee"]),
+    ("What is the currency of Switzerland?", ["franc", "Swiss franc"]),
+    ("What is the currency of South Africa?", ["rand"]),
+    ("What is the currency of Kazakhstan?", ["tenge"]),
+    ("What is the currency of Laos?", ["kip"]),
+    ("What is the currency of Paraguay?", ["guarani", "guaraní"]),
+    ("What language is spoken in Portugal?", ["Portuguese"]),
+    ("What language is spoken in Italy?", ["Italian"]),
+    ("What language is spoken in Greenland besides Danish?", ["Greenlandic", "Kalaallisut"]),
+    ("What language is spoken in the Faroe Islands besides Danish?", ["Faroese"]),
+    ("What is the tallest animal in the world?", ["giraffe"]),
+    ("What is the slowest mammal in the world?", ["sloth"]),
+    ("What is the largest living reptile?", ["saltwater crocodile", "crocodile"]),
+    ("What is the largest living amphibian?", ["Chinese giant salamander", "giant salamander", "salamander"]),
+    ("In which year did the Second World War end?", ["1945"]),
+    ("In which year did Columbus first reach the Americas?", ["1492"]),
+    ("In which year did the French Revolution begin?", ["1789"]),
+    ("In which year was the Peace of Utrecht signed?", ["1713"]),
+    ("In which year did the Battle of Lepanto take place?", ["1571"]),
+    ("In which year was the Edict of Nantes issued?", ["1598"]),
+]
+CHECK_ARITHMETIC = [
+    ("What does 6 + 3 equal?", 9), ("What does 4 + 4 equal?", 8), ("What does 9 + 1 equal?", 10),
+    ("What does 8 - 3 equal?", 5), ("What does 2 * 3 equal?", 6), ("What does 5 * 5 equal?", 25),
+    ("What does 10 + 10 equal?", 20), ("What does 3 * 4 equal?", 12), ("What does 9 - 4 equal?", 5),
+    ("What does 1 + 1 equal?", 2), ("What does 47 + 38 equal?", 85), ("What does 64 - 27 equal?", 37),
+    ("What does 18 * 7 equal?", 126), ("What does 56 + 89 equal?", 145), ("What does 93 - 48 equal?", 45),
+    ("What does 34 * 12 equal?", 408), ("What does 72 * 15 equal?", 1080), ("What does 418 + 397 equal?", 815),
+    ("What does 906 - 458 equal?", 448), ("What does 123 * 45 equal?", 5535), ("What does 612 * 38 equal?", 23256),
+    ("What does 25 * 4 equal?", 100), ("What does 100 - 1 equal?", 99), ("What does 7 * 8 equal?", 56),
+    ("What does 81 + 19 equal?", 100), ("What does 250 + 250 equal?", 500), ("What does 13 * 13 equal?", 169),
+    ("What does 999 + 1 equal?", 1000), ("What does 6 * 7 equal?", 42), ("What does 15 + 27 equal?", 42),
+]
+
+
+def check_facts() -> list[dict]:
+    return [{"id": f"check-fact-{number:03d}", "question": question, "answers": answers, "solution": None,
+             "context": None, "choices": None, "subject": "fact"}
+            for number, (question, answers) in enumerate(CHECK_FACTS)]
+
+
+def check_arithmetic() -> list[dict]:
+    return [{"id": f"check-arith-{number:03d}", "question": question,
+             "answers": [str(value)] + ([f"{value:,}"] if value >= 1000 else []), "solution": None,
+             "context": None, "choices": None, "subject": "arithmetic"}
+            for number, (question, value) in enumerate(CHECK_ARITHMETIC)]
+
 
 def arithmetic(seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
@@ -487,8 +593,11 @@ def world_facts() -> list[dict]:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("arithmetic", arithmetic()), ("world_facts", world_facts())):
-        path = OUT / f"{name}.jsonl"
+    sets = (("arithmetic", arithmetic()), ("world_facts", world_facts()), ("check_facts", check_facts()),
+            ("check_arithmetic", check_arithmetic()))
+    for name, rows in sets:
+        path = (CHECK_OUT if name.startswith("check") else OUT) / f"{name}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         print(f"{len(rows)} questions -> {path}", file=sys.stderr)
     return 0
