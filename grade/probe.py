@@ -518,7 +518,8 @@ def train_from_features(
 ) -> tuple[Probe, dict[str, Any]]:
     """Train a probe on a feature table (see :mod:`grade.features`) and measure it.
 
-    Rows are split train / validation / test, stratified by dataset and label (seeded). Datasets in
+    Rows are split train / validation / test, stratified by dataset and label (seeded), keeping the
+    rows of one question (or of one ``group``, where the table has that column) together. Datasets in
     ``holdout_datasets`` are kept out of all three and scored separately: the probe never sees them,
     which measures transfer to a new kind of question. ``max_per_class`` caps each class (random,
     seeded), as the reference does with 1000.
@@ -541,6 +542,8 @@ def train_from_features(
     df = df.reset_index(drop=True)
     held = df["dataset"].isin(holdout_datasets).to_numpy()
     pool = np.flatnonzero(~held)
+    if "group" in df and held.any():  # never train on another wording of a held-out question
+        pool = pool[~df["group"].iloc[pool].isin(set(df["group"][held])).to_numpy()]
     if max_per_class:
         rng = np.random.default_rng(seed)
         keep = []
@@ -550,8 +553,9 @@ def train_from_features(
         pool = np.array(sorted(keep), dtype=int)
     X = feature_matrix(df)
     y = df["label"].to_numpy().astype(int)
-    # Split whole questions: one asked with and without its document lands in one part only.
-    group = df.groupby(["dataset", "id"], sort=False).ngroup().to_numpy()
+    # Split whole questions: one asked with and without its document lands in one part only; a
+    # ``group`` column (e.g. one fact in several wordings) groups rows further.
+    group = df.groupby(["group"] if "group" in df else ["dataset", "id"], sort=False).ngroup().to_numpy()
     strata = (df["dataset"].astype(str) + "|" + df["label"].astype(str)).to_numpy()
     first = {}
     for i in pool:

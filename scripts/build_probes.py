@@ -37,8 +37,13 @@ import pandas as pd  # noqa: E402
 
 QUESTIONS_DIR = ROOT / "data" / "probe_training" / "questions"  # written by scripts/make_probe_questions.py
 PROBE_LABELS_DIR = ROOT / "data" / "probe_training" / "labels"
-PROBE_SETS = ("world_facts", "arithmetic")
-CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"  # unseen check sets: scored, never trained on
+# extra training sets per model: the rewordings only where the headline check needs them (labelling
+# the base Gemma model is slow on a CPU: its 262k-token vocabulary makes every sampled token costly)
+PROBE_SETS = {"smollm2-135m-instruct": ("world_facts", "arithmetic", "reworded"),
+              "gemma-3-270m": ("world_facts", "arithmetic")}
+CHECK_QUESTIONS_DIR = ROOT / "data" / "probe_check" / "questions"  # unseen check sets: scored, never trained on
+CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"
+CHECK_SETS = ("check_facts", "check_arithmetic")
 CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"))
 MAX_PER_CLASS = 1000  # the reference caps each class at 1000
 REFERENCE_ROWS = 300  # per (model, loss) in the reference feature set
@@ -54,10 +59,12 @@ def probe_name(model: str, loss: str) -> str:
 
 
 def label_probe_sets(model: str, threads: int) -> None:
-    """Label this project's extra training sets with ``model`` (resumes: finished questions are kept)."""
-    for name in PROBE_SETS:
-        questions = QUESTIONS_DIR / f"{name}.jsonl"
-        out = PROBE_LABELS_DIR / model / f"{name}.jsonl"
+    """Label this project's extra training sets and the check sets with ``model`` (resumes: finished
+    questions are kept)."""
+    jobs = [(QUESTIONS_DIR / f"{n}.jsonl", PROBE_LABELS_DIR / model / f"{n}.jsonl") for n in PROBE_SETS.get(model, ())]
+    jobs += [(CHECK_QUESTIONS_DIR / f"{n}.jsonl", CHECK_LABELS_DIR / model / f"{n}.jsonl") for n in CHECK_SETS]
+    for questions, out in jobs:
+        name = questions.stem
         out.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "grade", "label", "--model", model, "--dataset", str(questions),
                    "--matcher", "lenient", "--threads", str(threads), "--quiet", "--out", str(out)]
@@ -127,7 +134,9 @@ def current_rows(stores: list[tuple[Path, set]], hidden: bool) -> pd.DataFrame:
         df = load_features(store, hidden=hidden)
         wanted = [(d, i, c) in keys for d, i, c in zip(df["dataset"], df["id"], df["has_context"])]
         frames.append(df[wanted])
-    return dedupe(pd.concat(frames, ignore_index=True))
+    df = dedupe(pd.concat(frames, ignore_index=True))
+    df["group"] = df["id"].str.removesuffix("-reworded")  # one fact in two wordings: one group
+    return df
 
 
 def dedupe(df: pd.DataFrame) -> pd.DataFrame:

@@ -5,6 +5,8 @@ a small model gets some right and some wrong, which gives the probe both classes
 
 * ``arithmetic.jsonl``: generated sums, differences and products, from one-digit to three-digit
   operands, in several phrasings (seeded, reproducible);
+* ``reworded.jsonl``: every world fact once more in another wording, and new sums in other wordings
+  (a probe that sees one wording per kind of question learns the wording);
 * ``world_facts.jsonl``: hand-written facts from well known (capital of Greece) to obscure (capital
   of Comoros), across geography, chemistry, literature, science and everyday numbers; questions
   that are also in ``sample_data/`` are left out.
@@ -591,9 +593,72 @@ def world_facts() -> list[dict]:
     return rows
 
 
+# Other wordings of the same facts and of new sums: a probe trained on one wording per kind of
+# question learns the wording. None of these templates is used by the check sets.
+REWORDINGS = [
+    (r"^What is the capital of (.+)\?$", ["Which city serves as the capital of {0}?", "Tell me the capital of {0}.",
+                                          "{0} has which city as its capital?"]),
+    (r"^What is the chemical symbol for (.+)\?$", ["Give the chemical symbol of {0}.",
+                                                   "Which one- or two-letter symbol stands for {0}?"]),
+    (r"^Which element has the chemical symbol (.+)\?$", ["Tell me which element is written {0}.",
+                                                         "The chemical symbol {0} stands for which element?"]),
+    (r"^Which element has the atomic number (.+)\?$", ["Tell me which element is number {0} in the periodic table."]),
+    (r"^Who wrote (.+)\?$", ["Tell me who the author of {0} is.", "{0} was written by whom?"]),
+    (r"^Who painted (.+)\?$", ["Tell me which artist painted {0}.", "{0} was painted by whom?"]),
+    (r"^Who composed (.+)\?$", ["Tell me who composed {0}.", "{0} was composed by whom?"]),
+    (r"^What is the currency of (.+)\?$", ["Tell me the currency used in {0}.", "Which money is used in {0}?"]),
+    (r"^In which country is (.+)\?$", ["Tell me which country {0} is in.", "{0} lies in which country?"]),
+    (r"^How many (.+)\?$", ["Tell me how many {0}.", "Do you know how many {0}?"]),
+]
+WRAPPERS = ["Quick question: {q}", "I was wondering: {q}", "Trivia time! {q}", "Here is a question for you. {q}"]
+ARITHMETIC_REWORDINGS = {
+    "+": ["Calculate {a} + {b}.", "{a} + {b} = ?", "What is the result of {a} + {b}?", "Work out {a} plus {b}."],
+    "-": ["Calculate {a} - {b}.", "{a} - {b} = ?", "What is the result of {a} - {b}?", "Work out {a} minus {b}."],
+    "*": ["Calculate {a} * {b}.", "{a} x {b} = ?", "What is the result of {a} times {b}?", "Work out {a} multiplied by {b}."],
+}
+
+
+def reworded(seed: int = 1) -> list[dict]:
+    """Each world fact once more in another wording, and new sums in other wordings."""
+    import re
+
+    rng = random.Random(seed)
+    rows = []
+    for fact in world_facts():
+        question = fact["question"]
+        for pattern, templates in REWORDINGS:
+            match = re.match(pattern, question)
+            if match:
+                subject = match.group(1)
+                new = rng.choice(templates).format(subject[0].upper() + subject[1:] if templates[0].startswith("{0}") else subject)
+                break
+        else:
+            new = rng.choice(WRAPPERS).format(q=question)
+        if new[0].islower():
+            new = new[0].upper() + new[1:]
+        rows.append({**fact, "id": fact["id"] + "-reworded", "question": new})
+    taken = {(r["subject"], r["id"]) for r in arithmetic()}
+    made = 0
+    for op, (a_lo, a_hi), (b_lo, b_hi), count in LEVELS:
+        level = f"{op}{len(str(a_hi))}x{len(str(b_hi))}"
+        for _ in range(max(6, count // 2)):
+            a, b = rng.randint(a_lo, a_hi), rng.randint(b_lo, b_hi)
+            row_id = f"arith-{level}-{a}-{b}-reworded"
+            if (level, row_id) in taken:
+                continue
+            taken.add((level, row_id))
+            value = a + b if op == "+" else a - b if op == "-" else a * b
+            rows.append({"id": row_id, "question": rng.choice(ARITHMETIC_REWORDINGS[op]).format(a=a, b=b),
+                         "answers": [str(value)] + ([f"{value:,}"] if value >= 1000 else []), "solution": None,
+                         "context": None, "choices": None, "subject": level})
+            made += 1
+    return rows
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    sets = (("arithmetic", arithmetic()), ("world_facts", world_facts()), ("check_facts", check_facts()),
+    sets = (("arithmetic", arithmetic()), ("world_facts", world_facts()), ("reworded", reworded()),
+            ("check_facts", check_facts()),
             ("check_arithmetic", check_arithmetic()))
     for name, rows in sets:
         path = (CHECK_OUT if name.startswith("check") else OUT) / f"{name}.jsonl"
