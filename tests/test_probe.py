@@ -179,3 +179,16 @@ def test_predict_result_on_a_real_analysis(smollm, fitted):
     result.loss = "pos"
     with pytest.raises(ProbeError, match="GRADE_pre"):
         probe.predict_result(result)
+
+
+def test_held_out_questions_are_not_trained_on_in_another_wording():
+    X, y = separable(160, seed=7)
+    df = pd.DataFrame({"id": [f"q{i % 80}" + ("-b" if i >= 80 else "") for i in range(160)],
+                       "dataset": ["plain"] * 80 + ["reworded"] * 80, "label": y, "has_context": False,
+                       "model": INFO["model"], "loss": "pre", "srank": "paper", "rank_ratio": list(X)})
+    df["group"] = df["id"].str.removesuffix("-b")
+    df.loc[150:, "group"] = [f"other{i}" for i in range(10)]  # 10 reworded rows of questions not held out
+    probe, report = train_from_features(df, kind="logreg", holdout_datasets=("plain",))
+    split = probe.metadata["training_data"]["split"]
+    assert sum(split[s]["n"] for s in ("train", "validation", "test")) == 10
+    assert report["holdout"]["n"] == 80
