@@ -45,11 +45,14 @@ def dataset_questions(name: str, count: int) -> list[dict]:
 
 def question_with_prompt_tokens(lm, target: int) -> tuple[str, list[int]]:
     """A question (words of TriviaQA questions) whose formatted QA prompt has exactly ``target`` tokens."""
+    def encode(question):
+        return lm.tokenizer(format_prompt(lm.tokenizer, question), add_special_tokens=False)["input_ids"]
+
     words = " ".join(row["question"] for row in dataset_questions("triviaqa", 40)).split()
     best = None
     for count in range(1, len(words) + 1):
         question = " ".join(words[:count])
-        ids = lm.tokenizer(format_prompt(lm.tokenizer, question), add_special_tokens=False)["input_ids"]
+        ids = encode(question)
         if len(ids) == target:
             return question, ids
         if len(ids) > target:
@@ -57,6 +60,10 @@ def question_with_prompt_tokens(lm, target: int) -> tuple[str, list[int]]:
         best = (question, ids)
     if best is None:
         raise RuntimeError(f"no question gives a {target}-token prompt")
+    for filler in ("please", "now", "today", "here"):  # one more single-token word closes a gap of one
+        ids = encode(best[0] + " " + filler)
+        if len(ids) == target:
+            return best[0] + " " + filler, ids
     return best
 
 
@@ -95,7 +102,7 @@ def accuracy(lm, questions: list[str]) -> dict:
 
 
 def run(lm=None, *, repeats: int = 7, accuracy_questions: int = 6, log=print) -> dict:
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    """Uses torch's current thread count (``python -m bench`` sets it; 2 by default)."""
     lm = lm or grade.load_model("smollm2-135m-instruct")
     question, ids = question_with_prompt_tokens(lm, 64)
     ids_tensor = torch.tensor([ids])
