@@ -89,3 +89,26 @@ def test_unsupported_architecture_lists_supported(tmp_path, tokenizer):
         grade.load_model(str(folder))
     message = str(info.value)
     assert "bloom" in message and "llama" in message and "gpt2" in message
+
+
+def test_batched_and_per_loss_backward_give_the_same_step_gradients(tmp_path, tokenizer):
+    """The GPU's one batched backward (vmap) and the CPU's K backward passes are the same Δ_k."""
+    from grade.analysis import _activation_grads
+
+    lm = grade.load_model(str(build_folder(tmp_path, CONFIGS["llama"](), tokenizer)))
+    ids = lm.tokenizer("First step. Second step. Third step.", add_special_tokens=False)["input_ids"]
+    with torch.enable_grad():
+        capture, logits, _ = _forward(lm, ids, keep_hidden=False)
+        log_probs = torch.log_softmax(logits[:-1].float(), dim=-1)
+        token_nll = -log_probs.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        thirds = torch.tensor_split(token_nll, 3)
+        losses = torch.stack([part.mean() for part in thirds])
+        per_loss = _activation_grads(losses, capture.outputs, batched=False)  # keeps the graph
+        batched = _activation_grads(losses, capture.outputs, batched=True)
+    assert len(batched) == len(per_loss) == lm.n_layers
+    for b, p in zip(batched, per_loss):
+        assert b.shape == p.shape == (3, len(ids), 32)
+        torch.testing.assert_close(b, p, rtol=1e-5, atol=1e-7)
+    # causality: step 1's loss leaves the tokens after step 1 untouched
+    end_first = len(thirds[0]) + 1
+    assert per_loss[0][0, end_first:].abs().max() == 0
