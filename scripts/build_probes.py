@@ -46,6 +46,11 @@ CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"
 CHECK_SETS = ("check_facts", "check_arithmetic")
 CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"))
 MAX_PER_CLASS = 1000  # the reference caps each class at 1000
+# A small model leaves most questions of a benchmark unanswerable (TriviaQA: 30 answerable, 856 not):
+# past a few hundred, more unanswerable rows of one set only teach the probe that set's prompt style,
+# and each costs a forward and backward pass. So each labelled file gives all its answerable rows and
+# at most this many unanswerable ones (a fixed, seeded choice, so the stores stay valid across runs).
+MAX_UNANSWERABLE_PER_SET = 250
 REFERENCE_ROWS = 300  # per (model, loss) in the reference feature set
 MIN_TRANSFER_ROWS = 20  # a held-out dataset needs this many rows (and both classes) to be scored
 
@@ -84,6 +89,19 @@ def label_files(model: str, labels_dirs: list[Path]) -> list[Path]:
     return list(files.values())
 
 
+def cap_unanswerable(rows: list[dict], limit: int) -> list[dict]:
+    """All answerable rows and at most ``limit`` unanswerable ones, chosen by a hash of their id (the
+    same rows on every run, whatever order the file has)."""
+    import hashlib
+
+    negatives = [r for r in rows if r["label"] == 0]
+    if len(negatives) <= limit:
+        return rows
+    rank = lambda r: hashlib.sha1(str(r["id"]).encode()).hexdigest()  # noqa: E731
+    kept = {id(r) for r in sorted(negatives, key=rank)[:limit]}
+    return [r for r in rows if r["label"] != 0 or id(r) in kept]
+
+
 def question_key(row: dict) -> tuple[str, str]:
     return " ".join(str(row["question"]).lower().split()), " ".join(str(row.get("context") or "").lower().split())
 
@@ -111,6 +129,7 @@ def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Pa
         if not rows:
             log(f"  {file.name}: no labelled rows, skipped")
             continue
+        rows = cap_unanswerable(rows, MAX_UNANSWERABLE_PER_SET)
         store = features_dir / model / loss / f"{file.stem}.parquet"
         if compute:
             if lm is None:
@@ -200,9 +219,16 @@ def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool
     df = current_rows(stores, hidden=False)
     p = probe.predict_proba(feature_matrix(df))[:, 1]
     y = df["label"].to_numpy().astype(int)
-    out = {"all": binary_metrics(y, p, roc=False)}
+    from grade.evaluation import auroc, bootstrap_ci
+
+    def scored(idx):  # a handful of answerable questions: the interval says how much the AUROC can be trusted
+        m = binary_metrics(y[idx], p[idx], roc=False)
+        m["auroc_ci95"] = list(bootstrap_ci(y[idx], p[idx], auroc)) if m.get("auroc") is not None else None
+        return m
+
+    out = {"all": scored(np.arange(len(y)))}
     for name, idx in df.groupby("dataset").indices.items():
-        out[name] = binary_metrics(y[idx], p[idx], roc=False)
+        out[name] = scored(idx)
     return out
 
 
@@ -299,12 +325,14 @@ def write_readme(summaries: list[dict], path: Path) -> None:
                 "Unseen check sets (`data/probe_check`: new facts and arithmetic in other phrasings, labelled by",
                 "sampling with the lenient matcher like the training data, never trained on):",
                 "",
-                "| check set | n | answerable | accuracy | AUROC |",
+                "| check set | n | answerable | accuracy | AUROC [95% bootstrap CI] |",
                 "|---|---|---|---|---|",
             ]
             for set_name, m in check.items():
+                ci = m.get("auroc_ci95")
+                interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci and all(np.isfinite(ci)) else ""
                 lines.append(f"| {'**all**' if set_name == 'all' else set_name} | {m['n']} | {m['positives']} | "
-                             f"{fmt(m['accuracy'])} | {fmt(m['auroc'])} |")
+                             f"{fmt(m['accuracy'])} | {fmt(m['auroc'])}{interval} |")
             lines.append("")
     path.write_text("\n".join(lines) + "\n")
 
