@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 
-.PHONY: install run test test-fast bench probes browser clean-cache
+.PHONY: install run test test-fast bench probes browser screenshots clean-cache
 
 install: $(STAMP)
 
@@ -32,6 +32,10 @@ test: install browser
 # Unit tests only (no embedded model, no browser): seconds, not minutes.
 test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+# Re-take the README's page screenshots (assets/screenshots/) with the browser test.
+screenshots: install browser
+	GRADE_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_browser.py
 
 bench: install
 	$(PY) -m bench

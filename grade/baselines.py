@@ -46,7 +46,7 @@ import torch
 from .errors import InputError
 from .models import LoadedModel
 from .prompts import INSTRUCTIONS, format_prompt, user_message
-from .sampling import STOP_STRINGS, encode_prompt, stop_token_ids
+from .sampling import STOP_STRINGS, cache_keyword, encode_prompt, output_cache, stop_token_ids
 from .tasks import gsm8k_final_number, math_answer, mmlu_letter, normalize_answer, normalize_latex
 
 #: Method name -> (needs training, gives AUROC, what the raw quantity measures / orientation note).
@@ -349,7 +349,7 @@ def decode(lm: LoadedModel, prompt_ids: list[int], max_new_tokens: int, *, n: in
     last_prompt = None
     if prompt_states:
         last_prompt = torch.stack([h[0, -1] for h in out.hidden_states]).float().cpu().numpy()
-    cache, logits = out.past_key_values, out.logits[:, -1]
+    cache, logits = output_cache(out), out.logits[:, -1]
     if n > 1:
         cache.batch_repeat_interleave(n)
         logits = logits.repeat_interleave(n, dim=0)
@@ -392,11 +392,11 @@ def decode(lm: LoadedModel, prompt_ids: list[int], max_new_tokens: int, *, n: in
             cache.batch_select_indices(index)
             chosen = [chosen[i] for i in keep]
             active = [active[i] for i in keep]
-        out = model(input_ids=torch.tensor(chosen, device=device)[:, None], past_key_values=cache, use_cache=True,
+        out = model(input_ids=torch.tensor(chosen, device=device)[:, None], **{cache_keyword(model): cache}, use_cache=True,
                     position_ids=torch.full((len(active), 1), position, device=device),
                     output_hidden_states=want_states)
         position += 1
-        cache, logits = out.past_key_values, out.logits[:, -1]
+        cache, logits = output_cache(out), out.logits[:, -1]
         if want_states:
             picked = pick(out.hidden_states)
             for i, r in enumerate(active):

@@ -88,12 +88,12 @@ def stop_token_ids(lm: LoadedModel) -> set[int]:
     return ids
 
 
-def _cache_keyword(model) -> str:
+def cache_keyword(model) -> str:
     """``cache`` in recent transformers 5 releases, ``past_key_values`` before (and in 4.x)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _output_cache(out):
+def output_cache(out):
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
 
@@ -155,9 +155,9 @@ def _decode_batch(
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
-    cache_kw = _cache_keyword(model)
+    cache_kw = cache_keyword(model)
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache = _output_cache(out)
+    cache = output_cache(out)
     logits = out.logits[:, -1]
     if n > 1:
         cache.batch_repeat_interleave(n)
@@ -200,7 +200,7 @@ def _decode_batch(
             use_cache=True,
             **{cache_kw: cache},
         )
-        cache, logits = _output_cache(out), out.logits[:, -1]
+        cache, logits = output_cache(out), out.logits[:, -1]
         next_position = next_position + 1
 
     texts = []

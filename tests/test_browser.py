@@ -1,8 +1,9 @@
 """End to end: the real app in headless Chromium (Debian's ``chromium`` + ``chromium-driver``, via selenium).
 
 Starts ``streamlit run app.py`` on a free localhost port, types a question, clicks Analyze, checks that
-the probe's verdict appears, visits every page, and saves a screenshot of each page to
-``assets/screenshots/<page>.png`` (the README shows them). Install the browser with ``make browser``.
+the probe's verdict appears, visits every page, and saves a screenshot of each page: to a temporary folder, or with ``GRADE_UPDATE_SCREENSHOTS=1`` to
+``assets/screenshots/<page>.png`` (the README shows them), so a test run leaves the checkout clean.
+Install the browser with ``make browser``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCREENSHOTS = ROOT / "assets" / "screenshots"
+SCREENSHOTS = (
+    ROOT / "assets" / "screenshots"
+    if os.environ.get("GRADE_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="grade-screenshots-"))
+)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 QUESTION = "What is the capital of France?"
