@@ -63,7 +63,9 @@ def main(argv=None) -> int:
     if "steps" not in args.skip:
         steps = stepwise.run(lm, ks=(8,) if args.quick else (8, 16), repeats=2 if args.quick else 3, baseline_repeats=1 if args.quick else 2)
         payload["steps"] = steps
-        rows = [{"K": s["K"], "tokens": s["tokens"], "ours_s": s["ours"]["median_s"], "prefix_recompute_s": s["prefix_recompute"]["median_s"],
+        rows = [{"K": s["K"], "tokens": s["tokens"], "route": s["route"], "ours_s": s["ours"]["median_s"],
+                 "other_route_s": next(v["median_s"] for key, v in s.items() if key.startswith("ours_") and key.endswith("_route")),
+                 "prefix_recompute_s": s["prefix_recompute"]["median_s"],
                  "speedup": s["speedup"], "target": s["target_speedup"], "diff_vs_recompute": s["max_rel_diff_ours_vs_prefix_recompute"],
                  "err_vs_literal": s["max_rel_error_vs_literal_same_inputs"]} for s in steps]
         report += ["Step-wise GRADE_pos vs recomputing each prefix", "", table(rows, list(rows[0])), ""]

@@ -272,7 +272,8 @@ def summary(payload: dict) -> str:
             f"({payload['model_gib']:.2f} GiB)", "", table(rows, cols)]
     steps = [s for s in payload["steps"] if "error" not in s]
     if steps:
-        flat = [{"K": s["K"], "tokens": s["tokens"], "ours_s": s["ours"]["median_s"],
+        flat = [{"K": s["K"], "tokens": s["tokens"], "route": s["route"], "ours_s": s["ours"]["median_s"],
+                 "other_route_s": next(v["median_s"] for key, v in s.items() if key.startswith("ours_") and key.endswith("_route")),
                  "prefix_recompute_s": s["prefix_recompute"]["median_s"], "speedup": s["speedup"],
                  "target": s["target_speedup"], "diff_vs_recompute": s["max_rel_diff_ours_vs_prefix_recompute"],
                  "err_vs_literal": s["max_rel_error_vs_literal_same_inputs"]} for s in steps]

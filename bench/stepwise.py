@@ -1,7 +1,8 @@
 """Target 3 (and 5): step-wise GRADE_pos of a K-step chain of thought, against recomputing each prefix.
 
 ``grade.analyze(..., loss="pos", steps=True, spectra=False)`` does one forward pass over prompt +
-response and gets every step's Δ from one batched backward; the baseline runs the engine's own pass
+response and gets every step's Δ from one batched backward (on a CPU, where that costs more than
+recomputing, it runs one pass per prefix itself; the route it did not take is timed too); the baseline runs the engine's own pass
 once per prefix (forward on the prefix ending with step k, loss on step k, backward, fast spectra).
 Both give the same per-step rank ratios up to rounding (checked here), and the fast route's step ratios
 are checked against the float64 literal formula on the step-wise pass's own h and Δ_k.
@@ -14,7 +15,7 @@ import json
 import numpy as np
 
 import grade
-from grade.analysis import _layer_features, srank_kinds
+from grade.analysis import _layer_features, prefix_passes_are_cheaper, srank_kinds
 from grade.losses import split_steps
 from grade.reference import literal_stable_ranks
 
@@ -40,15 +41,20 @@ def chain_of_thought(steps: int) -> tuple[str, str, str]:
 def measure(lm, question: str, response: str, *, task: str = "gsm8k", prompt: str | None = None,
             repeats: int = 3, baseline_repeats: int = 2, literal_steps: int | None = None, device=None, log=print) -> dict:
     """Time ours vs. per-prefix recomputation for one response; check their agreement and accuracy."""
-    def ours():
-        return grade.analyze(lm, question, task=task, prompt=prompt, loss="pos", response=response, steps=True, spectra=False)
+    def ours(step_passes="auto"):
+        return grade.analyze(lm, question, task=task, prompt=prompt, loss="pos", response=response, steps=True,
+                             spectra=False, step_passes=step_passes)
 
     result = ours()
     ids = result.input_ids
     spans = [(s.start, s.end) for s in result.steps]
     k = len(spans)
-    log(f"[steps] K={k}, {len(ids)} tokens ({result.response_start} prompt)")
+    route = "prefix" if prefix_passes_are_cheaper(lm.device, [e for _, e in spans], len(ids)) else "shared"
+    log(f"[steps] K={k}, {len(ids)} tokens ({result.response_start} prompt); the engine's route: {route}")
     t_ours = time_call(ours, repeats=repeats, warmup=1, device=device)
+    # The route the engine did not take, timed too: the evidence for its choice.
+    other = "shared" if route == "prefix" else "prefix"
+    t_other = time_call(lambda: ours(other), repeats=baseline_repeats, warmup=0, device=device)
     t_base = time_call(lambda: prefix_recompute(lm, ids, spans), repeats=baseline_repeats, warmup=1, device=device)
     ours_ratios = np.array([s.rank_ratio for s in result.steps])
     base_ratios = prefix_recompute(lm, ids, spans)
@@ -68,7 +74,9 @@ def measure(lm, question: str, response: str, *, task: str = "gsm8k", prompt: st
         "K": k,
         "tokens": len(ids),
         "prompt_tokens": result.response_start,
+        "route": route,
         "ours": t_ours.to_dict(),
+        f"ours_{other}_route": t_other.to_dict(),
         "prefix_recompute": t_base.to_dict(),
         "speedup": speedup,
         "target_speedup": k / 2,

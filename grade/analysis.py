@@ -1,8 +1,9 @@
 """``analyze``: one question in, one :class:`~grade.result.GradeResult` out.
 
 Pipeline: tokenise -> one forward pass with hooks (h and o of every MLP down projection) -> loss ->
-one activation-only backward pass (``Δ = ∂L/∂o``; for step-wise ``pos``, one batched backward for all
-steps) -> per-layer spectra -> stable ranks and rank ratios.
+one activation-only backward pass (``Δ = ∂L/∂o``; for step-wise ``pos``, one backward per step over the
+shared forward pass, or on a CPU one pass per prefix where that is cheaper) -> per-layer spectra ->
+stable ranks and rank ratios.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .result import GradeResult, StepResult
 from .spectra import (
     SRankKind,
     check_finite,
+    full_rank_in_float64,
     layer_spectrum,
     rank_ratio,
     stable_rank,
@@ -145,6 +147,8 @@ def _fast_features_from_grams(grams: list[torch.Tensor], deltas: list[torch.Tens
     if uncertified:
         hidden = fetch_hidden(uncertified)
         for layer in uncertified:
+            if full_rank_in_float64(hidden[layer]):
+                continue
             spec = layer_spectrum(hidden[layer], deltas[layer])
             srank_h[layer] = stable_rank(spec.eig_h, kind_h)
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
@@ -162,11 +166,33 @@ def _stepwise_fast_features(hidden: list[torch.Tensor], deltas: list[torch.Tenso
     for k, end in enumerate(ends):
         srank_h, srank_g = fast.srank_h[k].numpy().copy(), fast.srank_g[k].numpy().copy()
         for layer in torch.nonzero(~fast.full_rank[k]).flatten().tolist():
+            if full_rank_in_float64(hidden[layer][:end]):
+                continue
             spec = layer_spectrum(hidden[layer][:end], deltas[layer][k, :end])
             srank_h[layer] = stable_rank(spec.eig_h, kind_h)
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
         out.append((srank_h, srank_g, np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)])))
     return out
+
+
+def _steps_from_shared_pass(hidden: list[torch.Tensor], deltas: list[torch.Tensor], losses: torch.Tensor,
+                            step_spans: list[Step], kinds, spectra: bool) -> list[StepResult]:
+    """StepResult per step from one forward pass over the whole sequence: hidden[l] (N, d_ff), deltas[l]
+    (K, N, d_model) with step k's Δ in row k (zero past the step's end)."""
+    n_layers = len(deltas)
+    shared = None if spectra else _stepwise_fast_features(hidden, deltas, [s.end for s in step_spans], kinds)
+    results = []
+    for k, step in enumerate(step_spans):
+        if shared is not None:
+            sh, sg, ratio = shared[k]
+            eh = eg = rows = None
+        else:
+            sh, sg, ratio, eh, eg, rows = _layer_features(
+                [h[: step.end] for h in hidden], [d[k, : step.end] for d in deltas], kinds, spectra
+            )
+        scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
+        results.append(StepResult(step.text, step.start, step.end, float(losses[k].detach()), sh, sg, ratio, scores, eh, eg))
+    return results
 
 
 def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool):
@@ -196,11 +222,61 @@ def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kind
         srank_h[:] = fast.srank_h.double().cpu().numpy()
         srank_g[:] = fast.srank_g.double().cpu().numpy()
         for layer in torch.nonzero(~fast.full_rank).flatten().tolist():
+            if full_rank_in_float64(hidden[layer]):
+                continue
             spec = layer_spectrum(hidden[layer], deltas[layer])
             srank_h[layer] = stable_rank(spec.eig_h, kind_h)
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
     ratio = np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)])
     return srank_h, srank_g, ratio, eig_h, eig_g, rows
+
+
+def prefix_passes_are_cheaper(device: torch.device | str, ends: list[int], n_tokens: int) -> bool:
+    """Whether step-wise ``pos`` should run one pass per prefix instead of sharing one forward pass.
+
+    Sharing costs one forward over all N tokens plus K backward passes over N tokens (exact per-step Δ
+    needs one vector-Jacobian product per step); per prefix costs a forward and a backward over each
+    prefix e_k. Only where arithmetic is the limit (a CPU) does the token count decide: there a
+    backward pass costs about twice a forward pass (measured on the embedded SmolLM2), so sharing
+    costs ~N·(1 + 2K) and prefixes ~3·Σe_k. On a GPU the K backward passes are batched into one and the
+    shared pass wins (bench/RESULTS.md, section 3).
+    """
+    if torch.device(device).type != "cpu":
+        return False
+    return n_tokens * (1 + 2 * len(ends)) > 3 * sum(ends)
+
+
+def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Step], kinds, spectra: bool,
+                     keep_hidden: bool, timings: dict[str, float]):
+    """Step-wise ``pos`` one prefix at a time: for step k a forward pass over the prefix ending with
+    step k, its loss, a backward pass and its spectra. Same features as the shared pass (causal
+    attention: a prefix's activations are the full sequence's), fewer operations on a CPU when steps
+    are spread over a long response. Returns (StepResult per step, last-prompt-token hidden states)."""
+    results, hidden_states = [], None
+    timings.update(forward_s=0.0, backward_s=0.0, spectra_s=0.0)
+    for k, step in enumerate(step_spans):
+        prefix = input_ids[: step.end]
+        t = time.perf_counter()
+        with torch.enable_grad():
+            capture, logits, first, states = _forward_tail(lm, prefix, keep_hidden and k == 0, step.start - 1)
+            timings["forward_s"] += time.perf_counter() - t
+            ids = torch.tensor(prefix[first:], device=logits.device)
+            loss = response_cross_entropy(logits, ids, step.start - first, step.end - first)
+            if not torch.isfinite(loss):
+                raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+            t = time.perf_counter()
+            deltas = _activation_grads(loss, capture.outputs)
+            timings["backward_s"] += time.perf_counter() - t
+        if states is not None:
+            hidden_states = states
+        t = time.perf_counter()
+        hidden = [h[0] for h in capture.hidden]
+        del capture, logits
+        sh, sg, ratio, eh, eg, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra)
+        timings["spectra_s"] += time.perf_counter() - t
+        scores = rows[:, step.start : step.end] if rows is not None else np.full((len(hidden), step.end - step.start), np.nan)
+        results.append(StepResult(step.text, step.start, step.end, float(loss.detach()), sh, sg, ratio, scores, eh, eg))
+    return results, hidden_states
 
 
 def analyze(
@@ -220,6 +296,7 @@ def analyze(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     prompt: str | None = None,
     low_memory: bool | None = None,
+    step_passes: Literal["auto", "shared", "prefix"] = "auto",
 ) -> GradeResult:
     """GRADE features of one question.
 
@@ -242,6 +319,10 @@ def analyze(
         and keep ``h hᵀ`` instead of h (on Llama-3.1-8B shapes about half the peak memory for 10-25%
         more time; results are the same). ``None`` (default) turns it on for CUDA devices from
         :data:`LOW_MEMORY_MIN_TOKENS` tokens on, where memory is the limit; on CPUs arithmetic is.
+    step_passes : how step-wise ``pos`` gets each step's Δ: ``"shared"`` (one forward pass over the whole
+        sequence, one backward per step), ``"prefix"`` (one forward and backward pass per prefix) or
+        ``"auto"`` (the cheaper, see :func:`prefix_passes_are_cheaper`). The results are the same up to
+        rounding.
 
     Returns
     -------
@@ -283,76 +364,78 @@ def analyze(
         low_memory = torch.device(lm.device).type == "cuda" and len(input_ids) >= LOW_MEMORY_MIN_TOKENS
     low_memory = low_memory and not spectra and not steps
 
-    t = time.perf_counter()
-    with torch.enable_grad():
-        logits_from = len(input_ids) - 1 if loss == "pre" else len(prompt_ids) - 1
-        capture, logits, first, hidden_states = _forward_tail(
-            lm, input_ids, keep_hidden, logits_from, low_memory=low_memory
-        )
-        timings["forward_s"] = time.perf_counter() - t
-        # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
-        ids_tensor = torch.tensor(input_ids[first:], device=logits.device)
-        step_spans: list[Step] = []
-        if loss == "pre":
-            losses = entropy_at_last_position(logits)
-        elif steps:
-            step_spans = steps_for_response(lm.tokenizer, response_ids, len(prompt_ids), response)
-            losses = torch.stack(
-                [response_cross_entropy(logits, ids_tensor, s.start - first, s.end - first) for s in step_spans]
-            )
-        else:
-            losses = response_cross_entropy(logits, ids_tensor, len(prompt_ids) - first, len(input_ids) - first)
-        if not torch.isfinite(losses).all():
-            raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
-        t = time.perf_counter()
-        deltas = _activation_grads(losses, capture.outputs)  # per layer (K, n, d_model)
-        timings["backward_s"] = time.perf_counter() - t
-    hidden = [h[0] for h in capture.hidden] if not low_memory else None  # (n, d_ff) per layer
-    grams, hidden_width = capture.grams, capture.hidden_width
-    del capture, logits
+    step_spans: list[Step] = []
+    if loss == "pos" and steps:
+        step_spans = steps_for_response(lm.tokenizer, response_ids, len(prompt_ids), response)
+    if step_passes not in ("auto", "shared", "prefix"):
+        raise InputError(f"unknown step_passes {step_passes!r}; use auto, shared or prefix")
+    by_prefix = bool(step_spans) and (
+        step_passes == "prefix"
+        or (step_passes == "auto" and prefix_passes_are_cheaper(lm.device, [s.end for s in step_spans], len(input_ids)))
+    )
 
     t = time.perf_counter()
-    n_layers = len(deltas)
-    step_results: list[StepResult] = []
-    if step_spans:
-        token_scores = np.full((n_layers, len(input_ids)), np.nan)
-        shared = None if spectra else _stepwise_fast_features(hidden, deltas, [s.end for s in step_spans], kinds)
-        for k, step in enumerate(step_spans):
-            if shared is not None:
-                sh, sg, ratio = shared[k]
-                eh = eg = rows = None
-            else:
-                sh, sg, ratio, eh, eg, rows = _layer_features(
-                    [h[: step.end] for h in hidden], [d[k, : step.end] for d in deltas], kinds, spectra
-                )
-            scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
-            token_scores[:, step.start : step.end] = scores
-            step_results.append(
-                StepResult(step.text, step.start, step.end, float(losses[k].detach()), sh, sg, ratio, scores, eh, eg)
+    if by_prefix:
+        step_results, hidden_states = _steps_by_prefix(lm, input_ids, step_spans, kinds, spectra, keep_hidden, timings)
+    else:
+        with torch.enable_grad():
+            logits_from = len(input_ids) - 1 if loss == "pre" else len(prompt_ids) - 1
+            capture, logits, first, hidden_states = _forward_tail(
+                lm, input_ids, keep_hidden, logits_from, low_memory=low_memory
             )
+            timings["forward_s"] = time.perf_counter() - t
+            # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
+            ids_tensor = torch.tensor(input_ids[first:], device=logits.device)
+            if loss == "pre":
+                losses = entropy_at_last_position(logits)
+            elif step_spans:
+                losses = torch.stack(
+                    [response_cross_entropy(logits, ids_tensor, s.start - first, s.end - first) for s in step_spans]
+                )
+            else:
+                losses = response_cross_entropy(logits, ids_tensor, len(prompt_ids) - first, len(input_ids) - first)
+            if not torch.isfinite(losses).all():
+                raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+            t = time.perf_counter()
+            deltas = _activation_grads(losses, capture.outputs)  # per layer (K, n, d_model)
+            timings["backward_s"] = time.perf_counter() - t
+        hidden = [h[0] for h in capture.hidden] if not low_memory else None  # (n, d_ff) per layer
+        grams, hidden_width = capture.grams, capture.hidden_width
+        del capture, logits
+
+        t = time.perf_counter()
+        if step_spans:
+            step_results = _steps_from_shared_pass(hidden, deltas, losses, step_spans, kinds, spectra)
+        elif low_memory:
+            srank_h, srank_g, ratio = _fast_features_from_grams(
+                grams,
+                [d[0] for d in deltas],
+                kinds,
+                hidden_width,
+                lambda layers: _hidden_of_layers(lm, input_ids, layers),
+            )
+            eig_h = eig_g = rows = token_scores = None
+            loss_value = float(losses.detach())
+        else:
+            srank_h, srank_g, ratio, eig_h, eig_g, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra)
+            token_scores = None
+            if loss == "pos" and rows is not None:
+                token_scores = np.full_like(rows, np.nan)
+                token_scores[:, response_start:] = rows[:, response_start:]
+            loss_value = float(losses.detach())
+        timings["spectra_s"] = time.perf_counter() - t
+
+    if step_spans:
+        token_scores = np.full((len(step_results[0].srank_h), len(input_ids)), np.nan)
+        for step in step_results:
+            token_scores[:, step.start : step.end] = step.token_scores
         srank_h = np.mean([s.srank_h for s in step_results], axis=0)
         srank_g = np.mean([s.srank_g for s in step_results], axis=0)
         ratio = np.mean([s.rank_ratio for s in step_results], axis=0)
         eig_h = eig_g = None
-        loss_value = float(losses.detach().mean())
-    elif low_memory:
-        srank_h, srank_g, ratio = _fast_features_from_grams(
-            grams,
-            [d[0] for d in deltas],
-            kinds,
-            hidden_width,
-            lambda layers: _hidden_of_layers(lm, input_ids, layers),
-        )
-        eig_h = eig_g = rows = token_scores = None
-        loss_value = float(losses.detach())
+        loss_value = float(np.mean([s.loss_value for s in step_results]))
     else:
-        srank_h, srank_g, ratio, eig_h, eig_g, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra)
-        token_scores = None
-        if loss == "pos" and rows is not None:
-            token_scores = np.full_like(rows, np.nan)
-            token_scores[:, response_start:] = rows[:, response_start:]
-        loss_value = float(losses.detach())
-    timings["spectra_s"] = time.perf_counter() - t
+        step_results = []
     timings["total_s"] = time.perf_counter() - t0
 
     last_hidden = None

@@ -155,14 +155,18 @@ def gram_matrix(x: torch.Tensor) -> torch.Tensor:
 
 
 def _start_vectors(gram: torch.Tensor) -> torch.Tensor:
-    """(B, n) unit start vectors: the diagonal (positive overlap with the top eigenvector of most PSD
-    matrices) plus a fixed pseudo-random part, so that no start is orthogonal to it by symmetry."""
-    batch, n = gram.shape[0], gram.shape[-1]
-    noise = torch.randn(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    noise = (noise / noise.norm()).to(gram.device, gram.dtype)
+    """(B, 2, n) unit start vectors, two per matrix. The first is the diagonal (positive overlap with the
+    top eigenvector of most PSD matrices, e.g. Grams of activations) plus a fixed pseudo-random part;
+    the second is a fixed pseudo-random vector on its own. One start can be all but orthogonal to the
+    top eigenvector (a gradient Gram of a random-weight model gave an overlap of 3e-5 with the first,
+    and Lanczos settled on λ₂, 0.7% low); the chance that both are is negligible."""
+    n = gram.shape[-1]
+    noise = torch.stack([torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) for seed in (0, 1)])
+    noise = (noise / noise.norm(dim=-1, keepdim=True)).to(gram.device, gram.dtype)
     diag = gram.diagonal(dim1=-2, dim2=-1)
-    v = diag / diag.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(gram.dtype).tiny) + 0.25 * noise
-    return v / v.norm(dim=-1, keepdim=True)
+    first = diag / diag.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(gram.dtype).tiny) + 0.25 * noise[0]
+    first = first / first.norm(dim=-1, keepdim=True)
+    return torch.stack([first, noise[1].expand_as(first)], dim=1)
 
 
 def _top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, check_every: int = 16) -> torch.Tensor:
@@ -171,23 +175,28 @@ def _top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, 
     Lanczos with full re-orthogonalisation, then Rayleigh-Ritz on the Krylov basis Q: the answer is the
     top eigenvalue θ of ``Qᵀ G Q``, never above λ₁ (interlacing) and at least as good as power iteration
     with the same number of products; it converges like exp(-2k·sqrt(gap)) instead of (λ₂/λ₁)^(2k), so
-    clustered top eigenvalues (random-like activations) are resolved too. Each step reads each matrix
-    once (memory-bound, like power iteration). Every ``check_every`` steps the Ritz residual
+    clustered top eigenvalues (random-like activations) are resolved too. Two Krylov sequences per
+    matrix, from different starts (see :func:`_start_vectors`), guard against a start nearly orthogonal
+    to the top eigenvector; each step reads each matrix once for both (memory-bound, like power iteration). Every ``check_every`` steps the Ritz residual
     ``r = ‖G y - θ y‖`` bounds the error by ``min(r, r²/gap)``; a matrix is done once that is below
     ``rtol·θ``, and the run stops when all are, or after ``min(iterations, n)`` steps.
     """
     batch, n = gram.shape[0], gram.shape[-1]
     steps = max(1, min(iterations, n))
-    basis = gram.new_zeros(batch, steps, n)  # rows q_j
-    images = gram.new_zeros(batch, steps, n)  # rows G q_j
+    starts = _start_vectors(gram)  # (B, S, n): S Krylov sequences per matrix, sharing each read of it
+    per_matrix = starts.shape[1]
+    sequences = batch * per_matrix  # sequence r belongs to matrix r // S
+    basis = gram.new_zeros(sequences, steps, n)  # rows q_j
+    images = gram.new_zeros(sequences, steps, n)  # rows G q_j
     # trace >= λ₁, so a residual below 16·eps·trace is rounding noise of G q: the Krylov space is exhausted.
     breakdown = gram.diagonal(dim1=-2, dim2=-1).sum(-1, keepdim=True) * (16 * torch.finfo(gram.dtype).eps)
-    q = _start_vectors(gram)
-    theta = torch.zeros(batch, dtype=torch.float64)
-    pending = torch.arange(batch)  # matrices whose θ has not met the tolerance yet
+    breakdown = breakdown.repeat_interleave(per_matrix, dim=0)
+    q = starts.reshape(sequences, n)
+    theta = torch.zeros(sequences, dtype=torch.float64)
+    pending = torch.arange(sequences)  # sequences whose θ has not met the tolerance yet
     for j in range(steps):
         basis[:, j] = q
-        w = torch.bmm(gram, q.unsqueeze(-1)).squeeze(-1)
+        w = torch.bmm(gram, q.view(batch, per_matrix, n).transpose(1, 2)).transpose(1, 2).reshape(sequences, n)
         images[:, j] = w
         known = basis[:, : j + 1]
         for _ in range(2):  # "twice is enough" (Kahan-Parlett) for an orthonormal basis in finite precision
@@ -196,7 +205,7 @@ def _top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, 
         q = torch.where(norm > breakdown, w / norm.clamp_min(torch.finfo(gram.dtype).tiny), torch.zeros_like(w))
         k = j + 1
         if k == steps or k % check_every == 0:  # a check costs a small eigh per matrix on the CPU: not every step
-            if len(pending) == batch:
+            if len(pending) == sequences:
                 values, done = _ritz_top(basis[:, :k], images[:, :k], rtol)
             else:
                 rows = pending.to(gram.device)
@@ -205,7 +214,7 @@ def _top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, 
             pending = pending[~done]
             if len(pending) == 0:
                 break
-    return theta
+    return theta.view(batch, per_matrix).amax(dim=1)  # Ritz values never exceed λ₁: the larger is closer
 
 
 def _ritz_top(basis: torch.Tensor, images: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -257,6 +266,32 @@ def _side_streams(device: torch.device, count: int, offset: int = 0) -> list:
     while len(pool) < offset + count:
         pool.append(torch.cuda.Stream(torch.device("cuda", key)))
     return pool[offset : offset + count]
+
+
+#: A layer the float32 Cholesky could not certify is checked again in float64 before the exact route:
+#: its smallest eigenvalue must clear the literal formula's pinv cut (λ > λ₁·n·eps, see
+#: :func:`_range_tolerance`) by this factor, far above the rounding error of a float64 Gram (~n·eps·λ₁).
+FLOAT64_CERTIFICATE_MARGIN = 1e3
+
+
+def full_rank_in_float64(h: torch.Tensor) -> bool:
+    """Whether ``C_h = h hᵀ`` (h: (n, d_ff)) is full rank under the literal formula's cut, so ``P = I``.
+
+    The float32 certificate fails once ``C_h``'s condition number nears 1/(n·eps₃₂) ~ 1e5, which long
+    inputs reach (activations of 700 tokens: 1e6-1e8) while the float64 cut is ~1e-13 of λ₁. Eigenvalues
+    alone (no vectors) cost about an eighth of the exact route's SVD, and the fast route's stable ranks
+    of that layer stay valid when this returns True.
+    """
+    n, width = h.shape[-2], h.shape[-1]
+    if n > width:
+        return False
+    h64 = h.detach().to("cpu", torch.float64)
+    try:
+        eig = torch.linalg.eigvalsh(h64 @ h64.T)
+    except RuntimeError:  # no convergence: leave it to the exact route
+        return False
+    top = eig[-1]
+    return bool(top > 0 and eig[0] > FLOAT64_CERTIFICATE_MARGIN * top * n * torch.finfo(torch.float64).eps)
 
 
 def _cholesky_info(gram_h: torch.Tensor | Sequence[torch.Tensor], chunk: int) -> torch.Tensor:
@@ -371,7 +406,8 @@ def stable_ranks_fast(
     grams are written into one (2L, n, n) ``compute_dtype`` buffer, from bf16 tensor cores with float32
     accumulation on a GPU; one batched Lanczos run (``iterations`` steps, see :func:`_top_eigenvalue`)
     gives every top eigenvalue. Layers whose ``C_h`` is not certified full rank by a Cholesky
-    factorisation get ``full_rank = False``; callers recompute those with :func:`layer_spectrum`.
+    factorisation get ``full_rank = False``; callers check those with :func:`full_rank_in_float64` and
+    recompute the ones it rejects with :func:`layer_spectrum`.
     With ``hidden_grams`` (L x (n, n), ``h hᵀ`` formed earlier, see :func:`gram_matrix`) ``hidden`` may
     be None; ``hidden_width`` (d_ff) then decides whether full rank is possible at all, and
     ``certificate`` may be the result of :func:`start_full_rank_certificate` on those grams.

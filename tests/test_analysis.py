@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import grade
-from grade.analysis import _activation_grads, _forward, _layer_features, srank_kinds
+from grade.analysis import _activation_grads, _forward, _layer_features, prefix_passes_are_cheaper, srank_kinds
 from grade.errors import InputError, ModelLoadError, NumericalError
 from grade.losses import response_cross_entropy, split_steps
 
@@ -25,10 +25,20 @@ def test_split_steps_keeps_decimals_and_covers_text():
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
 
 
+def test_prefix_passes_are_chosen_only_where_they_cost_fewer_operations():
+    # The bench's GSM8K trace (K = 8, 183 tokens) and MATH trace (K = 16, 707 tokens) on a CPU.
+    short = [97, 110, 119, 131, 146, 158, 172, 183]
+    long = [188, 208, 241, 268, 281, 317, 346, 359, 402, 427, 558, 592, 651, 660, 682, 707]
+    assert not prefix_passes_are_cheaper("cpu", short, 183)
+    assert prefix_passes_are_cheaper("cpu", long, 707)
+    assert not prefix_passes_are_cheaper("cuda", long, 707)  # batched backward: sharing wins on a GPU
+
+
 @pytest.mark.slow
-def test_stepwise_shared_forward_equals_per_prefix_recompute(smollm):
+@pytest.mark.parametrize("step_passes", ["shared", "prefix"])
+def test_stepwise_shared_forward_equals_per_prefix_recompute(smollm, step_passes):
     result = grade.analyze(smollm, "Tom has 3 boxes of 4 pens and gives away 5. How many are left?", task="gsm8k",
-                           loss="pos", response=TRACE, steps=True)
+                           loss="pos", response=TRACE, steps=True, step_passes=step_passes)
     assert len(result.steps) == 4
     assert result.steps[0].start == result.response_start and result.steps[-1].end == len(result.input_ids)
     kinds = srank_kinds("pos", "paper")
@@ -46,6 +56,19 @@ def test_stepwise_shared_forward_equals_per_prefix_recompute(smollm):
     np.testing.assert_allclose(result.rank_ratio, np.mean([s.rank_ratio for s in result.steps], axis=0))
     assert np.isnan(result.token_scores[:, : result.response_start]).all()
     assert np.isfinite(result.token_scores[:, result.response_start:]).all()
+
+
+@pytest.mark.slow
+def test_both_step_routes_give_the_same_fast_features(smollm):
+    question = "Tom has 3 boxes of 4 pens and gives away 5. How many are left?"
+    shared, prefix = (grade.analyze(smollm, question, task="gsm8k", loss="pos", response=TRACE, steps=True,
+                                    spectra=False, step_passes=route) for route in ("shared", "prefix"))
+    assert [(s.start, s.end) for s in shared.steps] == [(s.start, s.end) for s in prefix.steps]
+    np.testing.assert_allclose([s.rank_ratio for s in prefix.steps], [s.rank_ratio for s in shared.steps], rtol=1e-4)
+    np.testing.assert_allclose([s.loss_value for s in prefix.steps], [s.loss_value for s in shared.steps], rtol=1e-5)
+    assert shared.loss_value == pytest.approx(prefix.loss_value, rel=1e-5)
+    with pytest.raises(InputError, match="step_passes"):
+        grade.analyze(smollm, question, loss="pos", response=TRACE, steps=True, step_passes="fastest")
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """The reference recipe and literal formula (grade.reference), and the engine's performance paths
 checked against them: low-memory capture, step-wise shared spectra, Lanczos on clustered spectra."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -118,3 +120,19 @@ def test_certificate_rejects_exactly_singular_grams():
     x[2] = torch.randn(90, 50, generator=gen) @ torch.randn(50, 200, generator=gen)  # rank 50
     info = _cholesky_info(x @ x.transpose(1, 2), chunk=2).tolist()
     assert info[0] == 0 and info[1] == 58 and 50 < info[2] <= 90
+
+
+def test_lanczos_finds_the_top_eigenvalue_when_one_start_misses_it():
+    """A real failure, kept as data: the gradient Gram (81 x 81, float64) of step 0, layer 12 of the
+    step-wise benchmark on a random-weight Llama-3.1-8B-shaped model (H100, K = 8). The diagonal-based
+    start has an overlap of 3e-5 with the top eigenvector, and Lanczos from it alone settled on λ₂
+    (0.7% below λ₁), which put 1.4% into that layer's rank ratio. The second start catches it."""
+    from grade.spectra import _start_vectors
+
+    gram = torch.from_numpy(np.load(Path(__file__).parent / "data" / "lanczos_first_start_misses_top.npy"))
+    values, vectors = torch.linalg.eigh(gram)
+    starts = _start_vectors(gram.unsqueeze(0))[0]
+    assert abs(float(starts[0] @ vectors[:, -1])) < 1e-3  # the case this test is about
+    for dtype in (torch.float64, torch.float32):
+        top = _top_eigenvalue(gram.to(dtype).unsqueeze(0), 128)
+        assert float(top[0]) == pytest.approx(float(values[-1]), rel=1e-6)

@@ -8,7 +8,7 @@ import grade
 from grade.analysis import _activation_grads, _forward
 from grade.losses import entropy_at_last_position, response_cross_entropy
 from grade.prompts import format_prompt
-from grade.spectra import layer_spectrum, stable_rank, stable_ranks_fast
+from grade.spectra import full_rank_in_float64, layer_spectrum, stable_rank, stable_ranks_fast
 
 # Questions written for these tests only (not in sample_data or the shared sets).
 QUESTIONS = [
@@ -137,3 +137,36 @@ def test_zero_gradient_gives_zero_ratio_not_nan():
     spec = layer_spectrum(torch.randn(6, 10, dtype=torch.float64), torch.zeros(6, 4, dtype=torch.float64))
     assert stable_rank(spec.eig_g, "pre") == 0.0
     assert np.isfinite(stable_rank(spec.eig_h, "pre"))
+
+
+def _ill_conditioned(gen, n, width, smallest):
+    """(n, width) float64 with singular values from 1 down to ``smallest`` (log-spaced)."""
+    u, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(width, n, generator=gen, dtype=torch.float64))
+    return u @ torch.diag(torch.logspace(0, np.log10(smallest), n, dtype=torch.float64)) @ v.T
+
+
+def test_float64_certificate_rescues_ill_conditioned_full_rank_layers():
+    """Long inputs give activations whose C_h is too ill-conditioned for the float32 Cholesky but full
+    rank under the literal formula's cut: the float64 check certifies them, and the fast route's stable
+    ranks of those layers equal the exact route's (P = I). (The literal formula itself loses digits
+    here: its two pseudo-inverses have norm 1e8 each, so it is not the yardstick at this condition.)"""
+    gen = torch.Generator().manual_seed(3)
+    h = _ill_conditioned(gen, 40, 96, 1e-4)  # cond(C_h) = 1e8: beyond float32, far from the float64 cut
+    delta = torch.randn(40, 24, generator=gen, dtype=torch.float64)
+    fast = stable_ranks_fast([h.float()], [delta.float()], "pos", "pos")
+    assert not fast.full_rank[0]
+    assert full_rank_in_float64(h.float())
+    spec = layer_spectrum(h, delta)
+    assert spec.range_rank == 40
+    assert float(fast.srank_h[0]) == pytest.approx(stable_rank(spec.eig_h, "pos"), rel=1e-5)
+    assert float(fast.srank_g[0]) == pytest.approx(stable_rank(spec.eig_g, "pos"), rel=1e-5)
+
+
+def test_float64_certificate_rejects_rank_deficient_and_near_cut_layers():
+    gen = torch.Generator().manual_seed(4)
+    h = torch.randn(12, 40, generator=gen, dtype=torch.float64)
+    assert full_rank_in_float64(h)
+    assert not full_rank_in_float64(torch.cat([h, h[:1]]))  # a repeated token row: P != I
+    assert not full_rank_in_float64(_ill_conditioned(gen, 30, 60, 1e-7))  # within the margin of the cut
+    assert not full_rank_in_float64(torch.randn(50, 40, generator=gen))  # more tokens than width
