@@ -1,35 +1,63 @@
-"""Where the time of one GRADE_pre analysis goes on a GPU at n = 512: wall time per stage (low-memory
-mode on and off, the floor beside them), then torch.profiler tables of both. `python -m bench.profile_gpu`
-(random Llama-3.1-8B shape, bf16; needs a CUDA GPU)."""
-import time, torch
+"""Where the time of one GRADE_pre analysis goes on a GPU at n = 512.
+
+Prints the wall time of ``grade.analyze`` with the low-memory mode on and off (median of 10 runs, with
+the engine's own stage timings) and of the floor, then a torch.profiler table of each analysis: how
+much of the wall time the GPU is actually busy. ``python -m bench.profile_gpu`` (random
+Llama-3.1-8B-shaped model in bf16; needs a CUDA GPU, no weights).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
 import grade
-from bench.synthetic import random_llama, words
-from bench.pipeline import floor_pass
-lm = random_llama("cuda")
-gen = torch.Generator().manual_seed(512)
-ids = torch.randint(0, lm.model.config.vocab_size - 3, (512,), generator=gen)
-prompt = words(ids.tolist())
-def run(low):
-    return grade.analyze(lm, "benchmark", prompt=prompt, spectra=False, low_memory=low)
-for low in (True, False):
-    for _ in range(3): run(low)
+
+from .pipeline import floor_pass
+from .synthetic import random_llama, words
+
+TOKENS = 512
+RUNS = 10
+
+
+def _median_seconds(call, runs: int = RUNS) -> tuple[float, list]:
+    """Median wall seconds of ``call()`` after 3 warm-up calls, and what each timed call returned."""
+    for _ in range(3):
+        call()
     torch.cuda.synchronize()
-    ts = []
-    stages = []
-    for _ in range(10):
-        t = time.perf_counter(); r = run(low); torch.cuda.synchronize(); ts.append(time.perf_counter() - t); stages.append(r.timings)
-    ts.sort()
-    med = {k: sorted(s[k] for s in stages)[5] for k in stages[0]}
-    print("low_memory", low, "median", round(ts[5], 4), {k: round(v, 4) for k, v in med.items()}, flush=True)
-ids_gpu = ids.unsqueeze(0).cuda()
-for _ in range(3): floor_pass(lm, ids_gpu)
-torch.cuda.synchronize(); ts=[]
-for _ in range(10):
-    t = time.perf_counter(); floor_pass(lm, ids_gpu); torch.cuda.synchronize(); ts.append(time.perf_counter()-t)
-print("floor", round(sorted(ts)[5], 4))
-from torch.profiler import profile, ProfilerActivity
-for low in (True, False):
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run(low); torch.cuda.synchronize()
-    print("==== low_memory", low)
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=50))
+    seconds, results = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        results.append(call())
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return sorted(seconds)[runs // 2], results
+
+
+def main() -> None:
+    lm = random_llama("cuda")
+    ids = torch.randint(0, lm.model.config.vocab_size - 3, (TOKENS,), generator=torch.Generator().manual_seed(TOKENS))
+    prompt = words(ids.tolist())
+
+    def analysis(low_memory: bool):
+        return grade.analyze(lm, "benchmark", prompt=prompt, spectra=False, low_memory=low_memory)
+
+    for low_memory in (True, False):
+        median, results = _median_seconds(lambda: analysis(low_memory))
+        stages = {key: sorted(r.timings[key] for r in results)[RUNS // 2] for key in results[0].timings}
+        print(f"low_memory={low_memory}: {median:.4f} s; stages {({k: round(v, 4) for k, v in stages.items()})}")
+    ids_gpu = ids.unsqueeze(0).cuda()
+    print(f"floor: {_median_seconds(lambda: floor_pass(lm, ids_gpu))[0]:.4f} s")
+
+    for low_memory in (True, False):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            analysis(low_memory)
+            torch.cuda.synchronize()
+        print(f"==== low_memory={low_memory}")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=50))
+
+
+if __name__ == "__main__":
+    main()
