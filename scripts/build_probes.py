@@ -17,7 +17,8 @@ For each (model, loss) in :data:`CONFIGS`:
    and ``assets/reference_features.parquet`` (a few hundred rows per (model, loss): rank ratios,
    labels, dataset, with/without document, and one middle layer's hidden state).
 
-Usage: ``python scripts/build_probes.py [--only smollm2-135m-instruct-pre ...] [--threads 1]``.
+Usage: ``python scripts/build_probes.py [--only smollm2-135m-instruct-pre ...] [--threads 1]``. With
+``--only``, the other probes' README sections and reference rows are kept from the files already there.
 """
 
 from __future__ import annotations
@@ -260,6 +261,21 @@ def fmt(value) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def saved_summary(model: str, loss: str, out_dir: Path) -> dict | None:
+    """The README summary of a probe built by an earlier run, from its saved metadata (``--only``
+    rebuilds some probes; the others keep their sections as they were)."""
+    from grade.probe import Probe
+
+    name = probe_name(model, loss)
+    if not (out_dir / f"{name}.json").exists():
+        return None
+    probe = Probe.load(out_dir / name)
+    meta = probe.metadata
+    return {"name": name, "model": model, "loss": loss, "probe": probe, "report": meta["metrics"],
+            "logreg": meta["logreg_comparison"], "transfer": meta.get("transfer_leave_one_dataset_out", {}),
+            "check": meta.get("unseen_check") or {}}
+
+
 def write_readme(summaries: list[dict], path: Path) -> None:
     lines = [
         "# Shipped probes",
@@ -360,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     for model, loss in CONFIGS:
         name = probe_name(model, loss)
         if args.only and name not in args.only:
+            kept = saved_summary(model, loss, args.out_dir)
+            if kept:
+                summaries.append(kept)
+                if args.reference.exists():
+                    old = pd.read_parquet(args.reference)
+                    reference.append(old[(old["model"] == model) & (old["loss"] == loss)])
             continue
         log(f"{name}:")
         if not args.skip_label and not args.skip_extract and model not in labelled:
@@ -382,8 +404,6 @@ def main(argv: list[str] | None = None) -> int:
     if not summaries:
         log("nothing built")
         return 1
-    if args.only:  # keep the README sections of probes not rebuilt now
-        log("note: --only given; README and reference set cover only the probes built in this run")
     write_readme(summaries, args.out_dir / "README.md")
     ref = pd.concat([r for r in reference if not r.empty], ignore_index=True)
     ref.to_parquet(args.reference, compression="zstd", index=False)
