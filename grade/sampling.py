@@ -111,11 +111,14 @@ def _nucleus(logits: torch.Tensor, temperature: float, top_p: float, k: int = 25
     probs = (logits.float() / temperature).softmax(dim=-1)
     k = min(k, probs.shape[-1])
     weights, ids = probs.topk(k, dim=-1) if top_p < 1.0 else probs.sort(dim=-1, descending=True)
+    # On a GPU the softmax and top-k run there and only k values per row cross to the CPU (the per-row
+    # generators draw on the CPU): copying (rows x vocab) logits each step cost more than the step.
+    weights, ids = weights.cpu(), ids.cpu()
     rows = []
     for r in range(probs.shape[0]):
         w, i = weights[r], ids[r]
         if top_p < 1.0 and float(w.sum()) < top_p:
-            w, i = probs[r].sort(descending=True)
+            w, i = (t.cpu() for t in probs[r].sort(descending=True))
         keep = int(((w.cumsum(0) - w) < top_p).sum()) if top_p < 1.0 else len(w)
         rows.append((i[: max(keep, 1)], w[: max(keep, 1)]))
     return rows
@@ -171,7 +174,7 @@ def _decode_batch(
     tokens: list[list[int]] = [[] for _ in rows]
     stops = stop_token_ids(lm)
     for step in range(settings.max_new_tokens):
-        candidates = _nucleus(logits.cpu(), settings.temperature, settings.top_p)
+        candidates = _nucleus(logits, settings.temperature, settings.top_p)
         chosen = [
             int(ids[torch.multinomial(weights, 1, generator=rows[r])])
             for (ids, weights), r in zip(candidates, active)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Label the shared datasets with SmolLM2-135M-Instruct on a CUDA GPU: the same settings as the CPU
+# files in data/labels (10 samples, temperature 0.7, top-p 0.9, seed 0, float32, samples cut to 80
+# characters), only more questions per batch. Every job resumes its file, so the script can be run
+# again after an interruption or a time limit (TIME_LIMIT seconds per job, default none).
+#
+#   scripts/label_gpu.sh OUT_DIR [JOB ...]      jobs: mmlu hotpotqa_context hotpotqa nq_open gsm8k math
+#
+# Sample texts match the CPU files' up to float rounding: each sample draws from its own seeded
+# generator, whatever the batch (grade/sampling.py).
+set -euo pipefail
+out=${1:?usage: scripts/label_gpu.sh OUT_DIR [JOB ...]}
+shift
+jobs=("$@")
+[ ${#jobs[@]} -gt 0 ] || jobs=(mmlu hotpotqa_context hotpotqa nq_open gsm8k math)
+mkdir -p "$out"
+PY=${PYTHON:-python3}
+common=(--model smollm2-135m-instruct --device cuda --dtype float32 --sample-chars 80 --quiet)
+limit=()
+[ -n "${TIME_LIMIT:-}" ] && limit=(timeout "$TIME_LIMIT")
+
+run() {  # name, label arguments...
+  local name=$1
+  shift
+  echo "== $name: $*" >&2
+  local start=$SECONDS
+  "${limit[@]}" "$PY" -m grade label "${common[@]}" --out "$out/$name.jsonl" "$@" || echo "   (stopped: exit $?)" >&2
+  echo "   $((SECONDS - start)) s, $(wc -l < "$out/$name.jsonl") rows" >&2
+}
+
+for job in "${jobs[@]}"; do
+  case $job in
+    mmlu) run mmlu --dataset mmlu --batch 128 ;;
+    hotpotqa_context) run hotpotqa_context --dataset hotpotqa --with-context --matcher lenient --max-new-tokens 24 --batch 32 ;;
+    hotpotqa) run hotpotqa --dataset hotpotqa --matcher lenient --max-new-tokens 24 --batch 64 ;;
+    nq_open) run nq_open --dataset nq_open --matcher lenient --max-new-tokens 24 --batch 64 ;;
+    gsm8k) run gsm8k --dataset gsm8k --batch 64 ;;
+    math) run math --dataset math --limit 500 --batch 32 ;;
+    *) echo "unknown job $job" >&2; exit 2 ;;
+  esac
+done
