@@ -629,6 +629,53 @@ def confidently_wrong_study(tables: dict[str, Table], fitted: dict, protocol: Pr
     return out
 
 
+def length_halves(table: Table, lengths: np.ndarray, protocol: Protocol) -> tuple[Table, Table, float]:
+    """``table``'s rows split at the median of ``lengths`` (e.g. the characters of each question's
+    supporting document) into a short and a long half, each with its own stratified split.
+    Returns (short, long, median). Rows at the median go to the short half."""
+    lengths = np.asarray(lengths, dtype=float)
+    median = float(np.median(lengths))
+    halves = []
+    for name, rows in ((f"{table.dataset}:short", np.flatnonzero(lengths <= median)),
+                       (f"{table.dataset}:long", np.flatnonzero(lengths > median))):
+        halves.append(table.subset(rows, name, assign_splits(list(table.ids[rows]), table.y[rows], protocol)))
+    return halves[0], halves[1], median
+
+
+def condition_transfer(study: str, first: Table, second: Table, protocol: Protocol,
+                       methods=SUPERVISED) -> list[dict]:
+    """The supervised detectors trained under one condition and tested under the other, both ways,
+    next to each condition's own test split.
+
+    ``first`` and ``second`` hold questions asked two ways (with and without the supporting
+    document; short and long documents). A detector fitted on one table's train/validation rows is
+    tested on *every* row of the other table whose question it did not see in training: it never
+    saw that condition either, so nothing needs holding back, and the larger test set narrows the
+    interval. Rows: study, method, train, test, n, positives, acc, auroc and its CI.
+    """
+    from .errors import GradeError
+
+    out = []
+    for method in methods:
+        for a, b in ((first, second), (second, first)):
+            if not (a.has(method) and b.has(method)):
+                continue
+            try:
+                scorer = make_scorer(method, protocol).fit(a, a.rows("train"), a.rows("val"))
+            except GradeError as exc:  # a class missing from a small training split
+                log.warning("%s not fitted on %s: %s", method, a.dataset, exc)
+                continue
+            own, _ = evaluate_method(method, a, protocol, scorer=scorer)
+            out.append({"study": study, "method": method, "train": a.dataset, "test": a.dataset, **own})
+            seen = set(a.ids[a.rows(("train", "val"))])
+            rows = np.array([i for i in range(len(b.ids)) if b.ids[i] not in seen], dtype=int)
+            if len(rows) == 0 or len(set(b.y[rows])) < 2:
+                continue
+            other, _ = evaluate_method(method, a, protocol, scorer=scorer, test_table=b, test_rows=rows)
+            out.append({"study": study, "method": method, "train": a.dataset, "test": b.dataset, **other})
+    return out
+
+
 @dataclass
 class BenchmarkResult:
     model: str
@@ -640,12 +687,15 @@ class BenchmarkResult:
     ablations: list[dict]
     confidently_wrong: list[dict]
     notes: list[str] = field(default_factory=list)
+    conditions: list[dict] = field(default_factory=list)  # with/without document, short/long document
 
 
 def run_benchmark(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
                   dataset_info: dict[str, dict], protocol: Protocol, *, notes: list[str] | None = None,
-                  studies: tuple[str, ...] = ("transfer", "robustness", "ablations", "confidently_wrong")) -> BenchmarkResult:
-    """All studies on assembled tables (see :func:`build_table`)."""
+                  studies: tuple[str, ...] = ("transfer", "robustness", "ablations", "confidently_wrong"),
+                  condition_pairs: dict[str, tuple[Table, Table]] | None = None) -> BenchmarkResult:
+    """All studies on assembled tables (see :func:`build_table`). ``condition_pairs``: study name ->
+    two tables of the same questions under two conditions (see :func:`condition_transfer`)."""
     if not tables:
         raise InputError("no dataset has enough labelled questions of each class for a benchmark")
     main, fitted = main_table(tables, protocol)
@@ -669,6 +719,7 @@ def run_benchmark(model: str, tables: dict[str, Table], perturbed: dict[tuple[st
         ablations=ablations(tables, protocol) if "ablations" in studies else [],
         confidently_wrong=confidently_wrong_study(tables, fitted, protocol) if "confidently_wrong" in studies else [],
         notes=list(notes or []),
+        conditions=[r for name, (a, b) in (condition_pairs or {}).items() for r in condition_transfer(name, a, b, protocol)],
     )
 
 
@@ -719,13 +770,14 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def write_results(result: BenchmarkResult, out: str | Path, *, figures: bool = True, png: bool = True) -> list[Path]:
     """``main_table.{csv,md}``, ``transfer.csv``, ``robustness.csv``, ``ablations.csv``,
-    ``confidently_wrong.csv``, ``summary.json`` and figures (Plotly HTML, PNG when Kaleido can
+    ``confidently_wrong.csv``, ``conditions.csv``, ``summary.json`` and figures (Plotly HTML, PNG when Kaleido can
     render) under ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, rows in (("main_table", result.main), ("transfer", result.transfer), ("robustness", result.robustness),
-                       ("ablations", result.ablations), ("confidently_wrong", result.confidently_wrong)):
+                       ("ablations", result.ablations), ("confidently_wrong", result.confidently_wrong),
+                       ("conditions", result.conditions)):
         if rows:
             write_csv(rows, out / f"{name}.csv")
             written.append(out / f"{name}.csv")
@@ -760,7 +812,8 @@ def load_results(folder: str | Path) -> BenchmarkResult:
     return BenchmarkResult(model=summary.get("model", folder.name), protocol=summary.get("protocol", {}),
                            datasets=summary.get("datasets", {}), main=rows("main_table"), transfer=rows("transfer"),
                            robustness=rows("robustness"), ablations=rows("ablations"),
-                           confidently_wrong=rows("confidently_wrong"), notes=summary.get("notes", []))
+                           confidently_wrong=rows("confidently_wrong"), notes=summary.get("notes", []),
+                           conditions=rows("conditions"))
 
 
 # --------------------------------------------------------------------------------------------------

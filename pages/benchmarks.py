@@ -82,7 +82,7 @@ st.caption("Judge gives a yes/no answer: accuracy only. Training-free scores use
            "of the training + validation questions; probes use 0.5.")
 
 figs = figures(result)
-tabs = st.tabs(["AUROC", "Transfer", "Robustness", "Ablations", "Confidently wrong"])
+tabs = st.tabs(["AUROC", "Transfer", "Robustness", "Ablations", "Confidently wrong", "Conditions"])
 with tabs[0]:
     if "auroc_bars" in figs:
         st.plotly_chart(figs["auroc_bars"], width="stretch")
@@ -116,3 +116,15 @@ with tabs[4]:
         st.dataframe(cw[cw["dataset"] == "all"].drop(columns="dataset"), hide_index=True, width="stretch")
         with st.expander("per dataset"):
             st.dataframe(cw[cw["dataset"] != "all"], hide_index=True, width="stretch")
+with tabs[5]:
+    st.markdown("The same questions under two conditions (with and without the supporting document; short and long "
+                "documents): detectors trained under one condition, tested on every question of the other that they "
+                "did not train on. Rows where train = test are that condition's own test split.")
+    if result.conditions:
+        cond = pd.DataFrame(result.conditions)
+        cond["AUROC [95% CI]"] = [f"{_num(a)} [{_num(lo, 2)}, {_num(hi, 2)}]"
+                                  for a, lo, hi in zip(cond["auroc"], cond["auroc_lo"], cond["auroc_hi"])]
+        st.dataframe(cond[["study", "method", "train", "test", "n", "positives", "acc", "AUROC [95% CI]"]],
+                     hide_index=True, width="stretch")
+    else:
+        st.info("No condition study in these results (see the model-documents results).")

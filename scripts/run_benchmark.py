@@ -45,6 +45,14 @@ RUNS: dict[str, tuple[str, list[str]]] = {
                     "--robustness-datasets", "facts", "arithmetic"])
     for model in ("smollm2-135m-instruct", "gemma-3-270m")
 }
+#: HotpotQA with and without its two supporting paragraphs (labelled on a GPU, all 375 shared questions;
+#: data/labels/README.md), every labelled row (no cap): the with/without-document and short/long
+#: document studies, plus HotpotQA's robustness. The closed-book condition has fewer than 30 answerable
+#: questions, so it appears only in those studies.
+RUNS["smollm2-135m-instruct-documents"] = ("smollm2-135m-instruct", [
+    "--labels-dir", _snapshot("smollm2-135m-instruct"), "--datasets", "hotpotqa", "hotpotqa_closed",
+    "--document-pair", "hotpotqa", "hotpotqa_closed", "--length-split", "hotpotqa",
+])
 #: Questions not seen during development: world facts labelled after the snapshot (all 27
 #: answerable ones and 30 unanswerable ones drawn with seed 0); every development row of the facts
 #: pool trains (75 %) or validates (25 %).
@@ -72,6 +80,10 @@ def model_section(name: str) -> list[str]:
         lines += ["Scored on **questions not seen during development** (`--eval-labels-dir`): the detectors are "
                   "trained and validated on the development rows of the facts pool and tested on newly labelled "
                   "world-facts questions.", ""]
+    if folder.name.endswith("-documents"):
+        lines += ["HotpotQA's questions asked **with and without their two supporting paragraphs** (`context`), every "
+                  "labelled question (no per-class cap). The with/without-document and short/long-document studies "
+                  "train a detector under one condition and test it under the other.", ""]
     lines += ["| dataset | labelled questions | answerable | unanswerable | no label | benchmarked |", "|---|---|---|---|---|---|"]
     for name, entry in result.datasets.items():
         sampled = entry.get("questions_sampled", "–")
@@ -98,6 +110,14 @@ def model_section(name: str) -> list[str]:
                       "accuracy = share flagged unanswerable.", "",
                   "| method | Acc |", "|---|---|"]
         lines += [f"| {r['method']} | {_fmt(r['acc'])} |" for r in cw]
+    if result.conditions:
+        lines += ["", "Trained under one condition, tested under the other (supervised detectors; AUROC [95% CI]). "
+                      "A detector is tested on every question of the other condition that it did not see in "
+                      "training; the rows where train = test are that condition's own test split:", "",
+                  "| study | method | train | test | n (answerable) | Acc | AUROC |", "|---|---|---|---|---|---|---|"]
+        for r in result.conditions:
+            lines.append(f"| {r['study']} | {r['method']} | {r['train']} | {r['test']} | {r['n']} ({r['positives']}) | "
+                         f"{_fmt(r['acc'])} | {_fmt(r['auroc'])} [{_fmt(r['auroc_lo'], 2)}, {_fmt(r['auroc_hi'], 2)}] |")
     transfer = [r for r in result.transfer if r["train"] != r["test"]]
     if transfer:
         lines += ["", "Cross-dataset transfer (AUROC):", "", "| method | train | test | AUROC |", "|---|---|---|---|"]

@@ -326,8 +326,10 @@ def test_benchmarks_page_renders_results_and_an_empty_run(tmp_path, monkeypatch)
     from streamlit.testing.v1 import AppTest
 
     protocol = E.Protocol(n_boot=50, probe_epochs=10)
-    result = E.run_benchmark("model-a", {"good": _synthetic_table("good")}, {}, {"good": {"eligible": True}}, protocol,
-                             studies=("transfer", "ablations"))
+    good = _synthetic_table("good")
+    halves = E.length_halves(good, np.arange(len(good.y)) % 5, protocol)[:2]
+    result = E.run_benchmark("model-a", {"good": good}, {}, {"good": {"eligible": True}}, protocol,
+                             studies=("transfer", "ablations"), condition_pairs={"short/long": halves})
     E.write_results(result, tmp_path / "model-a", figures=False)
     empty = E.BenchmarkResult("model-b", {}, {"x": {"eligible": False, "reason": "too few"}}, [], [], [], [], [], [])
     E.write_results(empty, tmp_path / "model-b", figures=False)
@@ -337,5 +339,75 @@ def test_benchmarks_page_renders_results_and_an_empty_run(tmp_path, monkeypatch)
     assert not at.exception
     assert at.selectbox[0].value == "model-a"  # a run with a table comes first
     assert len(at.dataframe) >= 2
+    assert any("good:short" in str(df.value.get("train", "")) for df in at.dataframe if hasattr(df.value, "get"))
     at.selectbox[0].select("model-b").run()
     assert not at.exception and any("No method" in i.value for i in at.info)
+
+
+def test_condition_study_tests_unseen_questions_both_ways_and_sees_a_flip():
+    """Same questions under two conditions: a detector trained under one is tested on every question
+    of the other it did not train on; a label relation that flips between conditions shows as AUROC < 0.5."""
+    protocol = E.Protocol(n_boot=50, probe_epochs=30)
+    with_doc = _synthetic_table("q")
+    same = _synthetic_table("q", seed=3)  # same ids, same direction of the signal
+    flipped = _synthetic_table("q", seed=4)
+    flipped.grade = {k: -v for k, v in flipped.grade.items()}
+    flipped.align = {k: -v for k, v in flipped.align.items()}
+    flipped.saplma = -flipped.saplma
+    same.dataset, flipped.dataset = "q_same", "q_flipped"
+
+    rows = E.condition_transfer("doc", with_doc, same, protocol)
+    by = {(r["method"], r["train"], r["test"]): r for r in rows}
+    seen = set(with_doc.ids[with_doc.rows(("train", "val"))])
+    cross = by[("GRADE_pre", "q", "q_same")]
+    assert cross["n"] == sum(i not in seen for i in same.ids) and cross["auroc"] > 0.8
+    assert by[("GRADE_pre", "q", "q")]["n"] == len(with_doc.rows("test"))
+    assert ("Align-P", "q_same", "q") in by and all(r["study"] == "doc" for r in rows)
+
+    flip = {(r["method"], r["train"], r["test"]): r["auroc"] for r in E.condition_transfer("doc", with_doc, flipped, protocol)}
+    assert flip[("GRADE_pre", "q", "q_flipped")] < 0.2 and flip[("Align-P", "q", "q_flipped")] < 0.2
+
+
+def test_length_halves_split_at_the_median_and_roundtrip(tmp_path):
+    protocol = E.Protocol(n_boot=50, probe_epochs=10)
+    table = _synthetic_table("h")
+    lengths = np.arange(len(table.y)) % 7 * 100.0
+    short, long, median = E.length_halves(table, lengths, protocol)
+    assert median == np.median(lengths)
+    assert len(short.y) == int((lengths <= median).sum()) and len(long.y) == int((lengths > median).sum())
+    assert set(short.ids).isdisjoint(long.ids) and set(short.split) == {"train", "val", "test"}
+    result = E.run_benchmark("m", {"h": table}, {}, {}, protocol, studies=(), condition_pairs={"short/long": (short, long)})
+    assert {(r["train"], r["test"]) for r in result.conditions if r["method"] == "GRADE_pre"} == {
+        ("h:short", "h:short"), ("h:short", "h:long"), ("h:long", "h:long"), ("h:long", "h:short")}
+    E.write_results(result, tmp_path, figures=False)
+    again = E.load_results(tmp_path)
+    assert len(again.conditions) == len(result.conditions)
+    assert again.conditions[0]["auroc"] == pytest.approx(result.conditions[0]["auroc"], abs=1e-4)
+
+
+def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path):
+    """The with/without-document and short/long studies of results/ from the committed caches
+    (HotpotQA with and without its paragraphs), no model loaded."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    labels = root / "data" / "benchmark" / "smollm2-135m-instruct" / "labels"
+    out = tmp_path / "documents"
+    done = subprocess.run(
+        [sys.executable, "-m", "grade", "benchmark", "--model", "smollm2-135m-instruct", "--offline",
+         "--labels-dir", str(labels), "--datasets", "hotpotqa", "hotpotqa_closed",
+         "--document-pair", "hotpotqa", "hotpotqa_closed", "--length-split", "hotpotqa",
+         "--variants", "none", "--n-boot", "50", "--no-figures", "--out", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = E.load_results(out)
+    assert [r["dataset"] for r in result.main if r["method"] == "GRADE_pre"] == ["hotpotqa"]
+    assert "used in the with/without-document study only" in result.datasets["hotpotqa_closed"]["reason"]
+    pairs = {(r["study"], r["train"], r["test"]) for r in result.conditions if r["method"] == "GRADE_pre"}
+    assert ("with/without document", "hotpotqa", "hotpotqa_closed") in pairs
+    assert ("with/without document", "hotpotqa_closed", "hotpotqa") in pairs
+    assert ("short/long (hotpotqa)", "hotpotqa:short", "hotpotqa:long") in pairs
+    closed = [r for r in result.conditions if r["test"] == "hotpotqa_closed" and r["train"] == "hotpotqa"][0]
+    assert closed["n"] > result.datasets["hotpotqa_closed"]["split"]["test"]["n"]  # every unseen question, not a split

@@ -60,6 +60,13 @@ def register(sub) -> None:
                    help="perturbations for the robustness study (test rows only); none to skip")
     p.add_argument("--robustness-datasets", nargs="*", default=None,
                    help="datasets that get the perturbed runs (default: all eligible)")
+    p.add_argument("--document-pair", nargs=2, metavar=("WITH", "WITHOUT"), default=None,
+                   help="two datasets of --datasets holding the same questions with and without their supporting "
+                        "document: detectors trained on one are tested on the other (WITHOUT may have fewer than "
+                        "--min-per-class questions of a class; it then serves this study only)")
+    p.add_argument("--length-split", nargs="*", default=[], metavar="DATASET",
+                   help="split these datasets at the median length of their documents (characters; the question's "
+                        "where there is none) and test detectors trained on the short half on the long half and back")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the machine is shared)")
     p.set_defaults(func=run)
@@ -236,6 +243,9 @@ def run(args: argparse.Namespace) -> int:
     variants = [v for v in (args.variants or []) if v != "none"]
 
     tables, perturbed, info = {}, {}, {}
+    aside: dict = {}  # tables built for the with/without-document study only (below --min-per-class)
+    lengths: dict = {}  # dataset -> document length of each row, for --length-split
+    study_only = {args.document_pair[1]} if args.document_pair else set()
     notes = []
     for spec in args.datasets:
         dataset, paths = _label_files(spec, labels_dirs)
@@ -262,12 +272,19 @@ def run(args: argparse.Namespace) -> int:
                 eval_rows = [r for r in eval_rows if r["id"] not in dev_ids]
                 y_eval = np.array([r["label"] for r in eval_rows])
                 entry["eval"] = {"answerable": int(y_eval.sum()), "unanswerable": int(len(y_eval) - y_eval.sum())}
+        for_study_only = False
         if not entry["eligible"]:
             entry.setdefault("reason", f"fewer than {protocol.min_per_class} questions in one class "
                                        f"({entry['answerable']} answerable, {entry['unanswerable']} unanswerable)")
             info[dataset] = entry
-            _log(f"{dataset}: skipped, {entry['reason']}")
-            continue
+            # A condition of the with/without-document study needs only a few of each class to fit and test on.
+            if dataset in study_only and min(entry["answerable"], entry["unanswerable"]) >= 5 and not args.eval_labels_dir:
+                for_study_only = True
+                entry["reason"] += "; used in the with/without-document study only"
+                _log(f"{dataset}: not in the main table ({entry['reason']})")
+            else:
+                _log(f"{dataset}: skipped, {entry['reason']}")
+                continue
         y = np.array([r["label"] for r in rows])
         if args.eval_labels_dir:
             train_val = np.array(protocol.fractions[:2]) / sum(protocol.fractions[:2])
@@ -289,8 +306,12 @@ def run(args: argparse.Namespace) -> int:
         sampling = {"all": rows, "none": [], "eval": [r for r, s in zip(rows, split) if s in ("val", "test")]}[args.sampling_rows]
         scores = _ensure_baselines(handle, cache, args.model, dataset, rows, sampling, "original", config)
         table = build_table(dataset, "original", rows, split, features=features, baseline_cache=scores)
+        if for_study_only:
+            aside[dataset] = table
+            continue
         entry["confidently_wrong_test"] = int(table.confidently_wrong[table.rows("test")].sum())
         tables[dataset] = table
+        lengths[dataset] = np.array([len(r.get("context") or r["question"]) for r in rows])
 
         if variants and (args.robustness_datasets is None or dataset in args.robustness_datasets):
             test_rows = [r for r, s in zip(rows, split) if s == "test"]
@@ -315,11 +336,37 @@ def run(args: argparse.Namespace) -> int:
                      f"{args.model}: nothing was benchmarked.")
         result = BenchmarkResult(args.model, asdict(protocol), info, [], [], [], [], [], notes)
     else:
-        result = run_benchmark(args.model, tables, perturbed, info, protocol, notes=notes)
+        pairs = _condition_pairs(args, tables, aside, lengths, protocol, notes)
+        result = run_benchmark(args.model, tables, perturbed, info, protocol, notes=notes, condition_pairs=pairs)
     written = write_results(result, out, figures=not args.no_figures)
     _log(f"studies {time.perf_counter() - t:.1f} s; wrote {len(written)} files to {out}")
     print((out / "main_table.md").read_text(encoding="utf-8"))
     return 0
+
+
+def _condition_pairs(args, tables: dict, aside: dict, lengths: dict, protocol, notes: list[str]) -> dict:
+    """Study name -> (table, table) for :func:`grade.evaluation.condition_transfer`."""
+    from ..evaluation import length_halves
+
+    pairs = {}
+    if args.document_pair:
+        with_doc, without = args.document_pair
+        first, second = tables.get(with_doc) or aside.get(with_doc), tables.get(without) or aside.get(without)
+        if first is None or second is None:
+            notes.append(f"With/without-document study not run: {with_doc} and {without} need labelled questions "
+                         f"of both classes (at least 5 each without the document).")
+        else:
+            pairs["with/without document"] = (first, second)
+    for name in args.length_split or []:
+        if name not in tables:
+            notes.append(f"Short/long study not run for {name}: it is not in the main table.")
+            continue
+        short, long, median = length_halves(tables[name], lengths[name], protocol)
+        pairs[f"short/long ({name})"] = (short, long)
+        counts = ", ".join(f"{t.dataset} {len(t.y)} questions ({int(t.y.sum())} answerable)" for t in (short, long))
+        notes.append(f"Short/long study on {name}: split at the median document length of {median:.0f} characters; "
+                     f"{counts}.")
+    return pairs
 
 
 def _display(path: Path) -> str:
