@@ -39,11 +39,14 @@ def _snapshot(model: str) -> str:
 #: results folder -> (model, extra arguments of ``python -m grade benchmark``): the exact runs
 #: behind results/. The shared datasets come first (each reported with its class counts, benchmarked
 #: only with at least 30 questions per class); then this project's own labelled sets.
+#: The per-class cap is a compute budget: SmolLM2's caches were filled on a GPU (up to 250 questions per
+#: class), Gemma's on the 2-core CPU (60 per class).
+CAPS = {"smollm2-135m-instruct": 250, "gemma-3-270m": 60}
 RUNS: dict[str, tuple[str, list[str]]] = {
     model: (model, ["--labels-dir", _snapshot(model), "--datasets", *SHARED, _facts(_snapshot(model)),
-                    f"arithmetic={_snapshot(model)}/arithmetic.jsonl", "--max-per-class", "60",
+                    f"arithmetic={_snapshot(model)}/arithmetic.jsonl", "--max-per-class", str(cap),
                     "--robustness-datasets", "facts", "arithmetic"])
-    for model in ("smollm2-135m-instruct", "gemma-3-270m")
+    for model, cap in CAPS.items()
 }
 #: HotpotQA with and without its two supporting paragraphs (labelled on a GPU, all 375 shared questions;
 #: data/labels/README.md), every labelled row (no cap): the with/without-document and short/long
