@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Label the shared datasets with SmolLM2-135M-Instruct on a CUDA GPU: the same settings as the CPU
-# files in data/labels (10 samples, temperature 0.7, top-p 0.9, seed 0, float32, samples cut to 80
+# Label the shared datasets with an embedded model (MODEL, default smollm2-135m-instruct) on a CUDA
+# GPU: the same settings as the CPU files in data/labels (10 samples, temperature 0.7, top-p 0.9, seed 0, float32, samples cut to 80
 # characters), only more questions per batch. Every job resumes its file, so the script can be run
 # again after an interruption or a time limit (TIME_LIMIT seconds per job, default none).
 #
-#   scripts/label_gpu.sh OUT_DIR [JOB ...]      jobs: mmlu hotpotqa_context hotpotqa nq_open gsm8k math
+#   [MODEL=NAME] [BATCH=N] scripts/label_gpu.sh OUT_DIR [JOB ...]
+#       jobs: mmlu hotpotqa_context hotpotqa nq_open gsm8k math; BATCH overrides every job's
+#       questions per batch (batching changes no sample: see below)
 #
 # Sample texts match the CPU files' up to float rounding: each sample draws from its own seeded
 # generator, whatever the batch (grade/sampling.py).
@@ -15,7 +17,7 @@ jobs=("$@")
 [ ${#jobs[@]} -gt 0 ] || jobs=(mmlu hotpotqa_context hotpotqa nq_open gsm8k math)
 mkdir -p "$out"
 PY=${PYTHON:-python3}
-common=(--model smollm2-135m-instruct --device cuda --dtype float32 --sample-chars 80 --quiet)
+common=(--model "${MODEL:-smollm2-135m-instruct}" --device cuda --dtype float32 --sample-chars 80 --quiet)
 limit=()
 [ -n "${TIME_LIMIT:-}" ] && limit=(timeout "$TIME_LIMIT")
 
@@ -24,7 +26,9 @@ run() {  # name, label arguments...
   shift
   echo "== $name: $*" >&2
   local start=$SECONDS
-  "${limit[@]}" "$PY" -m grade label "${common[@]}" --out "$out/$name.jsonl" "$@" || echo "   (stopped: exit $?)" >&2
+  local batch=()
+  [ -n "${BATCH:-}" ] && batch=(--batch "$BATCH")  # the last --batch wins
+  "${limit[@]}" "$PY" -m grade label "${common[@]}" --out "$out/$name.jsonl" "$@" "${batch[@]}" || echo "   (stopped: exit $?)" >&2
   echo "   $((SECONDS - start)) s, $(wc -l < "$out/$name.jsonl") rows" >&2
 }
 
