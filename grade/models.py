@@ -102,6 +102,30 @@ class LoadedModel:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
 
+#: Plain English that any word-piece tokenizer encodes in about one token per word.
+_TOKENIZER_PROBE = "The capital of France is Paris, and the answer to the question is 42."
+
+
+def check_tokenizer_is_not_character_level(tokenizer, source: str) -> None:
+    """Refuse a tokenizer that splits plain English into single characters.
+
+    Some transformers releases convert some GGUF vocabularies wrongly (5.17 does so for Gemma-3: every
+    token one character, no BOS). The model then still loads and generates, only nonsense, and every
+    label or feature made with it is silently wrong, so this is checked once, at conversion.
+    """
+    n_tokens = len(tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"])
+    n_words = len(_TOKENIZER_PROBE.split())
+    if n_tokens > 2 * n_words:
+        import transformers
+
+        raise ModelLoadError(
+            f"the tokenizer converted from {source} splits plain English into {n_tokens} tokens for "
+            f"{n_words} words (character level): this transformers release ({transformers.__version__}) "
+            "converts this GGUF vocabulary wrongly. Install the transformers version in requirements.txt "
+            "(`make install`) and load the model again."
+        )
+
+
 def _convert_gguf(gguf_path: Path, target: Path, progress: Callable[[str], None] | None) -> None:
     """De-quantise a GGUF file into ``target`` (safetensors + tokenizer), atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -114,6 +138,7 @@ def _convert_gguf(gguf_path: Path, target: Path, progress: Callable[[str], None]
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable/unsupported GGUF files
         raise ModelLoadError(f"could not convert GGUF file {gguf_path}: {exc}") from exc
+    check_tokenizer_is_not_character_level(tokenizer, gguf_path.name)
     # The weights are already de-quantised; dropping the quantizer lets save_pretrained write them.
     model.hf_quantizer = None
     model.config.__dict__.pop("quantization_config", None)

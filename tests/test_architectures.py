@@ -112,3 +112,21 @@ def test_batched_and_per_loss_backward_give_the_same_step_gradients(tmp_path, to
     # causality: step 1's loss leaves the tokens after step 1 untouched
     end_first = len(thirds[0]) + 1
     assert per_loss[0][0, end_first:].abs().max() == 0
+
+
+def test_character_level_tokenizer_is_refused(smollm):
+    """transformers 5.17 turns Gemma-3's GGUF vocabulary into one token per character: refuse such a tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from grade.errors import ModelLoadError
+    from grade.models import _TOKENIZER_PROBE, check_tokenizer_is_not_character_level
+
+    characters = sorted(set(_TOKENIZER_PROBE))
+    backend = Tokenizer(models.WordLevel({c: i for i, c in enumerate(["<unk>", *characters])}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    per_character = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    assert len(per_character(_TOKENIZER_PROBE)["input_ids"]) == len(_TOKENIZER_PROBE)
+
+    with pytest.raises(ModelLoadError, match="character level"):
+        check_tokenizer_is_not_character_level(per_character, "broken.gguf")
+    check_tokenizer_is_not_character_level(smollm.tokenizer, "SmolLM2")  # a real word-piece tokenizer passes
