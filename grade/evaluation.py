@@ -59,6 +59,8 @@ class Protocol:
     seed: int = 42
     min_per_class: int = 30
     max_per_class: int | None = None
+    #: dataset -> its own cap, where it differs from ``max_per_class``
+    max_per_class_by_dataset: dict[str, int] = field(default_factory=dict)
     n_boot: int = 1000
     ci: float = 0.95
     probe_kind: str = "mlp"
@@ -208,18 +210,19 @@ def confidently_wrong(row: dict) -> bool:
     return len(keys) == 1 and "" not in keys
 
 
-def select_rows(rows: list[dict], protocol: Protocol) -> tuple[list[dict], dict[str, Any]]:
-    """Class counts, and the rows kept (``max_per_class`` cap, seeded). ``info['eligible']`` says
-    whether each class has ``min_per_class`` rows."""
+def select_rows(rows: list[dict], protocol: Protocol, dataset: str | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """Class counts, and the rows kept (the dataset's cap per class, seeded). ``info['eligible']``
+    says whether each class has ``min_per_class`` rows."""
     y = np.array([int(r["label"]) for r in rows], dtype=int)
     counts = {"answerable": int((y == 1).sum()), "unanswerable": int((y == 0).sum())}
     keep = np.arange(len(rows))
-    if protocol.max_per_class:
+    cap = protocol.max_per_class_by_dataset.get(dataset, protocol.max_per_class) if dataset else protocol.max_per_class
+    if cap:
         rng = np.random.default_rng(protocol.seed)
         chosen = []
         for cls in (0, 1):
             idx = np.flatnonzero(y == cls)
-            chosen.extend(sorted(rng.permutation(idx)[: protocol.max_per_class].tolist()))
+            chosen.extend(sorted(rng.permutation(idx)[:cap].tolist()))
         keep = np.array(sorted(chosen), dtype=int)
     kept = [rows[i] for i in keep]
     info = {**counts, "kept": len(kept),

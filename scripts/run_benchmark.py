@@ -40,11 +40,12 @@ def _snapshot(model: str) -> str:
 #: behind results/. The shared datasets come first (each reported with its class counts, benchmarked
 #: only with at least 30 questions per class); then this project's own labelled sets.
 #: The per-class cap is a compute budget: SmolLM2's caches were filled on a GPU (up to 250 questions per
-#: class), Gemma's on the 2-core CPU (60 per class).
-CAPS = {"smollm2-135m-instruct": 250, "gemma-3-270m": 60}
+#: class), Gemma's on the 2-core CPU (60 per class; MMLU 250, since its facts pool also pays for two
+#: perturbed copies of every question).
+CAPS = {"smollm2-135m-instruct": ["250"], "gemma-3-270m": ["60", "mmlu=250"]}
 RUNS: dict[str, tuple[str, list[str]]] = {
     model: (model, ["--labels-dir", _snapshot(model), "--datasets", *SHARED, _facts(_snapshot(model)),
-                    f"arithmetic={_snapshot(model)}/arithmetic.jsonl", "--max-per-class", str(cap),
+                    f"arithmetic={_snapshot(model)}/arithmetic.jsonl", "--max-per-class", *cap,
                     "--robustness-datasets", "facts", "arithmetic"])
     for model, cap in CAPS.items()
 }

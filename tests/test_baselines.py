@@ -411,3 +411,22 @@ def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path)
     assert ("short/long (hotpotqa)", "hotpotqa:short", "hotpotqa:long") in pairs
     closed = [r for r in result.conditions if r["test"] == "hotpotqa_closed" and r["train"] == "hotpotqa"][0]
     assert closed["n"] > result.datasets["hotpotqa_closed"]["split"]["test"]["n"]  # every unseen question, not a split
+
+
+def test_caps_per_dataset():
+    from grade.commands.benchmark import parse_caps
+    from grade.errors import InputError
+
+    assert parse_caps(["60", "mmlu=250"]) == (60, {"mmlu": 250})
+    assert parse_caps(None) == (None, {})
+    for bad in (["sixty"], ["mmlu=0"], ["mmlu="]):
+        with pytest.raises(InputError, match="max-per-class"):
+            parse_caps(bad)
+
+    rows = [{"id": f"q{i}", "label": int(i < 40)} for i in range(200)]  # 40 answerable, 160 unanswerable
+    protocol = E.Protocol(max_per_class=10, max_per_class_by_dataset={"mmlu": 100})
+    kept, info = E.select_rows(rows, protocol, "mmlu")
+    assert sum(r["label"] for r in kept) == 40 and len(kept) == 140 and info["eligible"]
+    kept, _ = E.select_rows(rows, protocol, "triviaqa")
+    assert len(kept) == 20
+    assert E.select_rows(rows, protocol, "triviaqa")[0] == kept  # seeded

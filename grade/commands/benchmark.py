@@ -49,7 +49,9 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="results folder (default: results/<model>)")
     p.add_argument("--offline", action="store_true", help="never load the model: use the caches only")
     p.add_argument("--min-per-class", type=int, default=30, help="a dataset needs this many questions of each class")
-    p.add_argument("--max-per-class", type=int, default=None, help="cap each class (seeded), a compute budget")
+    p.add_argument("--max-per-class", nargs="+", default=None, metavar="N | DATASET=N",
+                   help="cap each class (seeded), a compute budget: N for every dataset, DATASET=N for one "
+                        "(e.g. 60 mmlu=250)")
     p.add_argument("--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2), metavar=("TRAIN", "VAL", "TEST"))
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the AUROC intervals")
@@ -219,6 +221,27 @@ def _ensure_baselines(handle, cache: Path, model: str, dataset: str, rows: list[
     return read_caches([main, samples])
 
 
+def parse_caps(values: list[str] | None) -> tuple[int | None, dict[str, int]]:
+    """``["60", "mmlu=250"]`` -> ``(60, {"mmlu": 250})``: the default cap per class and the datasets'
+    own caps."""
+    from ..errors import InputError
+
+    default, by_dataset = None, {}
+    for value in values or []:
+        name, _, number = value.rpartition("=")
+        try:
+            cap = int(number)
+        except ValueError:
+            raise InputError(f"--max-per-class takes N or DATASET=N, not {value!r}") from None
+        if cap < 1:
+            raise InputError(f"--max-per-class must be at least 1, not {value!r}")
+        if name:
+            by_dataset[name] = cap
+        else:
+            default = cap
+    return default, by_dataset
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -232,8 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     cache = Path(args.cache_dir)
+    default_cap, dataset_caps = parse_caps(args.max_per_class)
     protocol = Protocol(fractions=tuple(args.fractions), seed=args.seed, min_per_class=args.min_per_class,
-                        max_per_class=args.max_per_class, n_boot=args.n_boot)
+                        max_per_class=default_cap, max_per_class_by_dataset=dataset_caps, n_boot=args.n_boot)
     labels_dirs = [Path(d) for d in args.labels_dir] if args.labels_dir else [
         REPO_ROOT / "data" / "labels" / safe_name(args.model), cache / safe_name(args.model) / "labels"]
     out = Path(args.out) if args.out else REPO_ROOT / "results" / safe_name(args.model)
@@ -257,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         labelled = [row for p in paths for row in read_labels(p)]
         all_rows = sum(1 for p in paths for line in p.open(encoding="utf-8") if line.strip())
-        rows, entry = select_rows(labelled, protocol)
+        rows, entry = select_rows(labelled, protocol, dataset)
         entry["labelled_files"] = [_display(p) for p in paths]
         entry["questions_sampled"] = all_rows
         entry["no_label"] = all_rows - len(labelled)
