@@ -9,9 +9,7 @@ the float64 literal formula on the same h and Δ, over several questions.
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
+import itertools
 
 import numpy as np
 import torch
@@ -21,6 +19,7 @@ from grade.analysis import _layer_features
 from grade.losses import entropy_at_last_position
 from grade.prompts import format_prompt
 from grade.reference import literal_stable_ranks, recipe_rank_ratios, reference_recipe
+from grade.tasks import read_jsonl, resolve_dataset
 
 from .common import max_relative_error, time_call
 from .pipeline import capture_tensors, floor_pass
@@ -28,19 +27,13 @@ from .pipeline import capture_tensors, floor_pass
 TARGET_S = 0.5
 
 
-def datasets_dir() -> Path:
-    root = Path(__file__).resolve().parents[1]
-    return Path(os.environ.get("GRADE_DATASETS_DIR") or root.parent / "shared" / "datasets")
+def dataset_rows(name: str):
+    """The raw rows of a benchmark subset, in file order (wherever ``grade.tasks`` finds it)."""
+    return (row for _, row in read_jsonl(resolve_dataset(name)[1]))
 
 
 def dataset_questions(name: str, count: int) -> list[dict]:
-    rows = []
-    with open(datasets_dir() / name / "dev.jsonl") as f:
-        for line in f:
-            rows.append(json.loads(line))
-            if len(rows) == count:
-                break
-    return rows
+    return list(itertools.islice(dataset_rows(name), count))
 
 
 def question_with_prompt_tokens(lm, target: int) -> tuple[str, list[int]]:

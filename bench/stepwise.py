@@ -10,7 +10,6 @@ are checked against the float64 literal formula on the step-wise pass's own h an
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from grade.losses import split_steps
 from grade.reference import literal_stable_ranks
 
 from .common import max_relative_error, time_call
-from .cpu import datasets_dir
+from .cpu import dataset_rows
 from .pipeline import capture_steps, prefix_recompute
 
 
@@ -28,13 +27,11 @@ def chain_of_thought(steps: int) -> tuple[str, str, str]:
     """(question, task, response made of the first ``steps`` steps of a worked solution): GSM8K when a
     solution is long enough, else MATH; steps must read as prose (three words or more, no drawings)."""
     for name, task in (("gsm8k", "gsm8k"), ("math", "math")):
-        with open(datasets_dir() / name / "dev.jsonl") as f:
-            for line in f:
-                row = json.loads(line)
-                solution = row.get("solution") or ""
-                spans = split_steps(solution)[:steps]
-                if len(spans) == steps and "[asy]" not in solution and all(len(solution[a:b].split()) >= 3 for a, b in spans):
-                    return row["question"], task, solution[: spans[-1][1]].rstrip()
+        for row in dataset_rows(name):
+            solution = row.get("solution") or ""
+            spans = split_steps(solution)[:steps]
+            if len(spans) == steps and "[asy]" not in solution and all(len(solution[a:b].split()) >= 3 for a, b in spans):
+                return row["question"], task, solution[: spans[-1][1]].rstrip()
     raise RuntimeError(f"no worked solution with {steps} steps")
 
 

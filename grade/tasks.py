@@ -1,9 +1,10 @@
 """Question sets and answer checking: datasets -> :class:`Question` records -> correct / wrong.
 
-Datasets are JSONL files in one schema (``shared/datasets/README.md``): ``id``, ``question``,
-``answers`` and optionally ``context``, ``choices``, ``solution``, ``subject``. The shared benchmark
-subsets live in ``$GRADE_DATASETS_DIR`` (default: ``shared/datasets`` beside the repository); the
-teaching sets in ``sample_data/``; any other file of the same schema can be given by path.
+Datasets are JSONL files in one schema (``grade/datasets/README.md``): ``id``, ``question``,
+``answers`` and optionally ``context``, ``choices``, ``solution``, ``subject``. The benchmark subsets
+ship inside the package (``grade/datasets``, with their sources and licenses; ``$GRADE_DATASETS_DIR``
+points elsewhere); the
+teaching sets in ``grade/sample_data/``; any other file of the same schema can be given by path.
 
 Every question has a *task*, which fixes its prompt, its answer length and how a reply is checked:
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from importlib import resources
 import os
 import re
 import string
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from .errors import InputError
+from .io import find_jsonl, jsonl_stem, open_text
 
 Matcher = Literal["strict", "lenient"]
 MATCHERS: tuple[str, ...] = ("strict", "lenient")
@@ -50,8 +53,10 @@ DATASET_TASKS: dict[str, str] = {
 }
 DATASETS: tuple[str, ...] = tuple(DATASET_TASKS)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLE_DATA_DIR = REPO_ROOT / "sample_data"
+#: Package data (importlib.resources, so an installed package finds them too): the benchmark subsets
+#: (``datasets/<name>/dev.jsonl.xz``) and the teaching sets (``sample_data/<name>.jsonl``).
+PACKAGE_DATASETS_DIR = Path(str(resources.files("grade") / "datasets"))
+SAMPLE_DATA_DIR = Path(str(resources.files("grade") / "sample_data"))
 
 
 @dataclass(frozen=True)
@@ -120,9 +125,9 @@ class Question:
 
 
 def datasets_dir() -> Path:
-    """Folder of the shared benchmark subsets: ``$GRADE_DATASETS_DIR`` or ``shared/datasets`` beside the repo."""
+    """Folder of the benchmark subsets: ``$GRADE_DATASETS_DIR``, else the copies inside the package."""
     env = os.environ.get("GRADE_DATASETS_DIR")
-    return Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "datasets"
+    return Path(env).expanduser() if env else PACKAGE_DATASETS_DIR
 
 
 def sample_datasets() -> list[str]:
@@ -136,17 +141,18 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> tuple[str, Path]:
     if not text:
         raise InputError("no dataset given")
     if text in DATASET_TASKS:
-        path = datasets_dir() / text / "dev.jsonl"
-        if not path.is_file():
+        path = find_jsonl(datasets_dir() / text, "dev")
+        if path is None:
             raise InputError(
-                f"dataset {text!r} not found at {path}; set GRADE_DATASETS_DIR to the folder holding {text}/dev.jsonl"
+                f"dataset {text!r} not found in {datasets_dir() / text}; set GRADE_DATASETS_DIR to the folder "
+                f"holding {text}/dev.jsonl"
             )
         return text, path
     if (SAMPLE_DATA_DIR / f"{text}.jsonl").is_file():
         return text, SAMPLE_DATA_DIR / f"{text}.jsonl"
     path = Path(text).expanduser()
     if path.is_file():
-        return path.stem, path
+        return jsonl_stem(path), path
     known = ", ".join(list(DATASETS) + sample_datasets())
     raise InputError(f"unknown dataset {text!r}: use one of {known}, or the path of a JSONL file")
 
@@ -211,7 +217,7 @@ def question_from_row(row: dict, *, dataset: str = "", with_context: bool = Fals
 
 def read_jsonl(path: str | os.PathLike) -> Iterable[tuple[int, dict]]:
     """``(line number, object)`` for each non-empty line; a bad line raises :class:`InputError`."""
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

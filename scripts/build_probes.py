@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from grade.io import find_jsonl, jsonl_stem  # noqa: E402
 import pandas as pd  # noqa: E402
 
 QUESTIONS_DIR = ROOT / "data" / "probe_training" / "questions"  # written by scripts/make_probe_questions.py
@@ -71,6 +72,9 @@ def label_probe_sets(model: str, threads: int) -> None:
     jobs += [(CHECK_QUESTIONS_DIR / f"{n}.jsonl", CHECK_LABELS_DIR / model / f"{n}.jsonl") for n in CHECK_SETS]
     for questions, out in jobs:
         name = questions.stem
+        if find_jsonl(out.parent, name) is not None and not out.is_file():
+            log(f"  {name}: labelled (committed compressed), skipped")
+            continue
         out.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "grade", "label", "--model", model, "--dataset", str(questions),
                    "--matcher", "lenient", "--threads", str(threads), "--quiet", "--out", str(out)]
@@ -83,10 +87,10 @@ def label_files(model: str, labels_dirs: list[Path]) -> list[Path]:
     of a question asked in two sets is kept); one dataset name may come from one folder only."""
     files: dict[str, Path] = {}
     for folder in labels_dirs:
-        for file in sorted((folder / model).glob("*.jsonl")):
-            if file.stem in files:
-                raise SystemExit(f"dataset {file.stem} is labelled twice: {files[file.stem]} and {file}")
-            files[file.stem] = file
+        for file in sorted((folder / model).glob("*.jsonl*")):
+            if jsonl_stem(file) in files:
+                raise SystemExit(f"dataset {jsonl_stem(file)} is labelled twice: {files[jsonl_stem(file)]} and {file}")
+            files[jsonl_stem(file)] = file
     return list(files.values())
 
 
@@ -131,7 +135,7 @@ def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Pa
             log(f"  {file.name}: no labelled rows, skipped")
             continue
         rows = cap_unanswerable(rows, MAX_UNANSWERABLE_PER_SET)
-        store = features_dir / model / loss / f"{file.stem}.parquet"
+        store = features_dir / model / loss / f"{jsonl_stem(file)}.parquet"
         if compute:
             if lm is None:
                 lm = load_model(model)

@@ -34,7 +34,7 @@ def balance_table(folders=FOLDERS) -> str:
         "| model | file | questions | answerable | unanswerable | no label | matcher | samples | max new tokens |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    paths = sorted((p for folder in folders for p in folder.glob("*/*.jsonl")), key=lambda p: (p.parent.name, str(p)))
+    paths = sorted((p for folder in folders for p in folder.glob("*/*.jsonl*")), key=lambda p: (p.parent.name, str(p)))
     for path in paths:
         records = read_records(path)
         labels = Counter(r.get("label") for r in records)

@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 
 
 def main() -> int:
-    from grade.evaluation import auroc, read_labels
+    from grade.evaluation import auroc
     from grade.features import feature_matrix, load_features
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,10 +31,10 @@ def main() -> int:
     args = parser.parse_args()
     folder = Path(args.cache_dir) / args.model
     for name in args.datasets:
-        labels = {str(r["id"]): int(r["label"]) for r in read_labels(folder / "labels" / f"{name}.jsonl")}
+        # the stores keep each row's label as it was when the row was extracted
         frame = load_features(folder / "features" / f"{name}.{args.loss}.parquet", hidden=False).drop_duplicates("id")
-        frame = frame[frame["id"].astype(str).isin(labels)]
-        y = np.array([labels[str(i)] for i in frame["id"]])
+        frame = frame[frame["label"].isin([0, 1])]
+        y = frame["label"].to_numpy(dtype=int)
         ratios = feature_matrix(frame, "rank_ratio")
         per_layer = [auroc(y, ratios[:, layer]) for layer in range(ratios.shape[1])]
         best = int(np.nanargmax(np.abs(np.array(per_layer) - 0.5)))

@@ -24,16 +24,26 @@ sys.path.insert(0, str(ROOT))
 SHARED = ("triviaqa", "nq_open", "hotpotqa", "mmlu", "gsm8k", "math")
 
 
-def _facts(folder: str) -> str:
+def _labels(model: str, name: str) -> str:
+    return f"data/labels/{model}/{name}.jsonl.xz"
+
+
+#: The world facts each model's benchmark pooled: SmolLM2's caches were filled from the first 144 rows
+#: of its probe-training file (the rest were labelled later, and 57 of them are the -unseen test set),
+#: so those 144 rows are kept as they were.
+WORLD_FACTS = {"smollm2-135m-instruct": "data/benchmark/smollm2-135m-instruct/world_facts.jsonl.xz",
+               "gemma-3-270m": "data/probe_training/labels/gemma-3-270m/world_facts.jsonl.xz"}
+
+
+def _facts(model: str) -> str:
     """This project's fact questions (not a shared benchmark): the probe-training world facts and
     the two hand-written sample sets, pooled, since no shared dataset has both classes here."""
-    return f"facts={folder}/world_facts.jsonl,{folder}/facts_known.jsonl,{folder}/facts_unknown.jsonl"
+    return f"facts={WORLD_FACTS[model]},{_labels(model, 'facts_known')},{_labels(model, 'facts_unknown')}"
 
 
-def _snapshot(model: str) -> str:
-    """Label files are frozen here (copies of the labelling runs' files at the time the caches were
-    filled: other runs keep appending to the originals), so the tables regenerate identically."""
-    return f"data/benchmark/{model}/labels"
+def _shared(model: str) -> list[str]:
+    """The six shared datasets; HotpotQA is benchmarked with its supporting paragraphs in the prompt."""
+    return [f"hotpotqa={_labels(model, 'hotpotqa_context')}" if d == "hotpotqa" else d for d in SHARED]
 
 
 #: results folder -> (model, extra arguments of ``python -m grade benchmark``): the exact runs
@@ -44,8 +54,8 @@ def _snapshot(model: str) -> str:
 #: perturbed copies of every question).
 CAPS = {"smollm2-135m-instruct": ["250"], "gemma-3-270m": ["60", "mmlu=250"]}
 RUNS: dict[str, tuple[str, list[str]]] = {
-    model: (model, ["--labels-dir", _snapshot(model), "--datasets", *SHARED, _facts(_snapshot(model)),
-                    f"arithmetic={_snapshot(model)}/arithmetic.jsonl", "--max-per-class", *cap,
+    model: (model, ["--labels-dir", f"data/labels/{model}", "--datasets", *_shared(model), _facts(model),
+                    f"arithmetic=data/probe_training/labels/{model}/arithmetic.jsonl.xz", "--max-per-class", *cap,
                     "--robustness-datasets", "facts", "arithmetic"])
     for model, cap in CAPS.items()
 }
@@ -54,14 +64,15 @@ RUNS: dict[str, tuple[str, list[str]]] = {
 #: document studies, plus HotpotQA's robustness. The closed-book condition has fewer than 30 answerable
 #: questions, so it appears only in those studies.
 RUNS["smollm2-135m-instruct-documents"] = ("smollm2-135m-instruct", [
-    "--labels-dir", _snapshot("smollm2-135m-instruct"), "--datasets", "hotpotqa", "hotpotqa_closed",
+    "--datasets", f"hotpotqa={_labels('smollm2-135m-instruct', 'hotpotqa_context')}",
+    f"hotpotqa_closed={_labels('smollm2-135m-instruct', 'hotpotqa')}",
     "--document-pair", "hotpotqa", "hotpotqa_closed", "--length-split", "hotpotqa",
 ])
 #: Questions not seen during development: world facts labelled after the snapshot (all 27
 #: answerable ones and 30 unanswerable ones drawn with seed 0); every development row of the facts
 #: pool trains (75 %) or validates (25 %).
 RUNS["smollm2-135m-instruct-unseen"] = ("smollm2-135m-instruct", [
-    "--labels-dir", _snapshot("smollm2-135m-instruct"), "--datasets", _facts(_snapshot("smollm2-135m-instruct")),
+    "--datasets", _facts("smollm2-135m-instruct"),
     "--max-per-class", "60", "--eval-labels-dir", "data/benchmark/smollm2-135m-instruct/unseen", "--variants", "none",
 ])
 

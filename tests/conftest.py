@@ -19,4 +19,6 @@ def smollm():
 
 @pytest.fixture(scope="session")
 def datasets_dir() -> Path:
-    return Path(os.environ.get("GRADE_DATASETS_DIR") or ROOT.parent / "shared" / "datasets")
+    from grade.tasks import datasets_dir
+
+    return datasets_dir()

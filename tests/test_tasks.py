@@ -1,9 +1,13 @@
 """Datasets -> questions, and answer checking (no model needed)."""
 
 import json
+import lzma
 import re
+from pathlib import Path
 
 import pytest
+
+import grade.tasks
 
 from grade.errors import InputError
 from grade.tasks import (
@@ -27,9 +31,7 @@ from grade.tasks import (
 
 
 @pytest.fixture(scope="module")
-def shared(datasets_dir):
-    if not (datasets_dir / "triviaqa" / "dev.jsonl").is_file():
-        pytest.skip(f"shared datasets not found in {datasets_dir}")
+def shared():
     return {name: load_questions(name) for name in DATASETS}
 
 
@@ -45,6 +47,27 @@ def test_every_shared_dataset_loads_with_its_task(shared):
         assert len({q.id for q in questions}) == len(questions)
         assert all(q.dataset == name and q.answers for q in questions)
     assert all(len(q.choices) == 4 for q in shared["mmlu"])
+
+
+def test_benchmark_subsets_ship_inside_the_package(monkeypatch):
+    """A clone with nothing beside it has every subset (regression: they were read from ../shared)."""
+    monkeypatch.delenv("GRADE_DATASETS_DIR", raising=False)
+    for name in DATASETS:
+        name_found, path = resolve_dataset(name)
+        assert name_found == name and path.name == "dev.jsonl.xz"
+        assert path.is_relative_to(Path(grade.tasks.__file__).parent / "datasets")
+    assert len(load_questions("gsm8k")) == 1000 and len(load_questions("hotpotqa")) == 375
+
+
+def test_compressed_and_plain_jsonl_read_alike(tmp_path):
+    rows = [{"id": f"q{i}", "question": f"{i} + 1?", "answers": [str(i + 1)]} for i in range(3)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "plain.jsonl").write_text(text)
+    with lzma.open(tmp_path / "packed.jsonl.xz", "wt") as f:
+        f.write(text)
+    plain, packed = load_questions(tmp_path / "plain.jsonl"), load_questions(tmp_path / "packed.jsonl.xz")
+    assert [q.to_dict() | {"dataset": ""} for q in plain] == [q.to_dict() | {"dataset": ""} for q in packed]
+    assert packed[0].dataset == "packed"  # the name is the stem without .jsonl.xz
 
 
 def test_context_only_with_with_context(shared):

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..io import find_jsonl, open_text
 from .common import add_model_arguments
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -280,16 +281,16 @@ def run(args: argparse.Namespace) -> int:
             _log(f"{dataset}: no labelled file ({where})")
             continue
         labelled = [row for p in paths for row in read_labels(p)]
-        all_rows = sum(1 for p in paths for line in p.open(encoding="utf-8") if line.strip())
+        all_rows = sum(1 for p in paths for line in open_text(p) if line.strip())
         rows, entry = select_rows(labelled, protocol, dataset)
         entry["labelled_files"] = [_display(p) for p in paths]
         entry["questions_sampled"] = all_rows
         entry["no_label"] = all_rows - len(labelled)
         eval_rows = []
         if args.eval_labels_dir:
-            eval_path = Path(args.eval_labels_dir) / f"{dataset}.jsonl"
-            if not eval_path.is_file():
-                entry.update(eligible=False, reason=f"no labelled file {eval_path}")
+            eval_path = find_jsonl(args.eval_labels_dir, dataset)
+            if eval_path is None:
+                entry.update(eligible=False, reason=f"no labelled file {Path(args.eval_labels_dir) / dataset}.jsonl")
             else:
                 eval_rows = read_labels(eval_path)
                 dev_ids = {r["id"] for r in rows}
@@ -401,13 +402,14 @@ def _display(path: Path) -> str:
 
 
 def _label_files(spec: str, dirs: list[Path]) -> tuple[str, list[Path]]:
-    """``name`` -> the first ``<dir>/<name>.jsonl`` found; ``NAME=FILE,FILE`` -> those files pooled."""
+    """``name`` -> the first ``<dir>/<name>.jsonl[.xz|.gz]`` found; ``NAME=FILE,FILE`` -> those files pooled."""
     if "=" in spec:
         name, files = spec.split("=", 1)
         return name.strip(), [Path(f).expanduser() for f in files.split(",") if f.strip()]
     for folder in dirs:
-        if (folder / f"{spec}.jsonl").is_file():
-            return spec, [folder / f"{spec}.jsonl"]
+        found = find_jsonl(folder, spec)
+        if found is not None:
+            return spec, [found]
     return spec, []
 
 
