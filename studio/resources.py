@@ -222,17 +222,17 @@ def probe_probability(probe, rank_ratio: np.ndarray) -> float:
 
 
 def load_questions(dataset: str, limit: int = 200) -> list[dict]:
-    """The first ``limit`` rows of ``<datasets>/<dataset>/dev.jsonl`` (empty if the file is missing)."""
-    path = datasets_dir() / dataset / "dev.jsonl"
+    """The first ``limit`` rows of a benchmark subset (empty if it cannot be read)."""
+    from grade.errors import InputError
+    from grade.tasks import read_jsonl, resolve_dataset
+
     rows: list[dict] = []
     try:
-        with path.open() as handle:
-            for line in handle:
-                if line.strip():
-                    rows.append(json.loads(line))
-                if len(rows) >= limit:
-                    break
-    except OSError:
+        for _, row in read_jsonl(resolve_dataset(dataset)[1]):
+            rows.append(row)
+            if len(rows) >= limit:
+                break
+    except (OSError, InputError):
         return []
     return rows
 
