@@ -117,7 +117,10 @@ def _activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor], batched
     if batched:
         eye = torch.eye(losses.numel(), device=losses.device, dtype=losses.dtype)
         try:
-            grads = torch.autograd.grad(losses, outputs, grad_outputs=eye, is_grads_batched=True)
+            # retain_graph: an op without a batching rule can fail midway, after the backward pass has
+            # already freed part of the graph, and the fallback below needs the whole graph again
+            # (seen with Qwen2.5 on an H200: "Trying to backward through the graph a second time").
+            grads = torch.autograd.grad(losses, outputs, grad_outputs=eye, is_grads_batched=True, retain_graph=True)
             return [g.reshape(len(eye), *g.shape[-2:]) for g in grads]
         except RuntimeError:  # an op without a batching rule: one backward per loss instead
             pass

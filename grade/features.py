@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 FEATURE_VERSION = 1
 
 #: greedy-answer length per task when a ``pos`` row brings no response (reference sampling lengths)
+#: Tasks whose responses are chains of thought, scored one step at a time under ``pos``.
+STEPWISE_TASKS = frozenset({"gsm8k", "math"})
 MAX_NEW_TOKENS = {"qa": 12, "qa_doc": 12, "mmlu": 4, "gsm8k": 256, "math": 512, "cot": 256}
 
 ProgressCallback = Callable[[int, int, str], None]  # (rows done, rows to do, id of the last row)
@@ -173,7 +175,10 @@ def given_response(row: dict[str, Any]) -> str | None:
 def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True):
     """``grade.analyze`` of one labelled row with the fast path; the response under ``pos`` is the
     row's ``response``, else its ``majority`` answer (the labeller's most frequent sample, compared by
-    the task's answer key), else its most frequent sample, else the model's greedy answer."""
+    the task's answer key), else its most frequent sample, else the model's greedy answer.
+
+    Chain-of-thought tasks (GSM8K, MATH) are scored step-wise under ``pos``: one loss per step, and
+    the row's rank ratios are the mean of the step ratios (the paper's GRADE_pos for reasoning)."""
     from .analysis import analyze
 
     task = row.get("task") or "qa"
@@ -193,6 +198,7 @@ def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "pap
         srank=srank,
         spectra=False,
         keep_hidden=keep_hidden,
+        steps=loss == "pos" and task in STEPWISE_TASKS,
         max_new_tokens=MAX_NEW_TOKENS.get(task, 64),
         prompt=_prompt_for(lm, row),
     )

@@ -166,3 +166,26 @@ def test_cli_json_output():
     proc = run_cli("analyze", "--question", "What is 3 + 4?", "--loss", "pos", "--response", "3 + 4 = 7.", "--json")
     data = json.loads(proc.stdout)
     assert 0 < data["response_start"] < len(data["input_ids"])
+
+
+def test_batched_backward_failing_midway_falls_back_to_per_loss_passes(monkeypatch):
+    """Regression: a batched VJP that raised after consuming the graph (an op without a batching rule,
+    seen with Qwen2.5 on an H200) left the per-loss fallback with a freed graph."""
+    x = torch.randn(5, 3, requires_grad=True)
+    outputs = [torch.tanh(x * 2.0), torch.sin(x)]
+    losses = torch.stack([(outputs[0] ** 2).sum() + outputs[1].sum(), (outputs[0] * outputs[1]).sum()])
+    real_grad = torch.autograd.grad
+
+    def grad_that_fails_when_batched(*args, **kwargs):
+        result = real_grad(*args, **kwargs)  # the backward pass runs (and frees what it may) ...
+        if kwargs.get("is_grads_batched"):
+            raise RuntimeError("no batching rule")  # ... then the batching fails
+        return result
+
+    monkeypatch.setattr(torch.autograd, "grad", grad_that_fails_when_batched)
+    deltas = _activation_grads(losses, outputs, batched=True)
+    monkeypatch.setattr(torch.autograd, "grad", real_grad)
+    expected = _activation_grads(losses, outputs, batched=False)
+    for got, want in zip(deltas, expected):
+        assert got.shape == (2, 5, 3)
+        torch.testing.assert_close(got, want)
