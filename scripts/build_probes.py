@@ -46,7 +46,8 @@ PROBE_SETS = {"smollm2-135m-instruct": ("world_facts", "arithmetic", "reworded")
 CHECK_QUESTIONS_DIR = ROOT / "data" / "probe_check" / "questions"  # unseen check sets: scored, never trained on
 CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"
 CHECK_SETS = ("check_facts", "check_arithmetic")
-CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"))
+CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"),
+           ("qwen2.5-coder-1.5b-instruct", "pre"), ("qwen2.5-coder-1.5b-instruct", "pos"))
 MAX_PER_CLASS = 1000  # the reference caps each class at 1000
 # A small model leaves most questions of a benchmark unanswerable (TriviaQA: 30 answerable, 856 not):
 # past a few hundred, more unanswerable rows of one set only teach the probe that set's prompt style,
@@ -179,7 +180,7 @@ def slim(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if k != "roc"}
 
 
-def build_config(model: str, loss: str, stores: list[tuple[Path, set]], out_dir: Path) -> dict:
+def build_config(model: str, loss: str, stores: list[tuple[Path, set]], out_dir: Path, *, transfer_runs: bool = True) -> dict:
     """Transfer runs, the shipped probe and its logreg comparison; returns a summary for the README."""
     from grade.probe import train_from_features
 
@@ -187,7 +188,7 @@ def build_config(model: str, loss: str, stores: list[tuple[Path, set]], out_dir:
     sources = [str(s.relative_to(ROOT)) if s.is_relative_to(ROOT) else str(s) for s, _ in stores]
     transfer = {}
     datasets = sorted(df["dataset"].unique())
-    for held in usable_datasets(df):
+    for held in usable_datasets(df) if transfer_runs else []:
         rest = df[df["dataset"] != held]
         if len(usable_datasets(rest)) == 0 or rest["label"].nunique() < 2:
             continue
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=ROOT / "assets" / "reference_features.parquet")
     parser.add_argument("--only", nargs="*", default=None, help="probe names to build, e.g. smollm2-135m-instruct-pre")
     parser.add_argument("--skip-extract", action="store_true", help="use the stored features only")
+    parser.add_argument("--no-transfer", action="store_true",
+                        help="skip the leave-one-dataset-out runs (two trainings per dataset; slow on a busy CPU)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1 is fastest on a shared CPU; raise it on an idle machine)")
     args = parser.parse_args(argv)
@@ -395,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         if not stores:
             log(f"  no labelled data for {model} in {', '.join(str(d / model) for d in args.labels_dir)}: {name} not built")
             continue
-        summary = build_config(model, loss, stores, args.out_dir)
+        summary = build_config(model, loss, stores, args.out_dir, transfer_runs=not args.no_transfer)
         check = unseen_check(model, loss, summary["probe"], args.features_dir, compute=not args.skip_extract)
         if check:
             summary["probe"].metadata["unseen_check"] = check

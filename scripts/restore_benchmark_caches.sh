@@ -8,15 +8,25 @@
 #   scripts/restore_benchmark_caches.sh            # both embedded models
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The last commit whose tree held the caches (they were filled on an H100 and the 2-core CPU).
-commit=b11607c
-if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
-  echo "error: commit $commit is not in this clone (a shallow clone?); run 'git fetch --unshallow' or recompute the caches with 'python scripts/run_benchmark.py'" >&2
-  exit 2
-fi
+#
+# The commits whose trees held the caches: SmolLM2's and Gemma's were filled on an H100 and the 2-core
+# CPU; Qwen2.5-Coder's on an H200 (benchmark caches, and the feature stores its probes were trained on,
+# data/probe_features). Each commit was followed by one that took the files out of the tree again.
+restore() {  # commit, paths...
+  local commit=$1
+  shift
+  if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
+    echo "error: commit $commit is not in this clone (a shallow clone?); run 'git fetch --unshallow' or recompute the caches with 'python scripts/run_benchmark.py'" >&2
+    exit 2
+  fi
+  git archive "$commit" "$@" | tar -x
+}
 paths=()
 for model in smollm2-135m-instruct gemma-3-270m; do
   paths+=("data/benchmark/$model/features" "data/benchmark/$model/baselines")
 done
-git archive "$commit" "${paths[@]}" | tar -x
-du -sh data/benchmark/*/features data/benchmark/*/baselines
+restore b11607c "${paths[@]}"
+qwen=qwen2.5-coder-1.5b-instruct
+restore "$(git log --format=%H -1 --grep='^Qwen caches in history' || true)" \
+  "data/benchmark/$qwen/features" "data/benchmark/$qwen/baselines" "data/probe_features/$qwen"
+du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*

@@ -68,6 +68,17 @@ RUNS["smollm2-135m-instruct-documents"] = ("smollm2-135m-instruct", [
     f"hotpotqa_closed={_labels('smollm2-135m-instruct', 'hotpotqa')}",
     "--document-pair", "hotpotqa", "hotpotqa_closed", "--length-split", "hotpotqa",
 ])
+#: Qwen2.5-Coder-1.5B-Instruct: every cache filled on one H200 (float32), 60 questions per class (GSM8K 40:
+#: its greedy chain of thought and ten 256-token samples per question were the slowest part), HotpotQA
+#: with and without its paragraphs, robustness on TriviaQA. MMLU is left out: the reference's 4-token
+#: letter rule does not fit this chat model's answers (data/labels/README.md).
+QWEN = "qwen2.5-coder-1.5b-instruct"
+RUNS[QWEN] = (QWEN, [
+    "--labels-dir", f"data/labels/{QWEN}", "--datasets", "triviaqa", "nq_open",
+    f"hotpotqa={_labels(QWEN, 'hotpotqa_context')}", f"hotpotqa_closed={_labels(QWEN, 'hotpotqa')}", "gsm8k",
+    "--max-per-class", "60", "gsm8k=40", "--document-pair", "hotpotqa", "hotpotqa_closed", "--length-split", "hotpotqa",
+    "--robustness-datasets", "triviaqa",
+])
 #: Questions not seen during development: world facts labelled after the snapshot (all 27
 #: answerable ones and 30 unanswerable ones drawn with seed 0); every development row of the facts
 #: pool trains (75 %) or validates (25 %).

@@ -1,0 +1,76 @@
+"""Where GRADE_pre's signal is, for one model: the rank ratios against the quantities they are made of.
+
+For every feature store of ``runs/features/<model>/<loss>/`` (written by ``scripts/build_probes.py`` or
+``scripts/gpu_label_extract.sh``) it prints one Markdown row of 5-fold cross-validated AUROCs of a
+logistic regression (standardised inputs) on:
+
+* ``ratio``: the per-layer rank ratios srank(C_g)/srank(C_h) (the shipped probes' input);
+* ``loss``: the loss the gradients come from alone (GRADE_pre: the entropy after the prompt);
+* ``ratio+loss``: both;
+* ``log h, log g``: log srank(C_h) and log srank(C_g) per layer, as two separate vectors (the ratio
+  fixes their difference; this lets the probe weigh them apart);
+* ``early / middle / late``: the ratios of the first, middle and last third of the layers;
+* ``length``: the number of tokens alone (prompt, plus the response under ``pos``).
+
+Loads no model. ``python scripts/pre_signal.py --model qwen2.5-coder-1.5b-instruct [--loss pre]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from grade.evaluation import auroc
+from grade.features import feature_matrix, load_features
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cv_auroc(x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
+    """5-fold cross-validated AUROC of a logistic regression on ``x`` (n, k)."""
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
+    folds = StratifiedKFold(5, shuffle=True, random_state=seed)
+    return auroc(y, cross_val_predict(model, x, y, cv=folds, method="predict_proba")[:, 1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--loss", choices=("pre", "pos"), default="pre")
+    parser.add_argument("--features-dir", type=Path, default=ROOT / "runs" / "features")
+    args = parser.parse_args()
+    columns = ["ratio", "loss", "ratio+loss", "log h, log g", "early", "middle", "late", "length"]
+    print(f"| dataset | n (answerable) | {' | '.join(columns)} |")
+    print("|---|---|" + "---|" * len(columns))
+    for store in sorted((args.features_dir / args.model / args.loss).glob("*.parquet")):
+        df = load_features(store, hidden=False)
+        df = df[df["label"].isin([0, 1])]
+        y = df["label"].to_numpy(dtype=int)
+        if len(df) < 20 or y.min() == y.max() or min(y.sum(), len(y) - y.sum()) < 5:
+            continue
+        ratio = feature_matrix(df, "rank_ratio")
+        loss = df[["loss_value"]].to_numpy()
+        thirds = np.array_split(np.arange(ratio.shape[1]), 3)
+        inputs = {
+            "ratio": ratio,
+            "loss": loss,
+            "ratio+loss": np.hstack([ratio, loss]),
+            "log h, log g": np.hstack([np.log(feature_matrix(df, "srank_h")), np.log(feature_matrix(df, "srank_g"))]),
+            "early": ratio[:, thirds[0]],
+            "middle": ratio[:, thirds[1]],
+            "late": ratio[:, thirds[2]],
+            "length": np.log(df[["n_tokens"]].to_numpy(dtype=float)),
+        }
+        cells = " | ".join(f"{cv_auroc(inputs[c], y):.3f}" for c in columns)
+        print(f"| {store.stem} | {len(y)} ({int(y.sum())}) | {cells} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
