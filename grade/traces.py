@@ -404,7 +404,7 @@ def read_traces(path: str | Path, *, task: str | None = None, metric: str | None
     path = Path(path)
     rows = _read_objects(path)
     first = rows[0][1]
-    if "resps" in first and "doc" in first:
+    if "doc_id" in first and ("doc" in first or "resps" in first):
         source = read_lm_eval_samples(path, task=task, metric=metric, filter_name=filter_name, prompt=prompt, rows=rows)
     else:
         if metric or filter_name or prompt != "task":
