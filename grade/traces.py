@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -770,11 +770,11 @@ class TraceStore:
 # running
 
 
+@dataclass(frozen=True)
 class TraceWork:
     """Ray work: step-wise analyses of a chunk of traces (see :mod:`grade.distributed`)."""
 
-    def __init__(self, srank: str = "paper"):
-        self.srank = srank
+    srank: str = "paper"
 
     def process(self, lm, items: list[TraceItem]) -> dict:
         skipped: list[tuple[str, str]] = []
