@@ -159,6 +159,7 @@ PAGES = [
     st.Page(home, title="Home", icon=":material/home:", default=True),
     st.Page("pages/spectra.py", title="Spectra", icon=":material/ssid_chart:"),
     st.Page("pages/reasoning_trace.py", title="Reasoning trace", icon=":material/functions:"),
+    st.Page("pages/traces.py", title="Traces", icon=":material/fact_check:"),
     st.Page("pages/projections.py", title="Projections", icon=":material/scatter_plot:"),
     st.Page("pages/probes.py", title="Probes", icon=":material/model_training:"),
     st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/leaderboard:"),

@@ -5,7 +5,8 @@
 1. single-question GRADE_pre on the embedded SmolLM2 (64-token prompt) beside the reference recipe,
    with every route's rank-ratio error against the float64 literal formula;
 2. step-wise GRADE_pos of K = 8 and 16 step chains of thought vs recomputing each prefix;
-3. labelling throughput, batched vs one sample at a time (``bench/bench_labelling.py``).
+3. labelling throughput, batched vs one sample at a time (``bench/bench_labelling.py``);
+4. traces per minute of ``grade traces`` beside the exact route (``bench/traces.py``, the test fixture's traces).
 
 Prints Markdown tables and writes everything, with the machine's description and load, to
 ``<out>/cpu_results.json``.
@@ -24,7 +25,7 @@ import torch
 
 from .common import ROOT, fmt, machine, table, write_json
 
-PARTS = ("pre", "steps", "labelling")
+PARTS = ("pre", "steps", "labelling", "traces")
 
 
 def main(argv=None) -> int:
@@ -77,6 +78,14 @@ def main(argv=None) -> int:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         payload["labelling"] = {"command": cmd[1:], "returncode": done.returncode, "stdout": done.stdout, "stderr_tail": done.stderr[-2000:]}
         report += ["Labelling throughput (bench/bench_labelling.py)", "", done.stdout.strip() or done.stderr[-2000:], ""]
+        write_json(args.out / "cpu_results.json", payload)
+
+    if "traces" not in args.skip:
+        from . import traces
+
+        result = traces.run(lm, traces.FIXTURE, limit=3 if args.quick else None)
+        payload["traces"] = result
+        report += ["Traces per minute (bench/traces.py)", "", traces.summary(result), ""]
         write_json(args.out / "cpu_results.json", payload)
 
     payload["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

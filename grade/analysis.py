@@ -159,36 +159,47 @@ def _fast_features_from_grams(grams: list[torch.Tensor], deltas: list[torch.Tens
     return srank_h, srank_g, ratio
 
 
-def _stepwise_fast_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], ends: list[int], kinds):
-    """Fast-route (srank_h, srank_g, ratio) of every step at once. hidden[l]: (N, d_ff), deltas[l]:
-    (K, N, d_model); step k covers the prefix ``[:ends[k]]``. The full ``h hᵀ`` is formed once and shared
-    by all prefixes (see :func:`grade.spectra.stable_ranks_prefixes`)."""
+def _full_rank_row_sums(deltas: list[torch.Tensor]) -> np.ndarray:
+    """Row sums of C_g where C_h has full row rank (P = I, so C_g = Δ Δᵀ): Δ (Δᵀ 1) per layer, in
+    float64, without an eigen-decomposition. deltas[l]: (n, d_model) -> (L, n)."""
+    return np.stack([(d.double() @ d.double().sum(0)).cpu().numpy() for d in deltas])
+
+
+def _stepwise_fast_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], ends: list[int], kinds,
+                            row_sums: bool = False):
+    """Fast-route (srank_h, srank_g, ratio, row sums (L, end) or None) of every step at once. hidden[l]:
+    (N, d_ff), deltas[l]: (K, N, d_model); step k covers the prefix ``[:ends[k]]``. The full ``h hᵀ`` is
+    formed once and shared by all prefixes (see :func:`grade.spectra.stable_ranks_prefixes`)."""
     kind_h, kind_g = kinds
     fast = stable_ranks_prefixes(hidden, deltas, ends, kind_h, kind_g)
     out = []
     for k, end in enumerate(ends):
         srank_h, srank_g = fast.srank_h[k].numpy().copy(), fast.srank_g[k].numpy().copy()
+        rows = _full_rank_row_sums([d[k, :end] for d in deltas]) if row_sums else None
         for layer in torch.nonzero(~fast.full_rank[k]).flatten().tolist():
             if full_rank_in_float64(hidden[layer][:end]):
                 continue
             spec = layer_spectrum(hidden[layer][:end], deltas[layer][k, :end])
             srank_h[layer] = stable_rank(spec.eig_h, kind_h)
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
-        out.append((srank_h, srank_g, np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)])))
+            if rows is not None:
+                rows[layer] = spec.row_sums_g.numpy()
+        out.append((srank_h, srank_g, np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)]), rows))
     return out
 
 
 def _steps_from_shared_pass(hidden: list[torch.Tensor], deltas: list[torch.Tensor], losses: torch.Tensor,
-                            step_spans: list[Step], kinds, spectra: bool) -> list[StepResult]:
+                            step_spans: list[Step], kinds, spectra: bool, row_sums: bool = False) -> list[StepResult]:
     """StepResult per step from one forward pass over the whole sequence: hidden[l] (N, d_ff), deltas[l]
     (K, N, d_model) with step k's Δ in row k (zero past the step's end)."""
     n_layers = len(deltas)
-    shared = None if spectra else _stepwise_fast_features(hidden, deltas, [s.end for s in step_spans], kinds)
+    shared = None if spectra else _stepwise_fast_features(hidden, deltas, [s.end for s in step_spans], kinds,
+                                                          row_sums)
     results = []
     for k, step in enumerate(step_spans):
         if shared is not None:
-            sh, sg, ratio = shared[k]
-            eh = eg = rows = None
+            sh, sg, ratio, rows = shared[k]
+            eh = eg = None
         else:
             sh, sg, ratio, eh, eg, rows = _layer_features(
                 [h[: step.end] for h in hidden], [d[k, : step.end] for d in deltas], kinds, spectra
@@ -198,8 +209,10 @@ def _steps_from_shared_pass(hidden: list[torch.Tensor], deltas: list[torch.Tenso
     return results
 
 
-def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool):
-    """Per-layer (srank_h, srank_g, ratio) and, with ``spectra``, eigenvalues and row sums.
+def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool,
+                    row_sums: bool = False):
+    """Per-layer (srank_h, srank_g, ratio) and, with ``spectra``, eigenvalues and row sums (with
+    ``row_sums`` and no ``spectra``: row sums from the fast route, no eigenvalues).
 
     hidden[l]: (n, d_ff), deltas[l]: (n, d_model).
     """
@@ -224,12 +237,15 @@ def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kind
         fast = stable_ranks_fast(hidden, deltas, kind_h, kind_g)  # per-layer lists: no stacked copies
         srank_h[:] = fast.srank_h.double().cpu().numpy()
         srank_g[:] = fast.srank_g.double().cpu().numpy()
+        rows = _full_rank_row_sums(deltas) if row_sums else None
         for layer in torch.nonzero(~fast.full_rank).flatten().tolist():
             if full_rank_in_float64(hidden[layer]):
                 continue
             spec = layer_spectrum(hidden[layer], deltas[layer])
             srank_h[layer] = stable_rank(spec.eig_h, kind_h)
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
+            if rows is not None:
+                rows[layer] = spec.row_sums_g.numpy()
     ratio = np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)])
     return srank_h, srank_g, ratio, eig_h, eig_g, rows
 
@@ -250,7 +266,7 @@ def prefix_passes_are_cheaper(device: torch.device | str, ends: list[int], n_tok
 
 
 def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Step], kinds, spectra: bool,
-                     keep_hidden: bool, timings: dict[str, float]):
+                     keep_hidden: bool, timings: dict[str, float], row_sums: bool = False):
     """Step-wise ``pos`` one prefix at a time: for step k a forward pass over the prefix ending with
     step k, its loss, a backward pass and its spectra. Same features as the shared pass (causal
     attention: a prefix's activations are the full sequence's), fewer operations on a CPU when steps
@@ -275,7 +291,7 @@ def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Ste
         t = time.perf_counter()
         hidden = [h[0] for h in capture.hidden]
         del capture, logits
-        sh, sg, ratio, eh, eg, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra)
+        sh, sg, ratio, eh, eg, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra, row_sums)
         timings["spectra_s"] += time.perf_counter() - t
         scores = rows[:, step.start : step.end] if rows is not None else np.full((len(hidden), step.end - step.start), np.nan)
         results.append(StepResult(step.text, step.start, step.end, float(loss.detach()), sh, sg, ratio, scores, eh, eg))
@@ -300,6 +316,7 @@ def analyze(
     prompt: str | None = None,
     low_memory: bool | None = None,
     step_passes: Literal["auto", "shared", "prefix"] = "auto",
+    token_scores: bool | None = None,
 ) -> GradeResult:
     """GRADE features of one question.
 
@@ -326,6 +343,9 @@ def analyze(
         sequence, one backward per step), ``"prefix"`` (one forward and backward pass per prefix) or
         ``"auto"`` (the cheaper, see :func:`prefix_passes_are_cheaper`). The results are the same up to
         rounding.
+    token_scores : per-token epistemic shock (row sums of C_g) under ``pos``; default: with ``spectra``.
+        Without spectra they come from ``C_g = Δ Δᵀ`` on layers whose C_h is certified full rank (the
+        exact route elsewhere): the same values without any eigen-decomposition.
 
     Returns
     -------
@@ -365,7 +385,9 @@ def analyze(
 
     if low_memory is None:  # below a few hundred tokens activations are small and launches dominate
         low_memory = torch.device(lm.device).type == "cuda" and len(input_ids) >= LOW_MEMORY_MIN_TOKENS
-    low_memory = low_memory and not spectra and not steps
+    # Token scores without spectra: row sums from the fast route (``token_scores`` is reused below for the array).
+    row_sums = bool(token_scores) and not spectra and loss == "pos"
+    low_memory = low_memory and not spectra and not steps and not row_sums
 
     step_spans: list[Step] = []
     if loss == "pos" and steps:
@@ -379,7 +401,8 @@ def analyze(
 
     t = time.perf_counter()
     if by_prefix:
-        step_results, hidden_states = _steps_by_prefix(lm, input_ids, step_spans, kinds, spectra, keep_hidden, timings)
+        step_results, hidden_states = _steps_by_prefix(lm, input_ids, step_spans, kinds, spectra, keep_hidden, timings,
+                                                       row_sums)
     else:
         with torch.enable_grad():
             logits_from = len(input_ids) - 1 if loss == "pre" else len(prompt_ids) - 1
@@ -408,7 +431,7 @@ def analyze(
 
         t = time.perf_counter()
         if step_spans:
-            step_results = _steps_from_shared_pass(hidden, deltas, losses, step_spans, kinds, spectra)
+            step_results = _steps_from_shared_pass(hidden, deltas, losses, step_spans, kinds, spectra, row_sums)
         elif low_memory:
             srank_h, srank_g, ratio = _fast_features_from_grams(
                 grams,
@@ -420,7 +443,8 @@ def analyze(
             eig_h = eig_g = rows = token_scores = None
             loss_value = float(losses.detach())
         else:
-            srank_h, srank_g, ratio, eig_h, eig_g, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra)
+            srank_h, srank_g, ratio, eig_h, eig_g, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra,
+                                                                          row_sums)
             token_scores = None
             if loss == "pos" and rows is not None:
                 token_scores = np.full_like(rows, np.nan)

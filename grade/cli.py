@@ -15,7 +15,7 @@ import sys
 
 from .errors import GradeError
 
-COMMANDS = ("analyze", "label", "extract", "train", "evaluate", "benchmark")
+COMMANDS = ("analyze", "label", "extract", "train", "evaluate", "benchmark", "traces")
 
 
 def build_parser() -> argparse.ArgumentParser:

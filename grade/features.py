@@ -331,13 +331,14 @@ def refresh_store(store: str | Path, rows: list[dict[str, Any]], loss: str) -> t
     return relabelled, removed
 
 
-def _write_part(store: Path, records: list[dict[str, Any]]) -> Path:
-    """Write one chunk atomically: a reader never sees a half-written part."""
+def _write_part(store: Path, records: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> Path:
+    """Write one chunk atomically: a reader never sees a half-written part. ``schema``: the store's
+    columns (other part stores, e.g. :mod:`grade.traces`, write their own)."""
     parts = _part_files(store)
     index = int(parts[-1].name.split("-")[1]) + 1 if parts else 0  # parts may have been removed
     name = f"part-{index:05d}-{uuid.uuid4().hex[:8]}.parquet"
     tmp = store / f".{name}.tmp"
-    pq.write_table(pa.Table.from_pylist(records, schema=SCHEMA), tmp, compression="zstd")
+    pq.write_table(pa.Table.from_pylist(records, schema=schema), tmp, compression="zstd")
     os.replace(tmp, store / name)
     return store / name
 

@@ -22,3 +22,32 @@ def datasets_dir() -> Path:
     from grade.tasks import datasets_dir
 
     return datasets_dir()
+
+
+GSM8K_SAMPLES = ROOT / "tests" / "data" / "samples_gsm8k_2025-11-26T17-00-00.000000.jsonl"
+
+
+@pytest.fixture(scope="session")
+def gsm8k_trace_run(tmp_path_factory):
+    """``python -m grade traces --json`` on the lm-evaluation-harness GSM8K fixture (6 real traces), once per
+    session, on one torch thread: (store folder, the parsed --json output). Tests that write to the store
+    (annotations) work on a copy."""
+    import contextlib
+    import io
+    import json
+
+    import torch
+
+    from grade.cli import main
+
+    out = tmp_path_factory.mktemp("traces") / "gsm8k"
+    threads = torch.get_num_threads()
+    stdout = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(stdout):
+            code = main(["traces", "--samples", str(GSM8K_SAMPLES), "--out", str(out), "--json", "--quiet",
+                         "--threads", "1", "--chunk-size", "4"])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    return out, json.loads(stdout.getvalue())

@@ -1,0 +1,120 @@
+"""``python -m grade traces``: step-wise GRADE_pos and token shock of many reasoning traces, into a trace store.
+
+Traces come from an lm-evaluation-harness samples file (``--log_samples``), this project's trace JSONL
+(question, response, correct), or are sampled from a GSM8K / MATH dataset by the model itself::
+
+    python -m grade traces --samples samples_gsm8k_2025-01-01T00-00-00.jsonl --out runs/traces/gsm8k
+    python -m grade traces --dataset gsm8k --limit 50 --generate 4 --out runs/traces/own --json
+    python -m grade traces --out runs/traces/gsm8k          # aggregates of an existing store
+
+The store (see :mod:`grade.traces`) is resumable: running the same command again analyses only the traces
+not yet stored. The app's Traces page opens it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..distributed import add_engine_arguments, check_engine_arguments
+from .common import add_model_arguments, load_model_from_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("traces", help="step-wise GRADE_pos of many reasoning traces -> trace store",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(p)
+    src = p.add_argument_group("traces")
+    src.add_argument("--samples", default=None,
+                     help="lm-evaluation-harness samples_<task>_<date>.jsonl, or a JSONL of question/response/correct")
+    src.add_argument("--dataset", default=None, help="with --generate: gsm8k, math or a JSONL of problems")
+    src.add_argument("--generate", type=int, default=None, metavar="N",
+                     help="sample N traces per problem of --dataset with the model itself")
+    src.add_argument("--task", choices=("gsm8k", "math"), default=None,
+                     help="prompt and answer check (default: from the file name or its rows)")
+    src.add_argument("--metric", default=None, help="lm-eval: the per-sample 0/1 metric (default exact_match)")
+    src.add_argument("--filter", default=None, help="lm-eval: whose filter's rows to read (default: the file's first)")
+    src.add_argument("--prompt", choices=("task", "run"), default="task",
+                     help="task: this project's prompt for the task; run: lm-eval's own prompt (arguments.gen_args_0)")
+    src.add_argument("--limit", type=int, default=None, help="only the first N traces (with --generate: N problems)")
+    src.add_argument("--offset", type=int, default=0, help="with --generate: skip the first N problems")
+    src.add_argument("--matcher", choices=("strict", "lenient"), default="strict", help="with --generate: answer check")
+    src.add_argument("--seed", type=int, default=0, help="with --generate: sampling seed")
+    src.add_argument("--max-new-tokens", type=int, default=None, help="with --generate: trace length (default: per task)")
+    p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
+    p.add_argument("--out", required=True, help="trace store folder")
+    p.add_argument("--chunk-size", type=int, default=8, help="traces per Parquet part (work lost at most on a kill)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--json", action="store_true", help='print {"n": ..., "traces": [...]} instead of tables')
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_engine_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import InputError
+    from ..traces import TraceStore, aggregate, aggregate_markdown, generate_traces, read_traces, summary_rows
+
+    if args.samples and args.generate:
+        raise InputError("give either --samples FILE or --dataset with --generate N, not both")
+    if args.generate is not None and not args.dataset:
+        raise InputError("--generate needs --dataset")
+    if args.dataset and args.generate is None:
+        raise InputError("--dataset needs --generate N (traces per problem)")
+    if args.limit is not None and args.limit < 1:
+        raise InputError("--limit must be at least 1")
+    check_engine_arguments(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    say = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr))
+    store = TraceStore(args.out)
+    report = None
+    if args.samples or args.generate:
+        cluster = spec = lm = None
+        if args.engine == "ray":
+            from ..distributed import _cluster_from_args, model_spec_from_args
+
+            cluster = _cluster_from_args(args)
+            spec = model_spec_from_args(args, cluster.gpus_per_worker)
+        if args.generate:
+            if args.engine == "local":
+                lm = load_model_from_args(args, say)
+            path = generate_traces(lm or spec, args.dataset, args.out, n_per_problem=args.generate, limit=args.limit,
+                                   offset=args.offset, matcher=args.matcher, seed=args.seed,
+                                   max_new_tokens=args.max_new_tokens, cluster=cluster, progress=not args.quiet)
+            source = read_traces(path, task=args.task)
+        else:
+            source = read_traces(args.samples, task=args.task, metric=args.metric, filter_name=args.filter,
+                                 prompt=args.prompt, limit=args.limit)
+        for note in source.notes:
+            print(f"note: {note}", file=sys.stderr)
+        if args.engine == "ray":
+            from ..traces import analyze_traces_distributed
+
+            report = analyze_traces_distributed(spec, source, args.out, srank=args.srank, chunk_size=args.chunk_size,
+                                                cluster=cluster, progress=not args.quiet)
+        else:
+            from ..traces import analyze_traces
+
+            lm = lm or load_model_from_args(args, say)
+            report = analyze_traces(lm, source, args.out, srank=args.srank, chunk_size=args.chunk_size,
+                                    progress=not args.quiet)
+    elif not store.exists():
+        raise InputError(f"{args.out} is not a trace store yet: give --samples FILE or --dataset ... --generate N")
+
+    frame = store.traces()
+    fmt = (store.meta().get("source") or {}).get("format")
+    if args.json:
+        print(json.dumps({"n": len(frame), "traces": summary_rows(frame, fmt)}))
+    else:
+        if report is not None:
+            rate = 60 * report.written / report.seconds if report.seconds and report.written else 0.0
+            print(f"{report} ({rate:.2f} traces/min)")
+        print(aggregate_markdown(aggregate(frame, store.tokens())))
+    if report is not None:
+        for trace, reason in report.skipped[:10]:
+            print(f"  skipped {trace}: {reason}", file=sys.stderr)
+    return 0

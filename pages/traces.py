@@ -1,0 +1,316 @@
+"""Traces: triage many reasoning traces of an evaluation run by epistemic shock, and mark where they go wrong."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from grade.errors import GradeError, InputError
+from grade.traces import ERROR_KINDS, TraceStore, aggregate, read_traces
+from studio import figures, session, tokens
+from studio import traces as tr
+
+st.title("Traces")
+st.markdown(
+    "Error analysis of a whole evaluation run. Open a **trace store** (made here or with "
+    "`python -m grade traces`), or analyse an lm-evaluation-harness samples file (`--log_samples`) or a JSONL of "
+    "`question`, `response`, `correct`. Every trace gets a step-wise GRADE_pos; sort and filter them, open one "
+    "to see where its shock peaks, and mark the step where the error happens."
+)
+
+STORE = "tr_store"  # session key: path of the open store
+JOB = "tr_job"  # session key: the running or last studio.traces.TraceJob
+
+
+def _open(path: str | Path) -> None:
+    store = TraceStore(Path(path).expanduser())
+    store.meta()  # raises InputError when it is not a store
+    st.session_state[STORE] = str(store.path)
+    st.session_state.pop("tr_open", None)
+
+
+# ------------------------------------------------------------------------------------------ source
+
+open_tab, analyse_tab = st.tabs(["Open a trace store", "Analyse a samples file"])
+
+with open_tab:
+    stores = tr.known_stores()
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    c1.text_input("Trace store folder", key="tr_store_path", placeholder="runs/traces/gsm8k",
+                  help="A folder written by `python -m grade traces --out ...` or by this page")
+    if c2.button("Open store", key="tr_open_store", width="stretch"):
+        try:
+            _open(st.session_state.get("tr_store_path") or "")
+        except GradeError as exc:
+            session.show_error(exc, "Store not opened")
+    if stores:
+        c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+        c1.selectbox("... or one made on this page", [str(p) for p in stores], key="tr_recent",
+                     format_func=lambda p: Path(p).name)
+        if c2.button("Open", key="tr_open_recent", width="stretch"):
+            _open(st.session_state["tr_recent"])
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _read_source(path: str, mtime: int, metric: str | None, filter_name: str | None, prompt: str, limit: int):
+    return read_traces(path, metric=metric, filter_name=filter_name, prompt=prompt, limit=limit)
+
+
+def _samples_path() -> Path | None:
+    upload = st.file_uploader("Samples file (.jsonl)", type=["jsonl"], key="tr_upload",
+                              help="lm-evaluation-harness samples_<task>_<date>.jsonl, or question/response/correct rows")
+    if upload is not None:
+        return tr.upload_folder(upload.name, upload.getvalue())
+    text = st.text_input("... or its path on this machine", key="tr_samples_path",
+                         placeholder="results/model/samples_gsm8k_2025-01-01T00-00-00.jsonl").strip()
+    return Path(text).expanduser() if text else None
+
+
+with analyse_tab:
+    lm = session.current_model()
+    path = _samples_path()
+    job = st.session_state.get(JOB)
+    if path is not None:
+        c1, c2, c3, c4 = st.columns(4)
+        limit = c1.number_input("Traces (at most)", 1, 100_000, 20, key="tr_limit",
+                                help="The first N traces of the file; on a CPU a trace takes about 5-60 s")
+        prompt = c2.radio("Prompt", ["task", "run"], key="tr_prompt", horizontal=True,
+                          help="task: this project's prompt for the task; run: the exact prompt of the lm-eval run")
+        try:
+            if not path.is_file():
+                raise InputError(f"{path} does not exist")
+            probe = _read_source(str(path), path.stat().st_mtime_ns, None, None, "task", 1)
+            metric = filter_name = None
+            if probe.format == "lm-eval":
+                metric = c3.selectbox("Correctness metric", probe.metrics, key="tr_metric",
+                                      index=probe.metrics.index(probe.metric) if probe.metric in probe.metrics else 0)
+                filter_name = c4.selectbox("Filter", probe.filters, key="tr_filter")
+            source = _read_source(str(path), path.stat().st_mtime_ns, metric, filter_name, prompt, int(limit))
+            known = sum(i.correct is not None for i in source.items)
+            st.caption(f"{len(source.items)} traces ({source.format}, task {source.task}); correctness known for "
+                       f"{known}, {sum(bool(i.correct) for i in source.items)} correct. " + " ".join(source.notes))
+            target = tr.store_folder(path, metric, filter_name, prompt)
+            busy = job is not None and job.running
+            if lm is None:
+                session.no_model_message()
+            if st.button("Analyse in the background", key="tr_analyse", type="primary", disabled=lm is None or busy,
+                         help="The page stays usable; traces appear in the table as they are done"):
+                TraceStore(target).prepare(lm.name, "paper", source.describe())  # a clash is reported now
+                st.session_state[JOB] = tr.start_job(lm, source, target)
+                st.session_state[STORE] = str(target)
+                st.rerun()
+        except (GradeError, OSError) as exc:
+            session.show_error(exc, "Samples file not read")
+
+
+@st.fragment(run_every=2.0)
+def _job_status() -> None:
+    job = st.session_state.get(JOB)
+    if job is None:
+        return
+    if job.running:
+        st.progress(job.fraction, text=job.status_line())
+        if st.button("Stop", key="tr_stop"):
+            job.stop()
+        version = TraceStore(job.store).version()
+        if st.session_state.get("tr_seen_version") != version:  # a trace was added: refresh the table
+            st.session_state["tr_seen_version"] = version
+            st.rerun(scope="app")
+    else:
+        (st.error if job.error else st.success)(job.status_line())
+        if not st.session_state.get("tr_job_shown"):
+            st.session_state["tr_job_shown"] = True
+            st.rerun(scope="app")
+
+
+if st.session_state.get(JOB) is not None:
+    if st.session_state[JOB].running:
+        st.session_state["tr_job_shown"] = False
+    _job_status()
+
+# ------------------------------------------------------------------------------------------- table
+
+if not st.session_state.get(STORE):
+    st.info("Open a trace store, or analyse a samples file.")
+    st.stop()
+
+store = TraceStore(st.session_state[STORE])
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _frame(path: str, version: int) -> pd.DataFrame:
+    return TraceStore(path).traces()
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _all_tokens(path: str, version: int) -> pd.DataFrame:
+    return TraceStore(path).tokens().drop(columns=["scores"])
+
+
+try:
+    meta = store.meta()
+    frame = _frame(str(store.path), store.version())
+except GradeError as exc:
+    session.show_error(exc, "Store not readable")
+    st.stop()
+source = meta.get("source") or {}
+st.markdown(f"**{store.path.name}** · model `{meta.get('model')}` · {len(frame)} traces · "
+            f"from `{source.get('file', '?')}` ({source.get('format', '?')}"
+            + (f", {source['metric']} under filter {source['filter']}" if source.get("metric") else "") + ")")
+if frame.empty:
+    st.info("No trace in this store yet." + (" The analysis is running." if st.session_state.get(JOB) else ""))
+    st.stop()
+
+
+def _range(label: str, column: str, key: str, integer: bool = False):
+    low, high = float(frame[column].min()), float(frame[column].max())
+    if integer:
+        low, high = int(low), int(high)
+    if low == high:
+        return None
+    return st.slider(label, low, high, (low, high), key=key)
+
+
+with st.container(border=True, key="tr_filters"):
+    c1, c2, c3 = st.columns([2, 2, 1])
+    correctness = c1.multiselect("Correctness", list(tr.CORRECTNESS), default=list(tr.CORRECTNESS), key="tr_correct")
+    sort = c2.selectbox("Sort by", list(tr.SORT_KEYS), key="tr_sort")
+    descending = c3.toggle("Descending", value=True, key="tr_desc")
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        grade_range = _range("GRADE_pos", "grade_pos", "tr_grade")
+    with c2:
+        peak_range = _range("Peak shock (step rank ratio)", "peak_step_ratio", "tr_peak")
+    with c3:
+        steps_range = _range("Steps", "n_steps", "tr_steps", integer=True)
+
+table = tr.triage_table(frame, correctness=correctness, grade_range=grade_range, peak_range=peak_range,
+                        steps_range=steps_range, sort=sort, descending=descending)
+st.caption(f"{len(table)} of {len(frame)} traces. Select a row (or pick a trace below) to open it.")
+event = st.dataframe(table, key="tr_table", hide_index=True, width="stretch", on_select="rerun",
+                     selection_mode="single-row",
+                     column_config={"GRADE_pos": st.column_config.NumberColumn(format="%.4f"),
+                                    "peak shock": st.column_config.NumberColumn(format="%.4f"),
+                                    "question": st.column_config.TextColumn(width="large")})
+rows = list(table["trace"])
+selected = getattr(getattr(event, "selection", None), "rows", None) or []
+if selected and selected[0] < len(rows) and st.session_state.get("tr_selected_row") != rows[selected[0]]:
+    st.session_state["tr_selected_row"] = rows[selected[0]]
+    st.session_state["tr_open"] = rows[selected[0]]
+if st.session_state.get("tr_open") not in rows:
+    st.session_state.pop("tr_open", None)
+
+downloads = st.container(horizontal=True)
+downloads.download_button("Annotations (CSV)", lambda: store.export_annotations("csv"), file_name="annotations.csv",
+                          mime="text/csv", key="tr_dl_csv", on_click="ignore")
+downloads.download_button("Annotations (JSONL)", lambda: store.export_annotations("jsonl"),
+                          file_name="annotations.jsonl", mime="application/json", key="tr_dl_jsonl", on_click="ignore")
+downloads.download_button("Table (CSV)", table.to_csv(index=False), file_name="traces.csv", mime="text/csv",
+                          key="tr_dl_table", on_click="ignore")
+
+# -------------------------------------------------------------------------------------- aggregates
+
+with st.expander("Aggregates: where the shock peaks, and how well GRADE_pos finds wrong traces"):
+    agg = aggregate(frame, _all_tokens(str(store.path), store.version()))
+    ranking = pd.DataFrame(agg["ranking"])
+    st.markdown("**Ranking wrong traces above correct ones** (AUROC with a 95% bootstrap interval; for every "
+                "score, higher was taken to mean wrong before looking at data)")
+    st.dataframe(ranking, hide_index=True, key="tr_agg_ranking",
+                 column_config={k: st.column_config.NumberColumn(format="%.3f") for k in ("auroc", "lo", "hi")})
+    st.markdown("**Where the step shock peaks** (relative position: 0 = first step, 1 = last)")
+    st.dataframe(pd.DataFrame(agg["peak_position"]), hide_index=True, key="tr_agg_position")
+    st.markdown("**Token class of the highest-shock token**, beside each class's share of all tokens")
+    st.dataframe(pd.DataFrame(agg["peak_token_class"]), hide_index=True, key="tr_agg_class")
+    notes = agg["annotations"]
+    if notes.get("with_step"):
+        st.markdown(f"**Annotated error steps: {notes['with_step']}.** The peak step is the error step in "
+                    f"{notes['peak_step_is_error_step']:.0%} of them (the peak token's step: "
+                    f"{notes['peak_token_step_is_error_step']:.0%}; within one step: {notes['peak_step_within_one']:.0%}; "
+                    f"a random step would hit {notes['chance']:.0%}).")
+    else:
+        st.caption("No error step marked yet: mark some below to see how often the peak step is the error step.")
+
+# -------------------------------------------------------------------------------------- one trace
+
+labels = {t: f"{t} · {c} · GRADE_pos {g:.4f}" for t, c, g in zip(table["trace"], table["correctness"], table["GRADE_pos"])}
+chosen = st.selectbox("Open trace", rows, key="tr_open", format_func=labels.get)
+if not chosen:
+    st.stop()
+
+row = frame.set_index("trace_id").loc[chosen]
+ratios = tr.step_ratios(row)
+trace_tokens = tr.token_scores(store.tokens(chosen), int(row["n_layers"]))
+with st.container(border=True, key="tr_trace"):
+    badge = {"correct": ":green-badge[correct]", "wrong": ":red-badge[wrong]",
+             "unknown": ":gray-badge[not known]"}[tr.correctness_label(row["correct"])]
+    st.markdown(f"#### Trace {chosen} {badge}")
+    st.markdown(f"**Question.** {session.plain(str(row['question']))}")
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("GRADE_pos", f"{row['grade_pos']:.4f}", help="Mean rank ratio over steps and layers")
+    m2.metric("Steps", int(row["n_steps"]))
+    m3.metric("Peak step", int(row["peak_step"]), help="The step with the largest rank ratio (mean over layers)")
+    m4.metric("Mean CE loss", f"{row['loss_value']:.3f}")
+    layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(int(row["n_layers"]))),
+                                    key="tr_layer")
+    layer = None if layer_choice == "mean over layers" else int(layer_choice)
+    values = tokens.shared_scale([trace_tokens], layer)[0]
+    st.html(tokens.colorbar_html("epistemic shock (this trace)"))
+    raw = np.nanmean(trace_tokens.scores, axis=0) if layer is None else trace_tokens.scores[layer]
+    st.html(tokens.token_html(trace_tokens, values, raw=raw))
+    st.caption(f"Highest-shock token: {row['peak_token']!r} ({row['peak_token_class']}) in step {int(row['peak_token_step'])}.")
+
+left, right = st.columns(2, gap="medium")
+with left:
+    session.show_figure(figures.step_grade_figure([(f"trace {chosen}", ratios.mean(axis=1))]), f"trace-{chosen}-steps",
+                        key="tr_steps_fig")
+with right:
+    session.show_figure(figures.step_ratio_heatmap(ratios, list(row["step_texts"]), f"Trace {chosen}: ratio per step",
+                                                   float(ratios.min()), float(ratios.max())),
+                        f"trace-{chosen}-heatmap", key="tr_heat_fig")
+
+# -------------------------------------------------------------------------------------- annotation
+
+st.subheader("Where does it go wrong?")
+notes = store.annotations().get(chosen, {})
+steps = list(row["step_texts"])
+options = [None] + list(range(1, len(steps) + 1))
+# Keys per trace: a half-filled form never carries over to the next trace opened.
+suffix = re.sub(r"[^A-Za-z0-9_]", "_", chosen)
+step_key, kind_key, note_key = (f"tr_{name}_{suffix}" for name in ("error_step", "error_kind", "note"))
+with st.form(f"tr_form_{suffix}", border=True):
+    st.selectbox("Error step", options, index=options.index(notes.get("error_step")) if notes.get("error_step") in options else 0,
+                 key=step_key, format_func=lambda k: "no error step" if k is None else f"step {k}: {steps[k - 1][:80]}")
+    st.selectbox("Kind of error", [None, *ERROR_KINDS], key=kind_key,
+                 index=([None, *ERROR_KINDS].index(notes.get("kind")) if notes.get("kind") in ERROR_KINDS else 0),
+                 format_func=lambda k: "(not set)" if k is None else k)
+    st.text_input("Note", value=notes.get("note", ""), key=note_key)
+    saved = st.form_submit_button("Save annotation", type="primary")
+if saved:
+    try:
+        store.annotate(chosen, error_step=st.session_state.get(step_key), kind=st.session_state.get(kind_key),
+                       note=st.session_state.get(note_key) or "")
+        st.session_state["tr_saved"] = chosen
+        st.rerun()
+    except GradeError as exc:
+        session.show_error(exc, "Annotation not saved")
+if st.session_state.get("tr_saved") == chosen and notes:
+    step = notes.get("error_step")
+    st.success(f"Saved: {'step ' + str(step) if step else 'no step'}, {notes.get('kind') or 'kind not set'} "
+               f"({notes.get('updated')}); stored in {store.annotations_path}")
+
+
+def _edit_in_reasoning_trace() -> None:
+    st.session_state["rt_choice"] = "(type your own problem)"
+    st.session_state["rt_question"] = str(row["question"])
+    st.session_state["rt_pending_A"] = str(row["response"])
+    st.session_state["rt_gold"] = ", ".join(row["answers"]) if len(row["answers"]) else ""
+    st.session_state.pop("rt_traces", None)
+
+
+if st.button("Edit and re-run in the Reasoning trace page", key="tr_to_rt", on_click=_edit_in_reasoning_trace,
+             help="Opens this trace as trace A there: change a step and see which step's shock moves"):
+    st.switch_page("pages/reasoning_trace.py")

@@ -1,0 +1,201 @@
+"""What the Traces page does with the engine, without Streamlit: background analysis jobs, the triage
+table, one trace's token scores.
+
+A job is a plain thread that runs :func:`grade.traces.analyze_traces` into a trace store, one part per
+trace, and reports progress through its :class:`TraceJob` (kept in the page's ``st.session_state``). The
+page never waits for it: it reads the store, which only ever holds whole parts, on each rerun.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grade.errors import GradeError
+from grade.traces import TraceSource, TraceStore, analyze_traces
+
+from .resources import user_data_dir
+from .tokens import TokenScores
+
+#: Sort keys of the triage table: label -> column.
+SORT_KEYS = {
+    "GRADE_pos": "grade_pos",
+    "peak shock (step rank ratio)": "peak_step_ratio",
+    "steps": "n_steps",
+    "tokens": "n_tokens",
+    "mean CE loss": "loss_value",
+    "document": "doc_id",
+}
+CORRECTNESS = ("correct", "wrong", "unknown")
+
+
+def stores_dir() -> Path:
+    """Where the app keeps the stores of uploaded samples files."""
+    return user_data_dir() / "traces"
+
+
+def known_stores(folder: Path | None = None) -> list[Path]:
+    """Trace stores under ``folder`` (default :func:`stores_dir`), newest first."""
+    folder = folder or stores_dir()
+    found = [p.parent for p in folder.glob("*/*/meta.json")] if folder.is_dir() else []
+    return sorted(found, key=lambda p: -p.stat().st_mtime)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "samples"
+
+
+def upload_folder(name: str, data: bytes) -> Path:
+    """Keep an uploaded samples file in a folder named after it and its content (the same upload lands in
+    the same place, so an interrupted analysis resumes); returns the file's path."""
+    folder = stores_dir() / f"{_slug(Path(name).stem)}-{hashlib.sha1(data).hexdigest()[:12]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / Path(name).name
+    if not target.exists():
+        target.write_bytes(data)
+    return target
+
+
+def store_folder(samples: Path, metric: str | None, filter_name: str | None, prompt: str) -> Path:
+    """The store the page analyses ``samples`` into: one per file and reading settings (a store holds
+    traces read one way only)."""
+    samples = Path(samples)
+    home = samples.parent if samples.parent.parent == stores_dir() else \
+        stores_dir() / f"{_slug(samples.stem)}-{hashlib.sha1(str(samples.resolve()).encode()).hexdigest()[:12]}"
+    return home / _slug(f"{metric or 'file'}-{filter_name or 'all'}-{prompt}")
+
+
+class Cancelled(Exception):
+    """Raised inside a job's progress callback to stop it (finished traces stay stored)."""
+
+
+@dataclass
+class TraceJob:
+    """A background analysis: progress, outcome, and a way to stop it."""
+
+    store: Path
+    total: int
+    done: int = 0
+    current: str = ""
+    error: str | None = None
+    finished: bool = False
+    cancelled: bool = False
+    started: float = field(default_factory=time.monotonic)
+    written: int = 0
+    already: int = 0
+    skipped: list = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return not self.finished
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.finished
+
+    def status_line(self) -> str:
+        elapsed = time.monotonic() - self.started
+        rate = f", {60 * self.done / elapsed:.1f} traces/min" if self.done and elapsed > 0 else ""
+        if self.finished:
+            if self.error:
+                return f"Stopped by an error after {self.done} of {self.total} traces: {self.error}"
+            word = "Stopped" if self.cancelled else "Finished"
+            skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
+            return f"{word}: {self.written} traces analysed, {self.already} already stored{skipped} ({elapsed:.0f} s{rate})"
+        return f"Analysing trace {self.done + 1} of {self.total} ({self.current or 'starting'}; {elapsed:.0f} s{rate})"
+
+
+def start_job(lm, source: TraceSource, store: Path, *, srank: str = "paper") -> TraceJob:
+    """Analyse ``source`` into ``store`` on a daemon thread; each trace is written as soon as it is done."""
+    already = TraceStore(store).done_keys() if TraceStore(store).exists() else set()
+    job = TraceJob(store=Path(store), total=sum(1 for i in source.items if i.trace_id not in already))
+
+    def callback(done: int, total: int, trace: str) -> None:
+        job.done, job.current = done, trace
+        if job._stop.is_set():
+            raise Cancelled
+
+    def work() -> None:
+        try:
+            report = analyze_traces(lm, source, store, srank=srank, chunk_size=1, callback=callback)
+            job.skipped = report.skipped
+        except Cancelled:
+            job.cancelled = True
+        except GradeError as exc:
+            job.error = str(exc)
+        except Exception as exc:  # shown in the page; the session stays usable
+            job.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            stored = TraceStore(store)
+            job.written = len(stored.done_keys() - already) if stored.exists() else 0
+            job.already = len(already)
+            job.finished = True
+
+    job._thread = threading.Thread(target=work, name=f"grade-traces-{Path(store).name}", daemon=True)
+    job._thread.start()
+    return job
+
+
+# --------------------------------------------------------------------------------------------- table
+
+
+def correctness_label(value) -> str:
+    return "unknown" if value is None or pd.isna(value) else ("correct" if bool(value) else "wrong")
+
+
+def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=None, peak_range=None,
+                 steps_range=None, sort: str = "GRADE_pos", descending: bool = True) -> pd.DataFrame:
+    """The rows of a store's trace frame that pass the filters, sorted, with the columns the page shows.
+
+    Ranges are inclusive ``(low, high)``; ``None`` keeps everything.
+    """
+    shown = frame.assign(correctness=[correctness_label(v) for v in frame["correct"]])
+    keep = shown["correctness"].isin(list(correctness))
+    for column, bounds in (("grade_pos", grade_range), ("peak_step_ratio", peak_range), ("n_steps", steps_range)):
+        if bounds is not None:
+            keep &= shown[column].between(bounds[0], bounds[1])
+    shown = shown[keep]
+    column = SORT_KEYS[sort]
+    shown = shown.sort_values([column, "trace_id"], ascending=[not descending, True], kind="stable")
+    return pd.DataFrame({
+        "trace": shown["trace_id"],
+        "correctness": shown["correctness"],
+        "GRADE_pos": shown["grade_pos"],
+        "peak step": shown["peak_step"],
+        "peak shock": shown["peak_step_ratio"],
+        "steps": shown["n_steps"],
+        "tokens": shown["n_tokens"],
+        "peak token": shown["peak_token"].map(repr),
+        "error step": shown["error_step"],
+        "error kind": shown["error_kind"],
+        "question": shown["question"].str.slice(0, 90),
+    }).reset_index(drop=True)
+
+
+def token_scores(tokens: pd.DataFrame, n_layers: int) -> TokenScores:
+    """The Reasoning trace heatmap's input from a trace's token rows (sorted by position)."""
+    scores = np.stack([np.asarray(s, dtype=np.float64) for s in tokens["scores"]], axis=1) if len(tokens) \
+        else np.zeros((n_layers, 0))
+    return TokenScores(tokens["token"].tolist(), scores, [int(s) - 1 for s in tokens["step"]])
+
+
+def step_ratios(row) -> np.ndarray:
+    """(K, L) rank ratio per step and layer of one trace row."""
+    return np.stack([np.asarray(r, dtype=np.float64) for r in row["step_ratios"]])

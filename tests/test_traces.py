@@ -1,0 +1,427 @@
+"""Error analysis of many reasoning traces (grade.traces, ``python -m grade traces``, the Traces page).
+
+Fixtures are files: ``tests/data/samples_gsm8k_*.jsonl`` and ``samples_hendrycks_math_algebra_*.jsonl`` are
+lm-evaluation-harness samples files of real GSM8K / MATH rows, with the embedded SmolLM2's greedy traces and
+the datasets' worked solutions (``scripts/make_trace_fixture.py`` made them).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grade.cli import main
+from grade.errors import InputError
+from grade.traces import (
+    ERROR_KINDS,
+    TraceStore,
+    aggregate,
+    read_traces,
+    token_class,
+    token_shock,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+GSM8K = DATA / "samples_gsm8k_2025-11-26T17-00-00.000000.jsonl"
+MATH = DATA / "samples_hendrycks_math_algebra_2025-11-26T17-00-00.000000.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as the other model tests: 2 shared cores are slower with more."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def file_correctness(path: Path, filter_name: str) -> dict[str, bool]:
+    return {str(r["doc_id"]): r["exact_match"] == 1 for r in lines(path) if r["filter"] == filter_name}
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def test_lm_eval_gsm8k_samples_give_one_trace_per_document_with_the_files_correctness():
+    source = read_traces(GSM8K)
+    assert source.format == "lm-eval" and source.task == "gsm8k"
+    assert (source.metric, source.filter) == ("exact_match", "strict-match")  # the file's first filter
+    assert source.filters == ["strict-match", "flexible-extract"] and source.metrics == ["exact_match"]
+    assert [i.doc_id for i in source.items] == [str(d) for d in range(6)]
+    assert {i.doc_id: i.correct for i in source.items} == file_correctness(GSM8K, "strict-match")
+    by_doc = {str(r["doc_id"]): r for r in lines(GSM8K)}
+    for item in source.items:
+        row = by_doc[item.doc_id]
+        assert item.question == row["doc"]["question"] and item.response == row["resps"][0][0]
+        assert item.answers == (row["doc"]["answer"].split("####")[1].strip(),)
+        assert item.prompt is None and item.sample == 0 and item.trace_id == f"{item.doc_id}:0"
+    assert any("flexible-extract" in note for note in source.notes)
+
+    flexible = read_traces(GSM8K, filter_name="flexible-extract", prompt="run", limit=2)
+    assert {i.doc_id: i.correct for i in flexible.items} == dict(list(file_correctness(GSM8K, "flexible-extract").items())[:2])
+    assert flexible.items[0].prompt == by_doc["0"]["arguments"]["gen_args_0"]["arg_0"]  # lm-eval's own prompt
+
+
+def test_lm_eval_math_samples():
+    source = read_traces(MATH)
+    assert source.task == "math" and source.filter == "none"
+    assert {i.doc_id: i.correct for i in source.items} == file_correctness(MATH, "none")
+    assert [i.answers for i in source.items] == [(r["doc"]["answer"],) for r in lines(MATH)]
+    assert all(i.question.startswith(r["doc"]["problem"][:20]) for i, r in zip(source.items, lines(MATH)))
+
+
+def test_several_generations_per_document_are_rescored_one_by_one(tmp_path):
+    """With ``repeats`` (self-consistency) the file's metric is per document; each trace is checked itself."""
+    rows = [r for r in lines(GSM8K) if r["filter"] == "strict-match"]
+    wrong, gold = rows[0], rows[3]
+    merged = dict(gold, resps=[[gold["resps"][0][0], wrong["resps"][0][0]]], exact_match=1.0)
+    source = read_traces(write_jsonl(tmp_path / "samples_gsm8k_cot_self_consistency_2025-01-01T00-00-00.jsonl", [merged]))
+    assert [(i.trace_id, i.correct) for i in source.items] == [("3:0", True), ("3:1", False)]
+    assert all(i.source.startswith("re-scored") for i in source.items)
+    assert any("re-scored" in note for note in source.notes)
+
+
+def test_project_jsonl_and_labels_files(tmp_path):
+    rows = [r for r in lines(GSM8K) if r["filter"] == "strict-match"]
+    traces = [{"doc_id": f"q{r['doc_id']}", "question": r["doc"]["question"], "response": r["resps"][0][0],
+               "correct": bool(r["exact_match"])} for r in rows]
+    traces[0]["correct"] = None
+    del traces[1]["correct"]
+    traces[1]["answers"] = [r["doc"]["answer"].split("####")[1].strip() for r in rows[1:2]]
+    source = read_traces(write_jsonl(tmp_path / "traces.jsonl", traces))
+    assert source.format == "jsonl" and [i.trace_id for i in source.items][:2] == ["q0:0", "q1:0"]
+    assert source.items[0].correct is None
+    assert source.items[1].correct is False and source.items[1].source.startswith("re-scored")
+    assert [i.correct for i in source.items[2:]] == [bool(r["exact_match"]) for r in rows[2:]]
+    with pytest.raises(InputError, match="appears twice"):
+        read_traces(write_jsonl(tmp_path / "dup.jsonl", traces + traces[:1]))
+
+    label = {"id": "gsm8k-1", "question": rows[3]["doc"]["question"], "answers": ["1800"], "task": "gsm8k",
+             "samples": [rows[3]["resps"][0][0], rows[0]["resps"][0][0]], "scores": [1, 0], "matcher": "strict"}
+    source = read_traces(write_jsonl(tmp_path / "labels.jsonl", [label]))
+    assert source.format == "labels" and [(i.trace_id, i.correct) for i in source.items] == [("gsm8k-1:0", True),
+                                                                                             ("gsm8k-1:1", False)]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.pop("resps"), "missing field 'resps'"),
+    (lambda r: r.update(exact_match=0.5), "not a per-trace 0/1 score"),
+    (lambda r: r.update(resps=[[[-1.5, False]], [[-0.3, True]]]), "multiple-choice"),
+    (lambda r: r.update(doc={"text": "no question here"}), "no question"),
+])
+def test_bad_samples_files_say_what_is_wrong(tmp_path, change, message):
+    rows = lines(GSM8K)
+    change(rows[0])
+    with pytest.raises(InputError, match=message):
+        read_traces(write_jsonl(tmp_path / "samples_gsm8k_x.jsonl", rows))
+
+
+def test_bad_options_and_files_give_one_error_line(tmp_path, capsys):
+    with pytest.raises(InputError, match="no metric 'acc'.*exact_match"):
+        read_traces(GSM8K, metric="acc")
+    with pytest.raises(InputError, match="no filter 'maj@8'.*strict-match, flexible-extract"):
+        read_traces(GSM8K, filter_name="maj@8")
+    (tmp_path / "broken.jsonl").write_text('{"doc_id": 0, "doc": {\n')
+    for argv in (["--samples", str(tmp_path / "broken.jsonl")], ["--samples", str(tmp_path / "missing.jsonl")],
+                 ["--samples", str(GSM8K), "--dataset", "gsm8k", "--generate", "2"], []):
+        assert main(["traces", "--out", str(tmp_path / "store"), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: "), err
+
+
+# ------------------------------------------------------------------------------------- pure parts
+
+
+def test_token_classes():
+    assert [token_class(t) for t in [" 18", "1", ",000", " =", " +", "*", " \\times", " apples", "Step", ".", "\n", " ",
+                                     "####", " $"]] == \
+        ["number", "number", "number", "operator", "operator", "operator", "operator", "word", "word", "other", "other",
+         "other", "other", "other"]
+
+
+def test_token_shock_is_scaled_per_layer_then_to_one():
+    scores = np.array([[1.0, -2.0, 4.0], [100.0, 300.0, 0.0]])  # (L=2, n=3): layer scales differ by 100x
+    shock = token_shock(scores)
+    expected = np.array([(0.25 + 1 / 3) / 2, (0.5 + 1.0) / 2, (1.0 + 0.0) / 2])
+    np.testing.assert_allclose(shock, expected / expected.max())
+    np.testing.assert_allclose(token_shock(scores * np.array([[1e-6], [1e3]])), shock)  # per-layer scale invariant
+
+
+def test_aggregates_count_what_they_say():
+    frame = pd.DataFrame({
+        "trace_id": ["a", "b", "c", "d", "e"],
+        "correct": pd.array([True, True, False, False, None], dtype="boolean"),
+        "grade_pos": [0.5, 0.9, 0.8, 1.2, 3.0], "peak_step_ratio": [1, 2, 3, 4, 5], "loss_value": [1, 1, 1, 1, 1],
+        "n_tokens": [10, 40, 20, 30, 5], "n_steps": [2, 5, 3, 4, 1], "peak_step": [1, 5, 2, 4, 1],
+        "peak_token_step": [1, 4, 3, 4, 1], "peak_token_class": ["number", "word", "number", "operator", "other"],
+        "error_step": pd.array([None, None, 2, 3, None], dtype="Int64"),
+        "error_kind": [None, None, "arithmetic slip", "unit error", None],
+    })
+    agg = aggregate(frame, n_boot=200)
+    assert agg["counts"] == {"traces": 5, "correct": 2, "wrong": 2, "unknown": 1}
+    ranking = {r["score"]: r for r in agg["ranking"]}
+    assert ranking["GRADE_pos"]["auroc"] == pytest.approx(0.75)  # wrong {0.8, 1.2} vs correct {0.5, 0.9}
+    assert ranking["length (tokens)"]["auroc"] == pytest.approx(0.5)
+    assert ranking["mean CE loss"]["auroc"] == pytest.approx(0.5)  # all ties
+    assert 0 <= ranking["GRADE_pos"]["lo"] <= 0.75 <= ranking["GRADE_pos"]["hi"] <= 1
+    position = {r["group"]: r for r in agg["peak_position"]}
+    assert position["correct"]["mean_relative"] == pytest.approx((0 + 1) / 2)
+    assert position["wrong"]["mean_relative"] == pytest.approx((0.5 + 1) / 2)
+    assert position["wrong"]["last_step"] == pytest.approx(0.5)
+    classes = {r["group"]: r for r in agg["peak_token_class"]}
+    assert classes["wrong: peak token"]["number"] == 0.5 and classes["wrong: peak token"]["operator"] == 0.5
+    notes = agg["annotations"]
+    assert notes["with_step"] == 2 and notes["peak_step_is_error_step"] == 0.5  # d: step 3 marked, peak 4
+    assert notes["peak_token_step_is_error_step"] == 0.0 and notes["peak_step_within_one"] == 1.0
+    assert notes["chance"] == pytest.approx((1 / 3 + 1 / 4) / 2)
+    assert notes["kinds"] == {"arithmetic slip": 1, "unit error": 1}
+
+
+# ------------------------------------------------------------------------------ with the model
+
+
+@pytest.mark.slow
+def test_command_on_an_lm_eval_gsm8k_file(gsm8k_trace_run):
+    """The issue's check: one row per trace, correctness as in the file, finite GRADE_pos, >= 1 step each."""
+    out, printed = gsm8k_trace_run
+    expected = {int(k): v for k, v in file_correctness(GSM8K, "strict-match").items()}
+    assert printed["n"] == 6 and len(printed["traces"]) == 6
+    assert {t["doc_id"]: t["correct"] for t in printed["traces"]} == expected  # doc ids stay integers
+    for t in printed["traces"]:
+        assert set(t) == {"doc_id", "sample", "correct", "grade_pos", "n_steps", "peak_step"}
+        assert np.isfinite(t["grade_pos"]) and t["grade_pos"] > 0
+        assert t["n_steps"] >= 1 and 1 <= t["peak_step"] <= t["n_steps"]
+
+    store = TraceStore(out)
+    frame = store.traces()
+    assert frame["trace_id"].is_unique and len(frame) == 6
+    tokens = store.tokens()
+    for row in frame.itertuples(index=False):
+        ratios = np.stack(row.step_ratios)
+        assert ratios.shape == (row.n_steps, row.n_layers) and np.isfinite(ratios).all()
+        assert row.grade_pos == pytest.approx(ratios.mean())
+        assert row.peak_step == int(np.argmax(ratios.mean(axis=1))) + 1
+        assert row.peak_step_text == row.step_texts[row.peak_step - 1]
+        mine = tokens[tokens["trace_id"] == row.trace_id]
+        assert mine["position"].tolist() == list(range(row.n_tokens))  # every response token once
+        assert sorted(set(mine["step"])) == list(range(1, row.n_steps + 1))
+        assert mine["shock"].max() == pytest.approx(1.0)
+        peak = mine.iloc[row.peak_token_position]
+        assert (peak["token"], peak["step"], peak["token_class"]) == (row.peak_token, row.peak_token_step,
+                                                                       row.peak_token_class)
+        assert "".join(mine["token"]).strip() == row.response.strip()
+
+
+@pytest.mark.slow
+def test_stored_token_shock_equals_the_exact_route(gsm8k_trace_run, smollm):
+    """Token scores come from C_g = ΔΔᵀ on certified full-rank layers; the exact route (SVD, projector) gives
+    the same row sums, so the Reasoning trace page and the store agree."""
+    import grade
+
+    store = TraceStore(gsm8k_trace_run[0])
+    row = store.traces().set_index("trace_id").loc["4:0"]
+    exact = grade.analyze(smollm, row["question"], task="gsm8k", loss="pos", response=row["response"], steps=True,
+                          spectra=True)
+    scores = exact.token_scores[:, exact.response_start:]
+    stored = np.stack(store.tokens("4:0")["scores"].map(np.asarray).tolist(), axis=1)
+    scale = np.abs(scores).max(axis=1, keepdims=True)
+    np.testing.assert_allclose(stored / scale, scores / scale, atol=1e-5)
+    np.testing.assert_allclose(np.mean([s.rank_ratio for s in exact.steps]), row["grade_pos"], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_and_ray_writes_the_same_rows(smollm, tmp_path):
+    from grade.distributed import ClusterOptions, ModelSpec, connect
+    from grade.traces import analyze_traces, analyze_traces_distributed
+
+    from grade.features import _write_part
+    from grade.traces import TOKEN_SCHEMA
+
+    pytest.importorskip("ray")
+    source = read_traces(GSM8K)
+    source.items = [i for i in source.items if i.doc_id in ("4", "5")]  # the two shortest traces
+
+    def stop_after_first(done, total, trace):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        analyze_traces(smollm, source, tmp_path / "local", chunk_size=1, callback=stop_after_first)
+    store = TraceStore(tmp_path / "local")
+    assert store.done_keys() == {"4:0"}
+    # A kill between a chunk's two writes leaves tokens without their trace: not read, redone.
+    orphan = store.tokens("4:0").assign(trace_id="5:0")
+    _write_part(store.tokens_dir, orphan.to_dict("records"), TOKEN_SCHEMA)
+    assert set(store.tokens()["trace_id"]) == {"4:0"}
+    report = analyze_traces(smollm, source, tmp_path / "local", chunk_size=1)
+    assert (report.already, report.written) == (1, 1)  # the same single thread as each Ray worker (1 CPU)
+    local = store.traces()
+    assert set(local["trace_id"]) == {"4:0", "5:0"}
+    assert len(store.tokens("5:0")) == local.set_index("trace_id").loc["5:0", "n_tokens"]  # the orphans replaced
+
+    started = connect(num_cpus=2)
+    try:
+        ray_report = analyze_traces_distributed(ModelSpec("smollm2-135m-instruct"), source, tmp_path / "ray",
+                                                chunk_size=1, cluster=ClusterOptions(workers=2))
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    assert ray_report.written == 2
+    ray_frame = TraceStore(tmp_path / "ray").traces().set_index("trace_id").loc[["4:0", "5:0"]]
+    local = local.set_index("trace_id").loc[["4:0", "5:0"]]
+    np.testing.assert_allclose(ray_frame["grade_pos"], local["grade_pos"], rtol=1e-6)
+    np.testing.assert_allclose(np.stack(ray_frame["rank_ratio"]), np.stack(local["rank_ratio"]), rtol=1e-6, atol=1e-6)
+    assert (ray_frame["peak_step"] == local["peak_step"]).all() and (ray_frame["correct"] == local["correct"]).all()
+
+
+@pytest.mark.slow
+def test_the_models_own_traces(tmp_path, capsys):
+    """``--dataset ... --generate N``: N sampled traces per problem, scored, then analysed."""
+    problem = {"id": "gsm8k-soup", "question": lines(GSM8K)[3]["doc"]["question"], "answers": ["1800"], "task": "gsm8k"}
+    problems = write_jsonl(tmp_path / "problems.jsonl", [problem])
+    argv = ["traces", "--dataset", str(problems), "--generate", "2", "--max-new-tokens", "24", "--out",
+            str(tmp_path / "own"), "--json", "--quiet", "--threads", "1"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    generated = lines(tmp_path / "own" / "generated.jsonl")
+    assert len(generated) == 1 and len(generated[0]["samples"]) == 2
+    assert [(t["doc_id"], t["sample"], t["correct"]) for t in printed["traces"]] == \
+        [("gsm8k-soup", k, bool(generated[0]["scores"][k])) for k in range(2)]
+    assert TraceStore(tmp_path / "own").traces()["response"].tolist() == [s.strip() for s in generated[0]["samples"]]
+    assert main(argv) == 0  # resumed: nothing sampled or analysed again
+    assert json.loads(capsys.readouterr().out) == printed
+
+
+@pytest.mark.slow
+def test_annotations_are_saved_atomically_validated_and_exported(gsm8k_trace_run, tmp_path):
+    store = TraceStore(shutil.copytree(gsm8k_trace_run[0], tmp_path / "store"))
+    frame = store.traces()
+    wrong = frame[frame["correct"] == False].iloc[0]  # noqa: E712 (nullable boolean)
+    with pytest.raises(InputError, match="outside"):
+        store.annotate(wrong["trace_id"], error_step=int(wrong["n_steps"]) + 1, kind="other")
+    with pytest.raises(InputError, match="unknown error kind"):
+        store.annotate(wrong["trace_id"], error_step=1, kind="typo")
+    with pytest.raises(InputError, match="no trace"):
+        store.annotate("99:0", error_step=1, kind="other")
+    store.annotate(wrong["trace_id"], error_step=int(wrong["peak_step"]), kind=ERROR_KINDS[0], note="x")
+    store.annotate("3:0", error_step=None, kind="other", note="")
+    assert [p.name for p in store.path.iterdir() if p.name.endswith(".tmp")] == []
+    reread = TraceStore(store.path).traces()
+    marked = reread[reread["error_kind"].notna()].set_index("trace_id")
+    assert marked.loc[wrong["trace_id"], "error_step"] == wrong["peak_step"] and marked.loc["3:0", "error_kind"] == "other"
+
+    csv = pd.read_csv(io.StringIO(store.export_annotations("csv")))
+    assert len(csv) == 2 and set(csv["error_kind"]) == {ERROR_KINDS[0], "other"}
+    jsonl = [json.loads(line) for line in store.export_annotations("jsonl").splitlines()]
+    first = next(r for r in jsonl if r["trace_id"] == wrong["trace_id"])
+    assert first["error_step_text"] == list(wrong["step_texts"])[int(wrong["peak_step"]) - 1] and first["note"] == "x"
+    notes = aggregate(reread)["annotations"]
+    assert notes["with_step"] == 1 and notes["peak_step_is_error_step"] == 1.0
+
+    store.annotate("3:0", error_step=None, kind=None, note="")  # nothing left: the mark is removed
+    assert "3:0" not in store.annotations()
+
+
+# ------------------------------------------------------------------------------------------- page
+
+
+def _app():
+    from streamlit.testing.v1 import AppTest
+
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+
+
+def _no_exception(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.mark.slow
+def test_page_opens_a_store_sorts_filters_opens_a_trace_and_saves_an_annotation(gsm8k_trace_run, tmp_path):
+    store = TraceStore(shutil.copytree(gsm8k_trace_run[0], tmp_path / "store"))
+    frame = store.traces()
+    at = _app().run()
+    at.switch_page("pages/traces.py").run()
+    _no_exception(at)
+    at.text_input(key="tr_store_path").input(str(store.path))
+    at.button(key="tr_open_store").click().run()
+    _no_exception(at)
+    table = at.dataframe(key="tr_table").value
+    assert len(table) == 6
+    assert table["GRADE_pos"].tolist() == sorted(frame["grade_pos"], reverse=True)  # default: GRADE_pos, descending
+
+    at.selectbox(key="tr_sort").set_value("steps").run()
+    at.toggle(key="tr_desc").set_value(False).run()
+    table = at.dataframe(key="tr_table").value
+    assert table["steps"].tolist() == sorted(frame["n_steps"])
+    at.multiselect(key="tr_correct").set_value(["wrong"]).run()
+    table = at.dataframe(key="tr_table").value
+    assert set(table["correctness"]) == {"wrong"} and len(table) == int((frame["correct"] == False).sum())  # noqa: E712
+    assert at.selectbox(key="tr_open").options == [f"{t} · wrong · GRADE_pos {g:.4f}"
+                                                   for t, g in zip(table["trace"], table["GRADE_pos"])]
+
+    chosen = table["trace"].iloc[-1]
+    row = frame.set_index("trace_id").loc[chosen]
+    at.selectbox(key="tr_open").set_value(chosen).run()
+    _no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["GRADE_pos"] == f"{row['grade_pos']:.4f}" and int(metrics["Steps"]) == row["n_steps"]
+    heatmaps = [h.proto.body for h in at.get("html") if 'title="shock' in h.proto.body]
+    assert len(heatmaps) == 1 and heatmaps[0].count('title="shock') == row["n_tokens"]  # one span per token
+    assert len(at.get("plotly_chart")) == 2  # per-step ratio and the step x layer heatmap
+
+    suffix = chosen.replace(":", "_")
+    at.selectbox(key=f"tr_error_step_{suffix}").set_value(2)
+    at.selectbox(key=f"tr_error_kind_{suffix}").set_value("wrong operation")
+    at.text_input(key=f"tr_note_{suffix}").input("multiplies the wrong numbers")
+    next(b for b in at.button if b.label == "Save annotation").click().run()
+    _no_exception(at)
+    assert any("Saved: step 2, wrong operation" in s.value for s in at.success)
+    assert store.annotations()[chosen]["error_step"] == 2
+    assert store.annotations()[chosen]["note"] == "multiplies the wrong numbers"
+    assert at.dataframe(key="tr_table").value.set_index("trace").loc[chosen, "error kind"] == "wrong operation"
+    assert {b.proto.label for b in at.get("download_button")} >= {"Annotations (CSV)", "Annotations (JSONL)"}
+
+
+@pytest.mark.slow
+def test_page_analyses_a_samples_file_in_the_background(tmp_path, monkeypatch):
+    import studio.traces
+
+    monkeypatch.setattr(studio.traces, "stores_dir", lambda: tmp_path / "stores")
+    gold = [r for r in lines(GSM8K) if r["filter"] == "strict-match"][4:6]  # two short worked solutions
+    samples = write_jsonl(tmp_path / "samples_gsm8k_2025-01-01T00-00-00.jsonl", gold)
+    at = _app().run()
+    at.switch_page("pages/traces.py").run()
+    at.text_input(key="tr_samples_path").input(str(samples)).run()
+    _no_exception(at)
+    assert any("2 traces (lm-eval, task gsm8k)" in c.value for c in at.caption), [c.value for c in at.caption]
+    at.button(key="tr_analyse").click().run()
+    _no_exception(at)
+    job = at.session_state["tr_job"]
+    assert not job.finished  # the script run returned at once: the analysis goes on in its thread
+    at.switch_page("pages/spectra.py").run()
+    _no_exception(at)
+    assert job.wait(timeout=600) and job.error is None, job.status_line()
+    at.switch_page("pages/traces.py").run()
+    _no_exception(at)
+    assert len(at.dataframe(key="tr_table").value) == 2
+    assert any(s.value.startswith("Finished: 2 traces analysed") for s in at.success), [s.value for s in at.success]
+    assert list((tmp_path / "stores").glob("*/*/meta.json"))
