@@ -368,7 +368,8 @@ def analyze(
     if loss == "pos":
         if generate:
             t = time.perf_counter()
-            response_ids = greedy_response(lm, prompt_ids, max_new_tokens)
+            # Bounded before it starts: an answer that could not fit would be refused after generating.
+            response_ids = greedy_response(lm, prompt_ids, min(max_new_tokens, limit - len(prompt_ids)))
             response = lm.tokenizer.decode(response_ids, skip_special_tokens=True)
             timings["generate_s"] = time.perf_counter() - t
         elif response is not None and response.strip():

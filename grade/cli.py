@@ -2,7 +2,12 @@
 
 Each command lives in ``grade/commands/<name>.py`` and exposes ``register(subparsers)``, which adds
 its parser and sets ``func`` to a callable taking the parsed arguments and returning an exit code.
-A :class:`~grade.errors.GradeError` is printed as one line (``error: ...``), never as a traceback.
+
+Every mistake a user can make ends the same way: one line ``error: ...`` on stderr and exit status
+2, never a traceback. Arguments are checked when they are parsed (types, ranges, choices, text that
+is not UTF-8), before any model is loaded; a :class:`~grade.errors.GradeError` raised later is
+printed the same way. Anything else is a bug: it is reported in one line with exit status 1, and
+``-v`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -18,8 +23,15 @@ from .errors import GradeError
 COMMANDS = ("analyze", "label", "extract", "train", "evaluate", "benchmark", "traces")
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with its errors as one ``error:`` line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grade", description="GRADE knowledge-gap detection")
+    parser = ArgumentParser(prog="python -m grade", description="GRADE knowledge-gap detection")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
@@ -33,12 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_text_arguments(args: argparse.Namespace) -> None:
+    """Every text argument must be valid UTF-8: the shell hands Python bytes, and bytes that are not
+    text reach the tokenizer (or a file name) as lone surrogates."""
+    from .io import check_text
+
+    for name, value in vars(args).items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, str):
+                check_text(item, f"--{name.replace('_', '-')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
+        _check_text_arguments(args)
         return int(args.func(args) or 0)
     except GradeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -46,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: one line for the user, the traceback with -v
+        if args.verbose:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"error: internal error ({type(exc).__name__}{': ' + first if first else ''}); "
+              "run again with -v for the traceback and please report it", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

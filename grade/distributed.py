@@ -66,11 +66,23 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--address", default=None,
                        help="Ray cluster to join: 'auto' (a `ray start` cluster on this machine), host:6379, "
                             "or ray://host:10001; default: $RAY_ADDRESS, else a local cluster on this machine")
-    group.add_argument("--workers", type=int, default=None,
+    from .commands.common import positive_int
+
+    group.add_argument("--workers", type=positive_int, default=None,
                        help="model copies (Ray actors); default: cluster GPUs / --gpus-per-worker, or CPUs")
-    group.add_argument("--gpus-per-worker", type=float, default=None,
+    group.add_argument("--gpus-per-worker", type=_gpu_count, default=None,
                        help="GPUs per model copy (default 1 with --device cuda, else 0); above 1 the model "
                             "is split across them with device_map='auto'")
+
+
+def _gpu_count(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= 1024):
+        raise argparse.ArgumentTypeError(f"must be a number of GPUs (0, a fraction such as 0.5, or more), got {text!r}")
+    return value
 
 
 def check_engine_arguments(args: argparse.Namespace) -> None:
@@ -294,12 +306,10 @@ class LabelFileSink:
     def write(self, records: list[dict]) -> None:
         import json
 
+        from .io import append_lines
+
         # One write of whole lines: a kill leaves at most a cut last line, which read_records repairs.
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        with open(self.out, "a", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_lines(self.out, [json.dumps(r, ensure_ascii=False) for r in records])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -399,6 +409,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
             ray.init(address=address, runtime_env={"py_modules": [str(_package_root())], "env_vars": env_vars},
                      logging_level=logging.WARNING, log_to_driver=False)
         else:
+            _local_cluster_on_loopback(ray)
             # Local workers are forked from this machine's Python: they find grade via PYTHONPATH.
             root = str(_package_root().parent)
             path = os.environ.get("PYTHONPATH", "")
@@ -411,6 +422,25 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
         where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
         raise GradeError(f"could not start or join {where}: {exc}") from exc
     return True
+
+
+def _local_cluster_on_loopback(ray) -> None:
+    """Make a cluster that this process starts listen on 127.0.0.1 only.
+
+    On Linux Ray takes the machine's outward address as the node address (``ray.init`` even turns
+    an explicit 127.0.0.1 into it) and its GCS, raylet and workers then listen on every interface:
+    anyone who can reach the machine could submit code to them. Ray's single-machine mode (its
+    default on macOS and Windows, selected by ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) uses the
+    loopback address instead; the environment carries it to the processes Ray starts, and the
+    constant is set too in case ray was imported before. Token authentication (on by default for a
+    new local cluster in ray 2.60) stays on as a second line.
+    """
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # a Ray layout we do not know: the environment variable alone still applies
+        return
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def _plan_workers(cluster: ClusterOptions) -> tuple[int, float, float]:

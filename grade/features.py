@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import GradeError, InputError
-from .io import jsonl_stem, open_text
+from .io import atomic_path, iter_jsonl, jsonl_stem
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +101,60 @@ SCHEMA = pa.schema(
 # labelled input
 
 
-def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: bool = False) -> list[dict[str, Any]]:
-    """Rows of one or several labelled JSONL files, in file order.
+def labelled_row_problem(row: Any) -> str | None:
+    """Why a labelled row cannot be analysed (one short phrase), or None when its fields are usable.
+
+    Every field is type-checked here, so that a bad row is skipped with a reason instead of failing
+    deep inside the analysis (or, worse, being read wrongly: ``"choices": "abcd"`` is not four
+    options).
+    """
+    from .prompts import TASKS
+
+    def text_or_null(key: str) -> bool:
+        return row.get(key) is None or isinstance(row[key], str)
+
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        return "no question" if not question else f"'question' must be text, not {type(question).__name__}"
+    if "id" in row and (isinstance(row["id"], bool) or not isinstance(row["id"], (str, int))):
+        return "'id' must be text or a whole number"
+    for key in ("dataset", "context", "response", "majority"):
+        if not text_or_null(key):
+            return f"'{key}' must be text or null, not {type(row[key]).__name__}"
+    label = row.get("label")
+    if label is not None and (not isinstance(label, (int, bool)) or label not in (0, 1)):
+        return f"label {label!r}; use 1, 0 or null"
+    task = row.get("task")
+    if task is not None and task != "" and task not in TASKS:
+        return f"unknown task {task!r}; use one of {', '.join(TASKS)}"
+    choices = row.get("choices")
+    if choices is not None and choices != []:
+        if not isinstance(choices, list) or not all(isinstance(c, str) and c.strip() for c in choices):
+            return "'choices' must be a list of non-empty texts"
+        if not 2 <= len(choices) <= 4:
+            return f"'choices' has {len(choices)} options; a prompt takes 2 to 4 (A-D)"
+    samples = row.get("samples")
+    if samples is not None and (not isinstance(samples, list) or not all(isinstance(x, str) for x in samples)):
+        return "'samples' must be a list of texts"
+    accuracy = row.get("accuracy")
+    if accuracy is not None and (isinstance(accuracy, bool) or not isinstance(accuracy, (int, float))
+                                 or not 0.0 <= accuracy <= 1.0):
+        return f"'accuracy' must be a number from 0 to 1 or null, not {accuracy!r}"
+    return None
+
+
+def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: bool = False,
+                  skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of one or several labelled JSONL files (``.gz`` / ``.xz`` too), in file order.
 
     Rows whose ``label`` is null are dropped (the reference drops the uncertain middle), unless
-    ``keep_unlabelled``. A missing ``dataset`` defaults to the file's stem. Raises
-    :class:`~grade.errors.InputError` for unreadable files or rows without id/question.
+    ``keep_unlabelled``. A missing ``dataset`` defaults to the file's stem. A bad row (bad bytes, not
+    JSON, a field of the wrong type, see :func:`labelled_row_problem`) is skipped: its
+    ``"path:line: reason"`` is appended to ``skipped`` (or logged when that is None) and the rest of
+    the file is read. Raises :class:`~grade.errors.InputError` for a missing file or one in which
+    no row at all is valid.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -114,28 +162,31 @@ def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: 
     for path in map(Path, paths):
         if not path.is_file():
             raise InputError(f"labelled file {path} does not exist")
-        with open_text(path) as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}:{number} is not valid JSON ({exc.msg})") from None
-                if not isinstance(row, dict) or not row.get("question"):
-                    raise InputError(f"{path}:{number} has no question")
-                row.setdefault("id", f"{jsonl_stem(path)}-{number}")
-                row["id"] = str(row["id"])
-                row.setdefault("dataset", jsonl_stem(path))
-                row["dataset"] = str(row["dataset"] or jsonl_stem(path))
-                label = row.get("label")
-                if label is None and not keep_unlabelled:
-                    continue
-                if label is not None:
-                    if label not in (0, 1, True, False):
-                        raise InputError(f"{path}:{number} has label {label!r}; use 1, 0 or null")
-                    row["label"] = int(label)
-                rows.append(row)
+        valid, first_problem = 0, None
+        for number, row, problem in iter_jsonl(path):
+            problem = problem or labelled_row_problem(row)
+            if problem:
+                where = f"{path}:{number} {problem}"
+                first_problem = first_problem or where
+                if skipped is None:
+                    log.warning("skipped %s", where)
+                else:
+                    skipped.append(where)
+                continue
+            valid += 1
+            row.setdefault("id", f"{jsonl_stem(path)}-{number}")
+            row["id"] = str(row["id"])
+            row["dataset"] = str(row.get("dataset") or jsonl_stem(path))
+            if row.get("choices") == []:
+                row["choices"] = None
+            label = row.get("label")
+            if label is None and not keep_unlabelled:
+                continue
+            if label is not None:
+                row["label"] = int(label)
+            rows.append(row)
+        if first_problem and not valid:
+            raise InputError(f"no usable row in {path}; first: {first_problem}")
     return rows
 
 
@@ -322,10 +373,9 @@ def refresh_store(store: str | Path, rows: list[dict[str, Any]], loss: str) -> t
         table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(labels, pa.int8()))
         table = table.set_column(table.schema.get_field_index("accuracy"), "accuracy", pa.array(accuracies, pa.float64()))
         table = table.filter(pa.array(keep))
-        tmp = store / f".{part.name}.tmp"
         if table.num_rows:
-            pq.write_table(table, tmp, compression="zstd")
-            os.replace(tmp, part)
+            with atomic_path(part) as tmp:
+                pq.write_table(table, tmp, compression="zstd")
         else:
             part.unlink()
     return relabelled, removed
@@ -337,9 +387,8 @@ def _write_part(store: Path, records: list[dict[str, Any]], schema: pa.Schema = 
     parts = _part_files(store)
     index = int(parts[-1].name.split("-")[1]) + 1 if parts else 0  # parts may have been removed
     name = f"part-{index:05d}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = store / f".{name}.tmp"
-    pq.write_table(pa.Table.from_pylist(records, schema=schema), tmp, compression="zstd")
-    os.replace(tmp, store / name)
+    with atomic_path(store / name) as tmp:
+        pq.write_table(pa.Table.from_pylist(records, schema=schema), tmp, compression="zstd")
     return store / name
 
 
@@ -487,12 +536,48 @@ def load_features(paths: str | Path | Iterable[str | Path], *, columns: list[str
         else:
             raise InputError(f"feature file {path} does not exist")
         for file in files:
-            schema = pq.read_schema(file)
-            wanted = columns or [n for n in schema.names if hidden or n != "hidden"]
-            frames.append(pq.read_table(file, columns=[c for c in wanted if c in schema.names]).to_pandas())
+            try:
+                schema = pq.read_schema(file)
+                wanted = columns or [n for n in schema.names if hidden or n != "hidden"]
+                frames.append(pq.read_table(file, columns=[c for c in wanted if c in schema.names]).to_pandas())
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise InputError(f"{file} is not a readable Parquet feature file ({reason})") from None
     if not frames:
         raise InputError(f"no features found in {', '.join(map(str, paths))}")
     return pd.concat(frames, ignore_index=True)
+
+
+#: the columns a probe is trained from (see the table at the top of this module)
+TRAINING_COLUMNS = ("id", "dataset", "label", "has_context", "model", "loss", "srank", "rank_ratio")
+
+
+def check_feature_frame(df, where: str = "the features") -> None:
+    """Raise InputError unless ``df`` holds usable training rows: the :data:`TRAINING_COLUMNS`,
+    labels 0/1, text in the identity columns and one finite rank ratio per layer, the same number of
+    layers in every row."""
+    missing = [c for c in TRAINING_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(f"{where} lack the column(s) {', '.join(missing)}: not features written by `grade extract`")
+    if df.empty:
+        return
+    for column in ("model", "loss", "srank", "dataset"):
+        if not df[column].map(lambda v: isinstance(v, str) and bool(v)).all():
+            raise InputError(f"{where}: column {column!r} must hold text in every row")
+    labels = df["label"]
+    if labels.isna().any() or not labels.isin([0, 1]).all():
+        raise InputError(f"{where}: column 'label' must be 0 or 1 in every row")
+    lengths = set()
+    for value in df["rank_ratio"]:
+        try:
+            vector = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            vector = np.array([np.nan])
+        if vector.ndim != 1 or vector.size == 0 or not np.isfinite(vector).all():
+            raise InputError(f"{where}: column 'rank_ratio' must hold a list of finite numbers in every row")
+        lengths.add(vector.size)
+    if len(lengths) > 1:
+        raise InputError(f"{where}: 'rank_ratio' mixes layer counts {sorted(lengths)}: features of different models")
 
 
 def feature_matrix(df, column: str = "rank_ratio") -> np.ndarray:

@@ -1,20 +1,36 @@
-"""Reading the project's JSONL files, plain or compressed.
+"""Reading the project's files safely, plain or compressed, and writing results atomically.
 
-Label files and the embedded benchmark subsets are committed compressed (``.jsonl.xz``, a fifth to a
-tenth of their size) so that the repository stays small enough to travel to a GPU machine with model
-weights beside it. Every reader opens files through :func:`open_text`, so a plain ``.jsonl`` and a
-``.jsonl.xz`` (or ``.jsonl.gz``) of the same rows are interchangeable. Files that are appended to while
-a run goes on (labels being written, caches) stay plain: appending to a compressed stream is possible
-but cannot be repaired after a crash the way a plain file's half-written last line can.
+* **Compressed JSONL.** Label files and the embedded benchmark subsets are committed compressed
+  (``.jsonl.xz``, a fifth to a tenth of their size) so that the repository stays small enough to
+  travel to a GPU machine with model weights beside it. Every reader opens files through
+  :func:`open_text` / :func:`open_binary`, so a plain ``.jsonl`` and a ``.jsonl.xz`` (or ``.jsonl.gz``)
+  of the same rows are interchangeable. Files that are appended to while a run goes on (labels being
+  written, caches) stay plain: appending to a compressed stream is possible but cannot be repaired
+  after a crash the way a plain file's half-written last line can.
+* **Atomic writes.** Every file GRADE writes for later use (results, probes, feature parts) goes
+  through :func:`atomic_path`: the data is written to a temporary file in the target's folder,
+  flushed to disk, and renamed over the target. A rename within one file system is atomic, so a
+  reader, or a process killed mid-write, sees either the previous file whole or the new one whole,
+  never a mix. Label files are append-only logs instead (:func:`append_line`): a kill leaves at
+  most a cut last line, which :func:`grade.labeling.read_records` repairs on resume.
+* **Text from users** is decoded strictly as UTF-8: bad bytes give one clear line naming the file,
+  the line and the byte, not a traceback and not silently replaced characters.
+* **JSONL** is read one line at a time (:func:`iter_jsonl`), so that one bad row can be skipped and
+  reported while the rest of the batch goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import json
 import lzma
 import os
+import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Iterator
+
+from .errors import InputError
 
 #: Suffixes a JSONL file may carry, in the order a folder is searched for ``<stem><suffix>``.
 JSONL_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.xz", ".jsonl.gz")
@@ -54,3 +70,205 @@ def find_jsonl(folder: str | os.PathLike, stem: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+# --------------------------------------------------------------------------------------------------
+# writing
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable (POSIX); folders cannot be opened on Windows, where rename is durable enough."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temporary_next_to(path: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as handle:  # the writer may have closed its own handle without syncing
+        os.fsync(handle.fileno())
+
+
+@contextlib.contextmanager
+def atomic_paths(*paths: str | os.PathLike) -> Iterator[list[Path]]:
+    """Yield one temporary path next to each of ``paths``; when the block ends without an exception,
+    the files written there replace ``paths`` (each flushed to disk first, then renamed). On an
+    exception the temporary files are removed and ``paths`` are left as they were.
+
+    A rename within one file system is atomic, so a reader, or a process killed mid-write, sees each
+    file either whole as it was or whole as it is now. Files that belong together (a probe's weights
+    and metadata) are all written before the first rename, so the window in which a kill could
+    leave a new file next to an old one is a few ``rename`` calls, not a whole write. The temporary
+    names start with a dot and end with ``.tmp``: globs such as ``*.safetensors`` or
+    ``part-*.parquet`` never pick up what a killed process left behind.
+    """
+    targets = [Path(p) for p in paths]
+    temps: list[Path] = []
+    try:
+        for target in targets:
+            temps.append(_temporary_next_to(target))
+        yield list(temps)
+        for tmp in temps:
+            _fsync_file(tmp)
+        for tmp, target in zip(temps, targets):
+            os.replace(tmp, target)
+    except BaseException:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+        raise
+    for folder in {t.parent for t in targets}:
+        _fsync_folder(folder)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """:func:`atomic_paths` for one file: write to the yielded path, it replaces ``path`` at the end."""
+    with atomic_paths(path) as (tmp,):
+        yield tmp
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` (text is encoded as UTF-8) to ``path`` atomically; see :func:`atomic_path`."""
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(payload)
+    return path
+
+
+def append_line(handle: IO[str], line: str) -> None:
+    """Append one whole line (without its newline) to an open text file and flush it to disk."""
+    handle.write(line + "\n")
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def append_lines(path: str | os.PathLike, lines: list[str]) -> None:
+    """Append whole lines (each without its newline) in one write, then flush them to disk.
+
+    A process killed during the write leaves every earlier line intact and at most a cut last line.
+    """
+    if not lines:
+        return
+    text = "".join(line + "\n" for line in lines)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def check_output_file(path: str | os.PathLike, what: str = "output file") -> Path:
+    """Refuse, before any work is done, an output file that could not be written afterwards."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a folder")
+    parent = path.parent
+    if not parent.is_dir():
+        raise InputError(f"cannot write {what} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {what} {path}: the folder {parent} is not writable")
+    return path
+
+
+def ensure_output_folder(path: str | os.PathLike, what: str = "output folder") -> Path:
+    """Create an output folder (and its parents) now, or refuse with one line."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{what} {path} exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {what} {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write into {what} {path}")
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# reading
+
+
+def _bad_bytes(exc: UnicodeDecodeError) -> str:
+    return f"byte 0x{exc.object[exc.start]:02x} at position {exc.start}"
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text (a byte-order mark is dropped); bad bytes raise :class:`InputError`."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where} is not valid UTF-8 text ({_bad_bytes(exc)}); save it as UTF-8") from None
+
+
+def check_text(text: str, what: str) -> str:
+    """Refuse text that came from undecodable bytes (command-line arguments, file names).
+
+    Python turns bytes that are not valid in the locale's encoding into lone surrogates
+    (``surrogateescape``); such text cannot be tokenised or written out as UTF-8.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{what} is not valid UTF-8 text (a bad byte at character {exc.start})") from None
+    return text
+
+
+def open_binary(path: str | os.PathLike) -> IO[bytes]:
+    """Open a file for reading bytes, decompressing ``.gz`` / ``.xz``; a missing file is an InputError."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"file {path} does not exist" if not path.exists() else f"{path} is not a file")
+    try:
+        if is_compressed(path):
+            return (lzma.open if path.suffix == ".xz" else gzip.open)(path, "rb")
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A whole (small) text file, strictly UTF-8."""
+    with open_binary(path) as handle:
+        try:
+            data = handle.read()
+        except (OSError, EOFError, lzma.LZMAError) as exc:
+            raise InputError(f"cannot read {path}: {exc}") from None
+    return decode_text(data, str(path))
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any, str | None]]:
+    """``(line number, value, problem)`` for every non-blank line of a JSONL file.
+
+    ``problem`` is None for a line that decodes and parses, else a short reason (bad bytes, not
+    JSON) and ``value`` is None: the caller decides whether one bad line stops it or is skipped.
+    """
+    with open_binary(path) as handle:
+        try:
+            for number, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    yield number, None, f"not valid UTF-8 ({_bad_bytes(exc)})"
+                    continue
+                try:
+                    yield number, json.loads(line), None
+                except json.JSONDecodeError as exc:
+                    yield number, None, f"not valid JSON ({exc.msg})"
+                except RecursionError:
+                    yield number, None, "not valid JSON (nested too deeply)"
+        except (OSError, EOFError, lzma.LZMAError) as exc:  # a corrupt compressed file
+            raise InputError(f"cannot read {path}: {exc}") from None

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import InputError
-from .io import is_compressed, open_text
+from .io import append_line, is_compressed, open_text
 from .models import LoadedModel
 from .sampling import STOP_STRINGS, SamplingSettings, sample_answers
 from .tasks import (
@@ -240,9 +240,7 @@ def label_questions(
                     )
                     for q, texts in zip(task_questions, samples):
                         record = _record(q, texts, matcher, settings, run, sample_chars)
-                        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                        f.flush()
-                        os.fsync(f.fileno())
+                        append_line(f, json.dumps(record, ensure_ascii=False))
                         done += 1
                         if bar is not None:
                             bar.update(1)

@@ -248,6 +248,30 @@ def resolve_model_folder(name_or_path: str, progress: Callable[[str], None] | No
     return name_or_path  # a hub id
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds.
+
+    Without a network, ``from_pretrained`` retries with back-off for about a minute before it
+    fails; one short connection attempt first lets an uncached hub id fail in seconds.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    try:
+        from huggingface_hub import constants
+
+        endpoint = urlparse(constants.ENDPOINT)
+    except Exception:  # an unusual huggingface_hub: let from_pretrained decide
+        return True
+    try:
+        with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def _parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     if dtype is None or dtype == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -292,14 +316,19 @@ def load_model(
     device = _parse_device(device)
     torch_dtype = _parse_dtype(dtype, device)
     source = resolve_model_folder(name_or_path, progress)
+    offline = source == name_or_path.strip() and not Path(source).exists() and not _hub_reachable()
     if progress:
         progress(f"Loading {name_or_path}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                                                     local_files_only=offline)
     except GradeError:
         raise
     except Exception as exc:
+        if offline:
+            raise ModelLoadError(f"hub model {name_or_path!r} is not in the local Hugging Face cache and the hub "
+                                 "cannot be reached (no network)") from exc
         raise ModelLoadError(f"could not load model {name_or_path!r}: {exc}") from exc
     layout_for(model)  # fail now, with the list of supported architectures, not mid-analysis
     model.to(device)

@@ -388,10 +388,19 @@ class Probe:
         """Write ``path.safetensors`` and ``path.json`` (a given extension is dropped first)."""
         from safetensors.torch import save_file
 
+        from .io import atomic_paths
+
         weights, meta_path = probe_paths(path)
         weights.parent.mkdir(parents=True, exist_ok=True)
-        save_file(self.tensors(), str(weights), metadata={"format": "grade-probe", "kind": self.kind})
-        meta = {
+        with atomic_paths(weights, meta_path) as (weights_tmp, meta_tmp):
+            save_file(self.tensors(), str(weights_tmp), metadata={"format": "grade-probe", "kind": self.kind})
+            meta = self._metadata_for(weights.name, _sha256(weights_tmp))
+            meta_tmp.write_text(json.dumps(_jsonable(meta), indent=2) + "\n")
+        self.metadata = meta
+        return weights, meta_path
+
+    def _metadata_for(self, weights_name: str, digest: str) -> dict[str, Any]:
+        return {
             **self.metadata,
             "format": "grade-probe",
             "format_version": PROBE_FORMAT,
@@ -400,12 +409,9 @@ class Probe:
             "threshold": self.threshold,
             "feature_definition": self.metadata.get("feature_definition", FEATURE_DEFINITION),
             "package_version": __version__,
-            "weights_file": weights.name,
-            "weights_sha256": _sha256(weights),
+            "weights_file": weights_name,
+            "weights_sha256": digest,
         }
-        meta_path.write_text(json.dumps(_jsonable(meta), indent=2) + "\n")
-        self.metadata = meta
-        return weights, meta_path
 
     @classmethod
     def load(cls, path: str | Path) -> "Probe":
@@ -419,15 +425,23 @@ class Probe:
                 raise ProbeError(f"probe file {file} does not exist")
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ProbeError(f"probe metadata {meta_path} is not valid JSON ({exc})") from None
         if not isinstance(meta, dict) or meta.get("format") != "grade-probe":
             raise ProbeError(f"{meta_path} is not a GRADE probe description")
         if meta.get("format_version") != PROBE_FORMAT:
             raise ProbeError(f"{meta_path} has probe format {meta.get('format_version')}; this version reads {PROBE_FORMAT}")
         kind, n_layers = meta.get("kind"), meta.get("n_layers")
-        if kind not in KINDS or not isinstance(n_layers, int) or n_layers < 1:
+        if kind not in KINDS or not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
             raise ProbeError(f"{meta_path} names no valid probe kind and layer count")
+        threshold, seed = meta.get("threshold", 0.5), meta.get("seed", 42)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise ProbeError(f"{meta_path}: 'threshold' must be a number from 0 to 1, not {threshold!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ProbeError(f"{meta_path}: 'seed' must be a whole number of at least 0, not {seed!r}")
+        for key in ("model", "loss", "srank"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise ProbeError(f"{meta_path}: {key!r} must be text, not {meta[key]!r}")
         digest = meta.get("weights_sha256")
         if digest and digest != _sha256(weights):
             raise ProbeError(f"probe weights {weights} are corrupt or do not belong to {meta_path.name} (checksum mismatch)")
@@ -435,7 +449,10 @@ class Probe:
             tensors = load_file(str(weights))
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise ProbeError(f"probe weights {weights} are unreadable ({exc})") from None
-        probe = cls(kind, threshold=float(meta.get("threshold", 0.5)), seed=int(meta.get("seed", 42)))
+        bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
+        if bad:
+            raise ProbeError(f"probe weights {weights} hold NaN or infinite values (in {', '.join(sorted(bad))})")
+        probe = cls(kind, threshold=float(threshold), seed=seed)
         probe.n_features_in_ = n_layers
         probe.metadata = meta
         try:
@@ -451,6 +468,8 @@ class Probe:
                 probe.scale_ = tensors["scaler_scale"].double().numpy()
                 if not (probe.coef_.shape == probe.mean_.shape == probe.scale_.shape == (n_layers,)):
                     raise ValueError("coefficient shapes do not match the layer count")
+                if not (probe.scale_ > 0).all():  # fitting never writes one (a constant feature gets 1)
+                    raise ValueError("a scaler scale is zero or negative")
         except (KeyError, RuntimeError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ProbeError(f"probe weights {weights} do not fit a {kind} probe of {n_layers} layers ({first})") from None
@@ -466,6 +485,8 @@ def probe_paths(path: str | Path) -> tuple[Path, Path]:
     path = Path(path)
     if path.suffix in (".safetensors", ".json"):
         path = path.with_suffix("")
+    if path.name in ("", ".", ".."):
+        raise ProbeError(f"{str(path)!r} names no probe file: give a path such as folder/name")
     return path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
 
 
@@ -564,6 +585,13 @@ def train_from_features(
     parts = stratified_split(strata[[first[g] for g in groups]], fractions=fractions, seed=seed)
     part_of = {g: k for k, idx in enumerate(parts) for g in groups[idx]}
     tr, va, te = (pool[[part_of[group[i]] == k for i in pool]] for k in range(3))
+    if min(len(tr), len(va), len(te)) == 0 or len(np.unique(y[tr])) < 2:
+        balance = class_balance(y[pool])
+        raise InputError(
+            f"{balance['n']} rows ({balance['answerable']} answerable, {balance['unanswerable']} unanswerable) are "
+            f"too few to split into training ({len(tr)}), validation ({len(va)}) and test ({len(te)}) rows with both "
+            "classes in training; add rows or change the fractions"
+        )
     info = {
         "model": df["model"].iloc[0],
         "loss": df["loss"].iloc[0],

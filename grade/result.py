@@ -135,7 +135,10 @@ class GradeResult:
         return cls(**{k: v for k, v in data.items() if k in known}, steps=steps)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json())
+        """Write the JSON atomically: a reader (or a crash) never sees half a file."""
+        from .io import atomic_write
+
+        atomic_write(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> "GradeResult":

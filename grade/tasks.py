@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from .errors import InputError
-from .io import find_jsonl, jsonl_stem, open_text
+from .io import find_jsonl, iter_jsonl, jsonl_stem
 
 Matcher = Literal["strict", "lenient"]
 MATCHERS: tuple[str, ...] = ("strict", "lenient")
@@ -193,9 +193,18 @@ def question_from_row(row: dict, *, dataset: str = "", with_context: bool = Fals
     if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
         raise InputError(f"{where}: 'answers' must be a non-empty list of strings")
     if not isinstance(row["question"], str) or not row["question"].strip():
-        raise InputError(f"{where}: 'question' is empty")
-    task = infer_task(row, dataset)
+        raise InputError(f"{where}: 'question' is empty" if not row["question"] else f"{where}: 'question' must be text")
+    if isinstance(row["id"], bool) or not isinstance(row["id"], (str, int)):
+        raise InputError(f"{where}: 'id' must be text or a whole number")
+    for key in ("task", "context", "solution", "subject"):
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise InputError(f"{where}: {key!r} must be text or null")
     choices = row.get("choices")
+    if choices is not None and (not isinstance(choices, list) or not all(isinstance(c, str) for c in choices)):
+        raise InputError(f"{where}: 'choices' must be a list of texts")
+    if row.get("task") and row["task"] not in TASKS:
+        raise InputError(f"{where}: unknown task {row['task']!r}; use one of {', '.join(TASKS)}")
+    task = infer_task(row, dataset)
     if task == "mmlu":
         if not choices or len(choices) != 4:
             raise InputError(f"{where}: a multiple-choice row needs 4 'choices'")
@@ -216,15 +225,11 @@ def question_from_row(row: dict, *, dataset: str = "", with_context: bool = Fals
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterable[tuple[int, dict]]:
-    """``(line number, object)`` for each non-empty line; a bad line raises :class:`InputError`."""
-    with open_text(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
+    """``(line number, object)`` for each non-empty line; a bad line (bytes, JSON) raises :class:`InputError`."""
+    for number, row, problem in iter_jsonl(path):
+        if problem:
+            raise InputError(f"{path}, line {number}: {problem}")
+        yield number, row
 
 
 def load_questions(
@@ -233,6 +238,7 @@ def load_questions(
     limit: int | None = None,
     offset: int = 0,
     with_context: bool = False,
+    skipped: list[str] | None = None,
 ) -> list[Question]:
     """Questions of a dataset, in file order (the shared files are already shuffled).
 
@@ -242,18 +248,29 @@ def load_questions(
     limit, offset : take rows ``offset .. offset+limit-1``.
     with_context : put each row's ``context`` into the prompt (HotpotQA's supporting paragraphs,
         ``sample_data/with_document.jsonl``); closed-book otherwise.
+    skipped : where the reasons of bad rows (skipped, not counted in ``limit`` / ``offset``) go.
     """
     name, path = resolve_dataset(dataset)
     questions: list[Question] = []
     seen: set[str] = set()
-    for number, row in read_jsonl(path):
-        q = question_from_row(row, dataset=name, with_context=with_context, where=f"{path}, line {number}")
-        if q.id in seen:
-            raise InputError(f"{path}, line {number}: duplicate id {q.id!r}")
+    problems: list[str] = []  # a bad row is skipped and counted; the batch goes on
+    for number, row, problem in iter_jsonl(path):
+        where = f"{path}, line {number}"
+        try:
+            if problem:
+                raise InputError(f"{where}: {problem}")
+            q = question_from_row(row, dataset=name, with_context=with_context, where=where)
+            if q.id in seen:
+                raise InputError(f"{where}: duplicate id {q.id!r}")
+        except InputError as exc:
+            problems.append(str(exc))
+            continue
         seen.add(q.id)
         questions.append(q)
+    if skipped is not None:
+        skipped.extend(problems)
     if not questions:
-        raise InputError(f"{path} holds no questions")
+        raise InputError(f"{path} holds no questions" + (f"; first problem: {problems[0]}" if problems else ""))
     end = None if limit is None else offset + limit
     return questions[offset:end]
 

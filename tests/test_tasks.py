@@ -116,9 +116,13 @@ def test_task_inferred_for_other_files(tmp_path):
         ('{"id": "x", "question": "q", "answers": ["a"], "task": "poetry"}', "unknown task"),
     ],
 )
-def test_bad_rows_are_reported_with_their_line(tmp_path, line, message):
+def test_bad_rows_are_skipped_and_reported_with_their_line(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "ok", "question": "q", "answers": ["a"]}\n' + line + "\n")
+    skipped = []
+    assert [q.id for q in load_questions(path, skipped=skipped)] == ["ok"]  # the batch goes on
+    assert len(skipped) == 1 and "line 2" in skipped[0] and re.search(message, skipped[0])
+    path.write_text(line + "\n")  # nothing usable at all: one clear error
     with pytest.raises(InputError, match=message):
         load_questions(path)
 
@@ -131,8 +135,9 @@ def test_unknown_dataset_lists_the_known_ones():
 def test_duplicate_ids_rejected(tmp_path):
     path = tmp_path / "dup.jsonl"
     path.write_text('{"id": "x", "question": "q", "answers": ["a"]}\n' * 2)
-    with pytest.raises(InputError, match="duplicate id"):
-        load_questions(path)
+    skipped = []
+    assert len(load_questions(path, skipped=skipped)) == 1
+    assert len(skipped) == 1 and "duplicate id" in skipped[0]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_model_arguments, load_model_from_args
+from ..prompts import TASKS
+from .common import add_model_arguments, load_model_from_args, positive_int
 
 
 def register(sub) -> None:
@@ -13,15 +14,16 @@ def register(sub) -> None:
     add_model_arguments(p)
     p.add_argument("--question", required=True)
     p.add_argument("--context", default=None, help="a supporting document placed before the question")
-    p.add_argument("--task", default="qa", help="prompt style: qa, mmlu, gsm8k, math, cot")
+    p.add_argument("--task", default="qa", choices=TASKS, help="prompt style (default qa)")
     p.add_argument("--loss", choices=("pre", "pos"), default="pre")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--response", default=None, help="response to score under --loss pos")
     group.add_argument("--generate", action="store_true", help="score the model's own greedy answer (pos)")
     p.add_argument("--steps", action="store_true", help="pos: one loss per punctuation-delimited step")
     p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--max-tokens", type=int, default=4096, help="refuse longer inputs (default 4096)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64,
+                   help="--generate: answer length in tokens (default 64; at most what the context leaves)")
+    p.add_argument("--max-tokens", type=positive_int, default=4096, help="refuse longer inputs (default 4096)")
     p.add_argument("--fast", action="store_true", help="stable ranks only (no spectra, no token scores)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--save", default=None, help="also save the full result (JSON) to this file")
@@ -30,8 +32,18 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis import _validate_text, analyze
+    from ..errors import InputError
+    from ..io import check_output_file
 
-    _validate_text(args.question)  # before the slow model load
+    # Everything that can be checked without the model is checked before the slow load.
+    _validate_text(args.question)
+    if args.loss == "pre" and (args.response is not None or args.generate or args.steps):
+        raise InputError("--response, --generate and --steps score an answer: they need --loss pos")
+    if args.generate and args.max_new_tokens >= args.max_tokens:
+        raise InputError(f"--max-new-tokens {args.max_new_tokens} leaves no room for the prompt within "
+                         f"--max-tokens {args.max_tokens}")
+    if args.save:
+        check_output_file(args.save, "--save file")
     progress = (lambda line: print(line, file=sys.stderr)) if not args.json else None
     lm = load_model_from_args(args, progress)
     result = analyze(

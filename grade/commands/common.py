@@ -1,10 +1,64 @@
-"""Arguments shared by several commands."""
+"""Arguments shared by several commands, and the argument types that check values when parsed.
+
+A value outside its range fails in ``parse_args`` with one ``error:`` line, before any model is
+loaded; the types below say what was expected (``--batch: must be a whole number of at least 1,
+got '0'``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
 
 from ..models import DEFAULT_MODEL, EMBEDDED_MODELS
+
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d{1,3})?)$")
+
+
+def int_range(low: int | None = None, high: int | None = None):
+    """An argparse type: a whole number in ``[low, high]`` (either end open when None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or (low is not None and value < low) or (high is not None and value > high):
+            if low is not None and high is not None:
+                wanted = f"a whole number from {low} to {high}"
+            elif low is not None:
+                wanted = f"a whole number of at least {low}"
+            else:
+                wanted = f"a whole number of at most {high}"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = int_range(1)
+non_negative_int = int_range(0)
+
+
+def open_fraction(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0.0 < value < 1.0):
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
+    return value
+
+
+def device(text: str) -> str:
+    """An argparse type: cpu, cuda, cuda:N or mps (whether that device exists is checked at load)."""
+    value = text.strip().lower()
+    if not _DEVICE.match(value):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}; use cpu, cuda, cuda:N or mps")
+    return value
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,9 +66,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", default=DEFAULT_MODEL,
         help=f"embedded model ({', '.join(EMBEDDED_MODELS)}), a model folder, a .gguf file or a hub id",
     )
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 (GPU default), float16")
+    parser.add_argument("--device", default="cpu", type=device, help="cpu (default), cuda, cuda:1, ...")
+    parser.add_argument("--dtype", default=None, choices=DTYPES,
+                        help="float32 (CPU default), bfloat16 (GPU default), float16")
     parser.add_argument("--trust-remote-code", action="store_true", help="let transformers run the model's own code")
+
+
+def add_threads_argument(parser: argparse.ArgumentParser, default: int | None = None, help: str | None = None) -> None:
+    parser.add_argument("--threads", type=positive_int, default=default,
+                        help=help or "torch CPU threads (default: torch's choice)")
 
 
 def load_model_from_args(args: argparse.Namespace, progress=None):

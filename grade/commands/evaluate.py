@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from .common import add_model_arguments
+from .common import add_model_arguments, add_threads_argument, positive_int
 
 
 def register(sub) -> None:
@@ -21,8 +21,8 @@ def register(sub) -> None:
     p.set_defaults(model=None)  # default: the model the probe was trained on
     p.add_argument("--probe", required=True, help="probe path (with or without .json/.safetensors)")
     p.add_argument("--questions", nargs="+", required=True, help="labelled JSONL file(s)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N labelled rows of each file")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N labelled rows of each file")
+    add_threads_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -43,13 +43,15 @@ def run(args: argparse.Namespace) -> int:
     probe = Probe.load(args.probe)
     meta = probe.metadata
     model = args.model or meta.get("model")
-    if not model:
+    if not model or not isinstance(model, str):
         raise InputError("the probe names no model; give --model")
     probe.check_compatible(model, loss=meta.get("loss"))
-    rows = []
+    rows, bad_rows = [], []
     for path in args.questions:
-        file_rows = read_labelled(path)
+        file_rows = read_labelled(path, skipped=bad_rows)
         rows.extend(file_rows[: args.limit] if args.limit else file_rows)
+    if bad_rows:
+        print(f"skipped {len(bad_rows)} bad row(s); first: {bad_rows[0]}", file=sys.stderr)
     if not rows:
         raise InputError("the questions file(s) hold no row with a label (field 'label': 1 or 0)")
     quiet = args.quiet or args.json
@@ -63,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     p = probe.predict_proba(feature_matrix(df))[:, 1]
     y = df["label"].to_numpy().astype(int)
     result = {"probe": str(args.probe), "model": lm.name, "loss": meta.get("loss"), "skipped": len(skipped),
+              "bad_rows": len(bad_rows),
               **binary_metrics(y, p, threshold=probe.threshold, roc=False)}
     if df["dataset"].nunique() > 1:
         result["by_dataset"] = {name: binary_metrics(y[idx], p[idx], threshold=probe.threshold, roc=False)

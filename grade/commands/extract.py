@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..distributed import add_engine_arguments, check_engine_arguments
-from .common import add_model_arguments, load_model_from_args
+from .common import add_model_arguments, add_threads_argument, load_model_from_args, positive_int
 
 
 def register(sub) -> None:
@@ -20,10 +20,10 @@ def register(sub) -> None:
     p.add_argument("--loss", choices=("pre", "pos"), default="pre")
     p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
     p.add_argument("--out", required=True, help="feature store folder, e.g. features.parquet")
-    p.add_argument("--chunk-size", type=int, default=32, help="rows per Parquet part (work lost at most on a kill)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N labelled rows of each file")
+    p.add_argument("--chunk-size", type=positive_int, default=32, help="rows per Parquet part (work lost at most on a kill)")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N labelled rows of each file")
     p.add_argument("--no-hidden", action="store_true", help="do not store hidden states (smaller files)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add_threads_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_engine_arguments(p)
     p.set_defaults(func=run)
@@ -32,20 +32,22 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
     from ..features import extract_features, read_labelled
+    from ..io import ensure_output_folder
 
-    if args.chunk_size < 1:
-        raise InputError("--chunk-size must be at least 1")
     check_engine_arguments(args)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    rows = []
+    rows, bad_rows = [], []
     for path in args.labels:
-        file_rows = read_labelled(path)
+        file_rows = read_labelled(path, skipped=bad_rows)
         rows.extend(file_rows[: args.limit] if args.limit else file_rows)
+    for where in bad_rows[:10]:
+        print(f"  skipped {where}", file=sys.stderr)
     if not rows:
         raise InputError("the labelled file(s) hold no row with a label")
+    ensure_output_folder(args.out, "feature store")
     if args.engine == "ray":
         from ..distributed import run_extract
 
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     lm = load_model_from_args(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))
     report = extract_features(lm, rows, args.out, loss=args.loss, srank=args.srank, keep_hidden=not args.no_hidden,
                               chunk_size=args.chunk_size, progress=not args.quiet)
-    print(report)
+    print(report if not bad_rows else f"{report} ({len(bad_rows)} bad input row(s) skipped)")
     for dataset, row_id, reason in report.skipped[:10]:
         print(f"  skipped {dataset}/{row_id}: {reason}", file=sys.stderr)
     return 0

@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from ..distributed import add_engine_arguments, check_engine_arguments
-from .common import add_model_arguments, load_model_from_args
+from .common import add_model_arguments, int_range, load_model_from_args, non_negative_int, positive_int
+
+#: a longer answer than any task needs, and more than a small model's context; refused when parsed
+MAX_NEW_TOKENS = 8192
 
 
 def default_threads() -> int:
@@ -30,17 +34,18 @@ def register(sub) -> None:
     p.add_argument("--dataset", required=True,
                    help="triviaqa, nq_open, hotpotqa, mmlu, gsm8k, math, a sample_data set (facts_known, ...) or a JSONL path")
     p.add_argument("--out", required=True, help="labels file (JSONL); an existing file is resumed")
-    p.add_argument("--limit", type=int, default=None, help="only the first N questions (after --offset)")
-    p.add_argument("--offset", type=int, default=0, help="skip the first N questions of the dataset")
-    p.add_argument("--samples", type=int, default=None, help="samples per question (default 10)")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N questions (after --offset)")
+    p.add_argument("--offset", type=non_negative_int, default=0, help="skip the first N questions of the dataset")
+    p.add_argument("--samples", type=int_range(1, 1000), default=None, help="samples per question (default 10)")
     p.add_argument("--matcher", choices=("strict", "lenient"), default="strict",
                    help="strict: reference exact match; lenient: the gold answer appears in the reply (small models)")
     p.add_argument("--with-context", action="store_true", help="put the row's context (e.g. HotpotQA paragraphs) in the prompt")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=None, help="answer length (default: per task, 12 for short QA)")
-    p.add_argument("--batch", type=int, default=4, help="questions sampled together (default 4)")
-    p.add_argument("--sample-chars", type=int, default=None, help="store samples cut to this many characters")
-    p.add_argument("--threads", type=int, default=default_threads(), help="torch CPU threads (default: half the cores)")
+    p.add_argument("--max-new-tokens", type=int_range(1, MAX_NEW_TOKENS), default=None,
+                   help="answer length (default: per task, 12 for short QA)")
+    p.add_argument("--batch", type=int_range(1, 256), default=4, help="questions sampled together (default 4)")
+    p.add_argument("--sample-chars", type=positive_int, default=None, help="store samples cut to this many characters")
+    p.add_argument("--threads", type=positive_int, default=default_threads(), help="torch CPU threads (default: half the cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_engine_arguments(p)
     p.set_defaults(func=run)
@@ -50,22 +55,31 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..errors import InputError
+    from ..io import check_output_file, ensure_output_folder
     from ..labeling import label_questions
     from ..tasks import load_questions
 
-    if args.limit is not None and args.limit < 1:
-        raise InputError("--limit must be at least 1")
-    if args.samples is not None and args.samples < 1:
-        raise InputError("--samples must be at least 1")
-    if args.threads >= 1:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     check_engine_arguments(args)
-    questions = load_questions(args.dataset, limit=args.limit, offset=args.offset, with_context=args.with_context)
+    bad_rows: list[str] = []
+    questions = load_questions(args.dataset, limit=args.limit, offset=args.offset, with_context=args.with_context,
+                               skipped=bad_rows)
+    for where in bad_rows[:10]:
+        print(f"  skipped {where}", file=sys.stderr)
+    if bad_rows:
+        print(f"skipped {len(bad_rows)} bad row(s) of {args.dataset}", file=sys.stderr)
+    if not questions:
+        raise InputError(f"--offset {args.offset} is past the last question of {args.dataset}")
+    ensure_output_folder(Path(args.out).expanduser().parent, "labels folder")
+    check_output_file(args.out, "labels file")
     if args.engine == "ray":
         from ..distributed import run_label
 
         return run_label(args, questions)
     lm = load_model_from_args(args, (lambda line: print(line, file=sys.stderr)) if not args.quiet else None)
+    if args.max_new_tokens is not None and args.max_new_tokens >= lm.max_context:
+        raise InputError(f"--max-new-tokens {args.max_new_tokens} does not fit in {lm.name}'s context of "
+                         f"{lm.max_context} tokens")
     summary = label_questions(
         lm,
         questions,

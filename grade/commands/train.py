@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from .common import non_negative_int, open_fraction, positive_int
 
 
 def register(sub) -> None:
@@ -16,12 +19,12 @@ def register(sub) -> None:
     p.add_argument("--features", nargs="+", required=True, help="feature store folder(s) or Parquet file(s)")
     p.add_argument("--kind", choices=("mlp", "logreg"), default="mlp")
     p.add_argument("--out", required=True, help="output path without extension, e.g. assets/probes/name")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--val-fraction", type=float, default=0.15)
-    p.add_argument("--test-fraction", type=float, default=0.15)
+    p.add_argument("--seed", type=non_negative_int, default=42)
+    p.add_argument("--val-fraction", type=open_fraction, default=0.15)
+    p.add_argument("--test-fraction", type=open_fraction, default=0.15)
     p.add_argument("--holdout-dataset", nargs="*", default=[], help="datasets kept out of training, scored apart")
     p.add_argument("--datasets", nargs="*", default=None, help="use only these datasets")
-    p.add_argument("--max-per-class", type=int, default=None, help="cap each class (the reference uses 1000)")
+    p.add_argument("--max-per-class", type=positive_int, default=None, help="cap each class (the reference uses 1000)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=run)
 
@@ -30,14 +33,18 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..errors import InputError
-    from ..features import load_features
-    from ..probe import format_metrics, train_from_features
+    from ..features import check_feature_frame, load_features
+    from ..io import ensure_output_folder
+    from ..probe import format_metrics, probe_paths, train_from_features
 
     torch.set_num_threads(1)  # a tiny MLP: more threads only add overhead on a busy CPU
     fractions = (1 - args.val_fraction - args.test_fraction, args.val_fraction, args.test_fraction)
     if min(fractions) <= 0:
         raise InputError("--val-fraction and --test-fraction must be positive and sum to less than 1")
+    weights_path, _ = probe_paths(args.out)
+    ensure_output_folder(Path(weights_path).parent, "probe folder")
     df = load_features(args.features, hidden=False)
+    check_feature_frame(df, ", ".join(map(str, args.features)))
     if args.datasets:
         df = df[df["dataset"].isin(args.datasets)]
     progress = None
