@@ -4,8 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8501
+# `make serve` listens here: every interface by default (an explicit choice to serve to others)
+HOST ?= 0.0.0.0
 
-.PHONY: install run test test-fast bench probes browser screenshots clean-cache
+.PHONY: install run serve test test-fast bench probes browser screenshots clean-cache
 
 install: $(STAMP)
 
@@ -23,8 +25,16 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null; fi; }
 
+# This machine only: the app listens on the loopback address.
 run: install
-	$(PY) -m streamlit run app.py --server.port $(PORT)
+	$(PY) -m streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT)
+
+# Served to a class or a team: other browsers can reach it, so the studio runs in served mode
+# (studio/served.py: embedded models and GRADE_MODEL_DIRS only, caps per request, probes per user,
+# no error details). Put it behind an authenticating proxy with TLS when it leaves a trusted network.
+serve: install
+	GRADE_SERVED=1 $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
+	  --server.maxUploadSize 8 --client.showErrorDetails none --server.enableXsrfProtection true
 
 test: install browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15

@@ -55,7 +55,7 @@ def _run_analysis(lm) -> None:
                 lm, st.session_state.get("question", ""), context=st.session_state.get("context"),
                 task=st.session_state.get("task", "qa"), probe=probe, probe_info=info if probe is not None else None,
                 max_new_tokens=int(st.session_state.get("max_new_tokens", 48)), progress=status.write,
-                model_label=st.session_state["model_spec"].label,
+                model_label=st.session_state["model_spec"].label, limits=session.limits(),
             )
             if analysis.probe_problem is None and probe is None:
                 analysis.probe_problem = problem
@@ -141,7 +141,9 @@ def home() -> None:
     st.session_state.setdefault("max_new_tokens", 48)
     col_task, col_tokens, col_button = st.columns([2, 1, 1], vertical_alignment="bottom")
     col_task.selectbox("Question type (prompt style)", list(TASKS), format_func=TASKS.get, key="task", **session.KEEP)
-    col_tokens.number_input("Answer length (tokens)", 8, 256, step=8, key="max_new_tokens", **session.KEEP)
+    # No max_value: a widget would silently clamp a larger number; the check says what the cap is.
+    col_tokens.number_input("Answer length (tokens)", min_value=1, step=8, key="max_new_tokens", **session.KEEP,
+                            help=f"At most {session.limits().answer_tokens} tokens")
     clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None, width="stretch")
 
     if clicked and lm is not None:
@@ -165,6 +167,7 @@ PAGES = [
     st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/leaderboard:"),
 ]
 
+session.apply_served_options()
 page = st.navigation(PAGES)
 session.load_current_model()
 page.run()

@@ -208,6 +208,30 @@ def _gguf_cache_folder(gguf_path: Path) -> Path:
     return cache_dir() / "models" / f"{gguf_path.stem}-{key}"
 
 
+#: de-quantised copies of user-given .gguf files kept at most (``$GRADE_GGUF_CACHE_MAX``); each is a
+#: float32 model, several times the size of its GGUF file
+GGUF_CACHE_MAX = 4
+
+
+def _prune_gguf_cache(keep: Path) -> None:
+    """Remove the least recently used conversions of user-given GGUF files beyond the cap.
+
+    Only folders named like :func:`_gguf_cache_folder` are candidates (the embedded models' copies
+    are never removed); ``keep`` (the one just made or used) always stays.
+    """
+    import re
+
+    try:
+        limit = max(1, int(os.environ.get("GRADE_GGUF_CACHE_MAX") or GGUF_CACHE_MAX))
+    except ValueError:
+        limit = GGUF_CACHE_MAX
+    folders = [f for f in (cache_dir() / "models").glob("*") if f.is_dir() and re.search(r"-[0-9a-f]{12}$", f.name)]
+    folders.sort(key=lambda f: f.stat().st_mtime, reverse=True)  # most recently used first
+    for folder in [f for f in folders if f != keep][max(0, limit - 1):]:
+        log.info("removing the cached conversion %s (more than %d kept)", folder.name, limit)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def resolve_model_folder(name_or_path: str, progress: Callable[[str], None] | None = None) -> str:
     """Turn a model reference into something ``from_pretrained`` can read (a folder or a hub id)."""
     if not name_or_path or not name_or_path.strip():
@@ -233,6 +257,9 @@ def resolve_model_folder(name_or_path: str, progress: Callable[[str], None] | No
         folder = _gguf_cache_folder(path)
         if not (folder / "config.json").exists():
             _convert_gguf(path, folder, progress)
+        else:
+            os.utime(folder)  # marks it used: the cache keeps the most recently used conversions
+        _prune_gguf_cache(keep=folder)
         return str(folder)
     if path.is_dir():
         if not (path / "config.json").exists():

@@ -12,17 +12,18 @@ import streamlit as st
 
 from grade.errors import GradeError, InputError
 from studio import figures, session
+from studio import served as served_mode
 from studio.resources import (
     PROBES_DIR,
     REFERENCE_FEATURES,
     list_probes,
     read_probe_info,
     store_uploaded_probe,
-    user_data_dir,
 )
 
-USER_PROBES = user_data_dir() / "probes"
-MAX_EXTRACT_ROWS = 400
+USER_PROBES = session.own_probe_folder()
+LIMITS = session.limits()
+SERVED = session.config().served
 
 st.title("Probes")
 st.markdown("A probe maps the per-layer rank ratios of a question to the probability that the model can answer "
@@ -67,7 +68,7 @@ def _probe_table(probes) -> pd.DataFrame:
         "test rows": p.test_metrics.get("n"),
         "train (answerable / unanswerable)": "{answerable} / {unanswerable}".format(**p.metadata["train_balance"])
         if isinstance(p.metadata.get("train_balance"), dict) else None,
-        "file": str(p.path),
+        "file": session.shown_path(p.path),
     } for p in probes])
 
 
@@ -111,7 +112,7 @@ shipped_tab, load_tab, train_tab = st.tabs(["Shipped and saved probes", "Load a 
 with shipped_tab:
     probes = list_probes(PROBES_DIR) + list_probes(USER_PROBES)
     if not probes:
-        st.info(f"No probes found in {PROBES_DIR} or {USER_PROBES}.")
+        st.info(f"No probes found in {session.shown_path(PROBES_DIR)} or {session.shown_path(USER_PROBES)}.")
     else:
         st.dataframe(_probe_table(probes), hide_index=True, width="stretch",
                      column_config={"test accuracy": st.column_config.NumberColumn(format="%.3f"),
@@ -129,10 +130,14 @@ with shipped_tab:
             right.markdown(_probe_summary(picked))
 
 with load_tab:
-    st.markdown("Upload both files of a probe (`name.safetensors` and `name.json`), or give a path on this machine.")
+    if SERVED:  # a path would read the server's files, and its error would say whether they exist
+        st.markdown("Upload both files of a probe (`name.safetensors` and `name.json`).")
+    else:
+        st.markdown("Upload both files of a probe (`name.safetensors` and `name.json`), or give a path on this machine.")
     uploads = st.file_uploader("Probe files", type=["safetensors", "json"], accept_multiple_files=True,
-                               key="probe_upload")
-    path_text = st.text_input("... or a path", key="probe_path_text", placeholder="assets/probes/name.safetensors")
+                               key="probe_upload", max_upload_size=LIMITS.upload_mb)
+    path_text = "" if SERVED else st.text_input("... or a path", key="probe_path_text",
+                                                placeholder="assets/probes/name.safetensors")
     if st.button("Load probe", key="load_probe"):
         try:
             if uploads:
@@ -140,7 +145,11 @@ with load_tab:
                 metas = [f for f in uploads if f.name.endswith(".json")]
                 if len(weights) != 1 or len(metas) != 1:
                     raise InputError("upload exactly one .safetensors file and one .json file")
-                path = store_uploaded_probe(weights[0].getvalue(), metas[0].getvalue(), weights[0].name)
+                for upload in (weights[0], metas[0]):
+                    served_mode.check_upload(upload.name, upload.size, LIMITS)
+                path = store_uploaded_probe(weights[0].getvalue(), metas[0].getvalue(), weights[0].name,
+                                            session.upload_folder(), quota=session.quota())
+                session.after_user_write()
             elif path_text.strip():
                 path = Path(path_text.strip()).expanduser()
                 path = path if path.suffix == ".safetensors" else path.with_suffix(".safetensors")
@@ -155,12 +164,21 @@ with load_tab:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "probe"
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-") or "probe"
 
 
 @st.cache_data(show_spinner=False, max_entries=2)
 def _uploaded_frame(data: bytes) -> pd.DataFrame:
     return pd.read_parquet(io.BytesIO(data))
+
+
+def _capped(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+    """At most ``train_rows`` rows (seeded sample), saying so when the cap bites."""
+    if frame is None or len(frame) <= LIMITS.train_rows:
+        return frame
+    st.warning(f"The feature set has {len(frame):,} rows; this studio trains on at most {LIMITS.train_rows:,} "
+               "(a seeded random sample of them).")
+    return frame.sample(n=LIMITS.train_rows, random_state=0)
 
 
 def _feature_source() -> pd.DataFrame | None:
@@ -173,17 +191,36 @@ def _feature_source() -> pd.DataFrame | None:
             st.info(f"The reference set {REFERENCE_FEATURES.name} is not there; upload features instead.")
         return frame
     if source.startswith("Upload"):
-        upload = st.file_uploader("Feature file from `python -m grade extract`", type=["parquet"], key="train_upload")
+        upload = st.file_uploader("Feature file from `python -m grade extract`", type=["parquet"], key="train_upload",
+                                  max_upload_size=LIMITS.upload_mb)
         if upload is None:
             return None
+        name = served_mode.safe_display_name(upload.name)
         try:
-            return _uploaded_frame(upload.getvalue())
-        except Exception as exc:  # a corrupt or foreign file
-            st.error(f"Could not read {upload.name} as Parquet: {exc}")
+            served_mode.check_upload(upload.name, upload.size, LIMITS)
+            frame = _uploaded_frame(upload.getvalue())
+        except GradeError as exc:
+            session.show_error(exc)
             return None
+        except Exception as exc:  # a corrupt or foreign file: pyarrow raises many types
+            st.error(f"Could not read {name} as Parquet: {session.user_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}")
+            return None
+        try:
+            from grade.features import check_feature_frame
+
+            check_feature_frame(frame, name)
+        except GradeError as exc:
+            session.show_error(exc)
+            return None
+        return _capped(frame)
     upload = st.file_uploader("Labelled questions from `python -m grade label` (JSONL: id, question, label, ...)",
-                              type=["jsonl"], key="train_jsonl")
+                              type=["jsonl"], key="train_jsonl", max_upload_size=LIMITS.upload_mb)
     if upload is None:
+        return None
+    try:
+        served_mode.check_upload(upload.name, upload.size, LIMITS)
+    except GradeError as exc:
+        session.show_error(exc)
         return None
     if lm is None:
         session.no_model_message()
@@ -191,7 +228,6 @@ def _feature_source() -> pd.DataFrame | None:
     loss = st.radio("Loss", ["pre", "pos"], horizontal=True, key="train_loss",
                     help="pos scores the row's response (or its most frequent sample); pre needs no answer")
     if st.button("Extract features", key="extract"):
-        import json
         import tempfile
 
         from grade.features import features_of_rows, read_labelled
@@ -199,7 +235,15 @@ def _feature_source() -> pd.DataFrame | None:
         with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
             handle.write(upload.getvalue())
         try:
-            rows = read_labelled(handle.name)[:MAX_EXTRACT_ROWS]
+            bad: list[str] = []
+            rows = read_labelled(handle.name, skipped=bad)
+            if bad:
+                st.warning(f"Skipped {len(bad)} bad row(s); the first: "
+                           + session.user_text(bad[0].replace(handle.name, served_mode.safe_display_name(upload.name))))
+            if len(rows) > LIMITS.extract_rows:
+                st.warning(f"The file has {len(rows):,} labelled rows; this studio extracts the first "
+                           f"{LIMITS.extract_rows:,}. Extract more with `python -m grade extract`.")
+                rows = rows[: LIMITS.extract_rows]
             bar = st.progress(0.0, text=f"Extracting features of {len(rows)} questions ...")
             frame, skipped = features_of_rows(
                 lm, rows, loss=loss, callback=lambda done, total, rid: bar.progress(
@@ -207,11 +251,12 @@ def _feature_source() -> pd.DataFrame | None:
             bar.empty()
             st.session_state["extracted"] = frame
             st.success(f"Extracted {len(frame)} rows with {lm.name}" + (f"; {len(skipped)} skipped" if skipped else ""))
-        except (GradeError, json.JSONDecodeError) as exc:
-            session.show_error(exc, "Extraction failed")
+        except GradeError as exc:
+            session.show_error(GradeError(str(exc).replace(handle.name, served_mode.safe_display_name(upload.name))),
+                               "Extraction failed")
         finally:
             Path(handle.name).unlink(missing_ok=True)
-    return st.session_state.get("extracted")
+    return _capped(st.session_state.get("extracted"))
 
 
 with train_tab:
@@ -273,13 +318,20 @@ with train_tab:
                                        for k, v in by_dataset.items()]), hide_index=True)
         name = st.text_input("Name", value=f"{_slug(str(trained.metadata.get('model')))}-{trained.metadata.get('loss')}-"
                              f"{trained.kind}-custom", key="save_name")
+        replace = st.checkbox("Replace a probe of the same name", key="save_replace",
+                              help="Only your own probes can be replaced; the shipped ones are read-only.")
         if st.button("Save probe", key="save_probe"):
-            weights, meta = trained.save(USER_PROBES / _slug(name))
-            st.session_state["saved_probe"] = str(weights)
+            try:
+                weights = served_mode.save_probe(trained, USER_PROBES, name, replace_existing=replace,
+                                                 quota=session.quota())
+                session.after_user_write()
+                st.session_state["saved_probe"] = str(weights)
+            except GradeError as exc:
+                session.show_error(exc, "Probe not saved")
         saved = st.session_state.get("saved_probe")
         if saved and Path(saved).exists():
             info_saved = read_probe_info(saved)
-            st.success(f"Saved {saved} and its .json (listed under 'Shipped and saved probes').")
+            st.success(f"Saved {session.shown_path(saved)} and its .json (listed under 'Shipped and saved probes').")
             row = st.container(horizontal=True)
             row.download_button("Weights (.safetensors)", Path(saved).read_bytes(), file_name=Path(saved).name,
                                key="dl_probe_weights", on_click="ignore")

@@ -69,7 +69,8 @@ st.selectbox("Math problem (GSM8K dev set)", [OWN] + list(problems), key="rt_cho
 q_col, g_col = st.columns([4, 1])
 q_col.text_area("Problem", key="rt_question", **session.KEEP, height=90)
 g_col.text_input("Gold answer (optional)", key="rt_gold", **session.KEEP, help="Numbers separated by commas; marks a trace correct or wrong")
-g_col.number_input("Max. generated tokens", 16, 512, step=16, key="rt_max_tokens", **session.KEEP)
+g_col.number_input("Max. generated tokens", min_value=1, step=16, key="rt_max_tokens", **session.KEEP,
+                   help=f"At most {session.limits().cot_tokens} tokens")
 
 columns = st.columns(2, gap="medium")
 for key, column in zip(TRACES, columns):
@@ -81,7 +82,8 @@ for key, column in zip(TRACES, columns):
             try:
                 with st.spinner(f"Generating up to {st.session_state['rt_max_tokens']} tokens ..."):
                     text = workflows.generate_cot(lm, st.session_state.get("rt_question", ""),
-                                                  max_new_tokens=int(st.session_state["rt_max_tokens"]))
+                                                  max_new_tokens=int(st.session_state["rt_max_tokens"]),
+                                                  limits=session.limits())
                 st.session_state[f"rt_pending_{key}"] = text
                 st.rerun()
             except InputError as exc:
@@ -102,7 +104,7 @@ def _analyze(keys: list[str]) -> None:
         try:
             traces[key] = workflows.analyze_trace(lm, st.session_state.get("rt_question", ""),
                                                   st.session_state.get(f"rt_text_{key}", ""), title=f"Trace {key}",
-                                                  gold=_gold())
+                                                  gold=_gold(), limits=session.limits())
         except Exception as exc:
             traces.pop(key, None)
             session.show_error(exc, f"Trace {key}")
@@ -168,7 +170,8 @@ for trace in shown:
             st.session_state[f"rt_pending_{key}"] = response
             try:
                 with st.spinner(f"Re-analyzing {trace.title} ..."):
-                    traces[key] = workflows.analyze_trace(lm, trace.question, response, title=trace.title, gold=_gold())
+                    traces[key] = workflows.analyze_trace(lm, trace.question, response, title=trace.title, gold=_gold(),
+                                                          limits=session.limits())
                 st.session_state["rt_traces"] = traces
                 st.session_state.pop(f"rt_editor_{key}", None)  # the table now shows the new steps
                 st.rerun()

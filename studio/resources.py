@@ -8,7 +8,6 @@ the loading logic outside ``st.cache_resource`` lets the caller stream progress 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -195,16 +194,13 @@ def load_probe(path: str | Path):
         raise ProbeError(f"could not read probe {path.name}: {type(exc).__name__}: {exc}") from None
 
 
-def store_uploaded_probe(weights: bytes, metadata: bytes, name: str) -> Path:
-    """Write an uploaded probe pair under the user data folder (content-addressed) and return its weights path."""
-    digest = hashlib.sha1(weights + b"\0" + metadata).hexdigest()[:16]
-    folder = user_data_dir() / "uploaded-probes" / digest
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = Path(name).stem or "probe"
-    target = folder / f"{stem}.safetensors"
-    target.write_bytes(weights)
-    probe_metadata_path(target).write_bytes(metadata)
-    return target
+def store_uploaded_probe(weights: bytes, metadata: bytes, name: str, folder: Path | None = None,
+                         quota=None) -> Path:
+    """Write an uploaded probe pair (content-addressed, atomically) under ``folder`` (default: the local
+    user's ``uploaded-probes``) and return its weights path; see :func:`studio.served.store_upload`."""
+    from .served import store_upload
+
+    return store_upload(weights, metadata, name, folder or user_data_dir() / "uploaded-probes", quota=quota)
 
 
 def probe_probability(probe, rank_ratio: np.ndarray) -> float:

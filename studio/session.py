@@ -7,6 +7,8 @@ probes are shared, through ``st.cache_resource``.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import re
 import shutil
@@ -18,7 +20,9 @@ import streamlit as st
 import grade
 from grade.errors import GradeError, ProbeError
 
+from . import served as served_mode
 from .resources import (
+    PROBES_DIR,
     REFERENCE_FEATURES,
     ModelRegistry,
     ModelSpec,
@@ -28,7 +32,10 @@ from .resources import (
     load_probe,
     probe_metadata_path,
     read_probe_info,
+    user_data_dir,
 )
+
+log = logging.getLogger("grade.studio")
 
 OTHER_MODEL = "__other__"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -39,6 +46,79 @@ PROBE_PATH = "probe_path"  # str path of the probe the user picked (None: the de
 
 # Widgets whose value should survive a visit to another page take **KEEP (Streamlit >= 1.67).
 KEEP = {"persist_state": "session"}
+
+
+# ------------------------------------------------------------------------------------ served mode
+
+
+@functools.lru_cache(maxsize=1)
+def _settings(address: str | None) -> served_mode.Settings:
+    return served_mode.settings(address)
+
+
+def config() -> served_mode.Settings:
+    """Local or served, and the caps that go with it (:mod:`studio.served`), read once per process."""
+    return _settings(st.get_option("server.address"))
+
+
+def limits() -> served_mode.Limits:
+    return config().limits
+
+
+def apply_served_options() -> None:
+    """Served: Streamlit itself shows no error details either (tracebacks name server paths)."""
+    if config().served:
+        st.set_option("client.showErrorDetails", "none")
+
+
+def user_key() -> str:
+    """Who this browser is: the logged-in user where Streamlit authentication is configured, else this
+    browser session (its files then last as long as the session, or until the storage cap prunes them)."""
+    try:
+        if st.user.is_logged_in:
+            return f"user:{st.user.get('email') or st.user.get('sub')}"
+    except Exception:  # no authentication configured
+        pass
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return f"session:{ctx.session_id if ctx is not None else 'none'}"
+
+
+def served_root() -> Path:
+    return user_data_dir() / "served-users"
+
+
+def user_root() -> Path:
+    """This user's own folder: served, one per user (hashed key); locally, the one user's data folder."""
+    if config().served:
+        return served_mode.user_folder(served_root(), user_key())
+    return user_data_dir()
+
+
+def own_probe_folder() -> Path:
+    """Where this user's trained probes are saved."""
+    return user_root() / "probes"
+
+
+def upload_folder() -> Path:
+    return user_root() / ("uploads" if config().served else "uploaded-probes")
+
+
+def quota() -> tuple[Path, served_mode.Limits] | None:
+    """(folder, limits) that this user's writes are checked against; None locally (no quota)."""
+    return (user_root(), limits()) if config().served else None
+
+
+def probe_folders() -> list[Path]:
+    """Folders whose probes this user may list and use: the shipped ones and their own."""
+    return [PROBES_DIR, user_root()]
+
+
+def after_user_write() -> None:
+    """Keep all served users' files within the overall cap (least recently used users go first)."""
+    if config().served:
+        served_mode.prune_users(served_root(), limits(), keep=user_root())
 
 
 # ------------------------------------------------------------------------------- shared resources
@@ -86,7 +166,7 @@ def reference_frame(path: Path = REFERENCE_FEATURES) -> pd.DataFrame | None:
     try:
         return _read_features(str(path), _version(path))
     except (GradeError, OSError, ValueError) as exc:
-        st.warning(f"The reference feature set {path.name} could not be read: {exc}")
+        st.warning(f"The reference feature set {path.name} could not be read: {user_message(exc)}")
         return None
 
 
@@ -117,8 +197,12 @@ def model_picker() -> ModelSpec | None:
         if choice in grade.EMBEDDED_MODELS:
             st.caption(grade.EMBEDDED_MODELS[choice].description)
         if choice == OTHER_MODEL:
-            source = st.text_input("Folder, .gguf file or hub id", key="model_path",
-                                   placeholder="/path/to/model or org/name").strip()
+            if config().served:
+                source = st.text_input("Model folder or .gguf file (in the folders this server allows)",
+                                       key="model_path", placeholder="name of a model folder").strip()
+            else:
+                source = st.text_input("Folder, .gguf file or hub id", key="model_path",
+                                       placeholder="/path/to/model or org/name").strip()
         col1, col2 = st.columns(2)
         device = col1.selectbox("Device", _device_options(), key="model_device")
         dtype = col2.selectbox("dtype", DTYPES, key="model_dtype",
@@ -136,15 +220,19 @@ def load_current_model() -> grade.LoadedModel | None:
         return None
     registry = model_registry()
     try:
+        allowed = served_mode.check_model_source(spec.source, config(), tuple(grade.EMBEDDED_MODELS))
+        spec = ModelSpec(source=allowed, device=spec.device, dtype=spec.dtype)
         if spec in registry.loaded():
             lm = registry.get(spec)
         else:
-            with st.sidebar.status(f"Loading {spec.source} ...", expanded=True) as status:
-                lm = registry.get(spec, progress=status.write)
-                status.update(label=f"Loaded {spec.source}", state="complete", expanded=False)
+            name = shown_path(spec.source)
+            with st.sidebar.status(f"Loading {name} ...", expanded=True) as status:
+                lm = registry.get(spec, progress=lambda line: status.write(user_text(line)))
+                status.update(label=f"Loaded {name}", state="complete", expanded=False)
     except GradeError as exc:
-        st.sidebar.error(f"Model failed to load: {exc}")
-        st.session_state["model_error"] = str(exc)
+        message = user_message(exc)
+        st.sidebar.error(f"Model failed to load: {message}")
+        st.session_state["model_error"] = message
         st.session_state["model_spec"] = None
         return None
     st.session_state.pop("model_error", None)
@@ -180,6 +268,9 @@ def active_probe(lm: grade.LoadedModel | None) -> tuple[object | None, ProbeInfo
     ``problem`` is a one-line reason when there is no usable probe (nothing fits, or the file is broken).
     """
     chosen = st.session_state.get(PROBE_PATH)
+    if chosen and config().served and not served_mode.is_inside(Path(chosen), probe_folders()):
+        st.session_state.pop(PROBE_PATH, None)  # e.g. a user folder pruned since: back to the default
+        chosen = None
     if chosen:
         info = read_probe_info(chosen) or ProbeInfo(Path(chosen), {})
     elif lm is not None:
@@ -191,22 +282,42 @@ def active_probe(lm: grade.LoadedModel | None) -> tuple[object | None, ProbeInfo
     try:
         probe = cached_probe(info.path)
     except GradeError as exc:
-        return None, info, str(exc)
+        return None, info, user_message(exc)
     return probe, info, None
 
 
 # ------------------------------------------------------------------------------- errors, downloads
 
 
+def user_text(text: str) -> str:
+    """Text for the page: served, with server paths cut to their last part."""
+    return served_mode.redact_paths(text) if config().served else text
+
+
+def user_message(exc: BaseException) -> str:
+    """The one line a user is shown for a problem they caused."""
+    return user_text(str(exc))
+
+
 def show_error(exc: BaseException, what: str = "") -> None:
-    """A user-caused problem as one red line; anything else as a short message plus details."""
+    """A user-caused problem as one red line; anything else as a short message plus details (served:
+    a reference instead of the details, which go to the server's log)."""
     prefix = f"{what}: " if what else ""
     if isinstance(exc, GradeError):
-        st.error(prefix + str(exc))
+        st.error(prefix + user_message(exc))
+    elif config().served:
+        reference = served_mode.error_reference()
+        log.error("unexpected error, reference %s", reference, exc_info=exc)
+        st.error(f"{prefix}something went wrong on the server (reference {reference}); its log has the details.")
     else:
         st.error(f"{prefix}unexpected {type(exc).__name__}: {exc}")
         with st.expander("Details"):
             st.exception(exc)
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as the user may see it: whole locally, its name only when served."""
+    return Path(path).name if config().served else str(path)
 
 
 def plain(text: str) -> str:

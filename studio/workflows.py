@@ -18,11 +18,12 @@ from grade.errors import InputError, ProbeError
 from grade.generation import greedy_response
 
 from .resources import ProbeInfo, probe_probability
+from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace
 
 Progress = Callable[[str], None]
 
-MAX_QUESTION_CHARS = 4000
-MAX_CONTEXT_CHARS = 16000
+MAX_QUESTION_CHARS = LOCAL_LIMITS.question_chars
+MAX_CONTEXT_CHARS = LOCAL_LIMITS.context_chars
 
 
 @dataclass
@@ -49,17 +50,17 @@ class QuestionAnalysis:
     probe_problem: str | None = None  # why there is no verdict (no probe, or it does not fit the model)
 
 
-def check_inputs(question: str, context: str | None) -> tuple[str, str | None]:
+def check_inputs(question: str, context: str | None, limits: Limits = LOCAL_LIMITS) -> tuple[str, str | None]:
     """Reject what the engine would reject, with the app's own (tighter) length limits."""
     question = (question or "").strip()
     context = (context or "").strip() or None
     if not question:
         raise InputError("Please type a question first: the question box is empty.")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InputError(f"The question is {len(question):,} characters long; the limit is {MAX_QUESTION_CHARS:,}. "
+    if len(question) > limits.question_chars:
+        raise InputError(f"The question is {len(question):,} characters long; the limit is {limits.question_chars:,}. "
                          "Put long material in the document box instead.")
-    if context and len(context) > MAX_CONTEXT_CHARS:
-        raise InputError(f"The document is {len(context):,} characters long; the limit is {MAX_CONTEXT_CHARS:,}.")
+    if context and len(context) > limits.context_chars:
+        raise InputError(f"The document is {len(context):,} characters long; the limit is {limits.context_chars:,}.")
     return question, context
 
 
@@ -79,6 +80,7 @@ def analyze_question(
     max_new_tokens: int = 48,
     progress: Progress | None = None,
     model_label: str = "",
+    limits: Limits = LOCAL_LIMITS,
 ) -> QuestionAnalysis:
     """Features (with spectra and hidden states), the greedy answer and the probe's verdict for one question.
 
@@ -86,7 +88,8 @@ def analyze_question(
     separately, only to show it; under ``pos`` it is the response the features are computed on.
     """
     say = progress or (lambda line: None)
-    question, context = check_inputs(question, context)
+    question, context = check_inputs(question, context, limits)
+    max_new_tokens = check_answer_tokens(max_new_tokens, limits)
     loss = probe_loss(probe_info)
     srank = str((probe_info.metadata.get("srank") if probe_info else None) or "paper")
     seconds: dict[str, float] = {}
@@ -165,20 +168,32 @@ class Trace:
         return scores, step_of
 
 
-def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int = 192) -> str:
+def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int = 192,
+                 limits: Limits = LOCAL_LIMITS) -> str:
     """The model's greedy chain-of-thought answer to a math question."""
-    question, _ = check_inputs(question, None)
+    question, _ = check_inputs(question, None, limits)
+    max_new_tokens = check_cot_tokens(max_new_tokens, limits)
     prompt = grade.prompts.format_prompt(lm.tokenizer, question, task=task)
     ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     return lm.tokenizer.decode(greedy_response(lm, ids, max_new_tokens), skip_special_tokens=True).strip()
 
 
 def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title: str, task: str = "gsm8k",
-                  gold: list[str] | None = None) -> Trace:
-    """Step-wise ``pos`` analysis of ``response`` with spectra and per-token scores."""
-    question, _ = check_inputs(question, None)
+                  gold: list[str] | None = None, limits: Limits = LOCAL_LIMITS) -> Trace:
+    """Step-wise ``pos`` analysis of ``response`` with spectra and per-token scores.
+
+    The trace is measured first (characters, tokens, steps: each step costs a backward pass and a
+    spectrum per layer) and refused with a message above ``limits``."""
+    from grade.losses import steps_for_response
+
+    question, _ = check_inputs(question, None, limits)
     if not response or not response.strip():
         raise InputError(f"{title}: the reasoning trace is empty; generate one or paste one.")
+    text = response.strip()
+    if len(text) > limits.trace_chars:  # before tokenising a text that may be huge
+        check_trace(len(text), 0, 0, limits)
+    ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    check_trace(len(text), len(ids), len(steps_for_response(lm.tokenizer, ids, 0, text)), limits)
     result = grade.analyze(lm, question, task=task, loss="pos", response=response.strip(), steps=True, spectra=True)
     start = result.response_start or 0
     display = [lm.tokenizer.decode([i], skip_special_tokens=False) for i in result.input_ids[start:]]

@@ -1,0 +1,331 @@
+"""What the studio allows, locally and when served to other people's browsers: one place, no Streamlit.
+
+``make run`` binds the app to 127.0.0.1: one user, on their own machine. ``make serve`` binds it to
+every interface and sets ``GRADE_SERVED=1``; so does any ``--server.address`` that is not a loopback
+address. Served, the studio treats every browser as a stranger:
+
+* **models**: only the embedded ones, and models inside the folders the operator lists in
+  ``GRADE_MODEL_DIRS`` (separated by ``:``); no hub ids, and one message for every refused path,
+  whether it exists or not;
+* **work per request**: caps on the answer length, the reasoning trace (characters, tokens, steps),
+  the generated chain of thought, uploads and the rows extracted or trained on; a cap that bites is
+  said in a message, never applied silently;
+* **files**: probes are saved and uploaded into a folder of the user's own (a quota each), the shared
+  probes are read-only, names are sanitised and an existing probe is never overwritten silently;
+* **errors**: no traceback, no server path; an unexpected error shows a reference that the
+  operator finds in the server's log.
+
+Every cap can be changed by the operator with ``GRADE_LIMIT_<NAME>`` (e.g. ``GRADE_LIMIT_TRACE_STEPS=20``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from grade.errors import InputError, ModelLoadError
+
+SERVED_ENV = "GRADE_SERVED"
+MODEL_DIRS_ENV = "GRADE_MODEL_DIRS"
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-request caps (every user gets them) and per-user storage quotas."""
+
+    question_chars: int = 4000
+    context_chars: int = 16000
+    answer_tokens: int = 512  # the Home page's greedy answer
+    cot_tokens: int = 512  # a chain of thought generated on the Reasoning trace page
+    trace_chars: int = 6000
+    trace_tokens: int = 1024
+    trace_steps: int = 32
+    upload_mb: int = 200  # one uploaded file
+    extract_rows: int = 400  # labelled questions turned into features in the app
+    train_rows: int = 50000
+    user_probes: int = 50  # probes one user may keep (saved + uploaded)
+    user_mb: int = 200  # bytes one user may keep
+    served_mb: int = 2000  # all users together; the least recently used users' files go first
+
+
+LOCAL_LIMITS = Limits()
+# Served: one analysis of the embedded model on a busy 2-core CPU stays within about a minute
+# (a 10-step trace took 165 s there before these caps; 40 steps did not finish in 600 s).
+SERVED_LIMITS = Limits(
+    question_chars=2000, context_chars=6000, answer_tokens=128, cot_tokens=256, trace_chars=2000,
+    trace_tokens=384, trace_steps=12, upload_mb=8, extract_rows=50, train_rows=5000, user_probes=10, user_mb=20,
+    served_mb=500,
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    served: bool
+    limits: Limits
+    model_dirs: tuple[Path, ...]  # allow-listed model folders (served mode only)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def is_loopback(address: str | None) -> bool:
+    """True for 127.0.0.1, ::1, localhost (and None / "", which the caller treats as unset)."""
+    if not address or address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _limits_from_env(base: Limits) -> Limits:
+    changes = {}
+    for f in fields(Limits):
+        raw = os.environ.get(f"GRADE_LIMIT_{f.name.upper()}")
+        if raw is None:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InputError(f"GRADE_LIMIT_{f.name.upper()}={raw!r} is not a whole number") from None
+        if value < 1:
+            raise InputError(f"GRADE_LIMIT_{f.name.upper()} must be at least 1")
+        changes[f.name] = value
+    return replace(base, **changes)
+
+
+def settings(server_address: str | None = None) -> Settings:
+    """The mode and caps, from the environment (and Streamlit's ``server.address`` when given).
+
+    Served when ``GRADE_SERVED`` is on, or when the server listens on an address other than the
+    loopback one: serving to others is an explicit choice, and choosing it brings the caps.
+    """
+    served = _truthy(os.environ.get(SERVED_ENV)) or (bool(server_address) and not is_loopback(server_address))
+    limits = _limits_from_env(SERVED_LIMITS if served else LOCAL_LIMITS)
+    folders = tuple(Path(p).expanduser().resolve() for p in os.environ.get(MODEL_DIRS_ENV, "").split(os.pathsep)
+                    if p.strip())
+    return Settings(served=served, limits=limits, model_dirs=folders)
+
+
+# ------------------------------------------------------------------------------------------- models
+
+
+def check_model_source(source: str, config: Settings, embedded: tuple[str, ...]) -> str:
+    """The model reference to load, or ModelLoadError when this server does not load it.
+
+    Locally everything :func:`grade.load_model` takes is allowed. Served, only ``embedded`` names and
+    folders or ``.gguf`` files inside ``config.model_dirs``; the refusal is the same sentence whether
+    the path exists or not, so the message tells a stranger nothing about the server's files.
+    """
+    source = (source or "").strip()
+    if not config.served or source in embedded:
+        return source
+    refusal = ModelLoadError(
+        "this server loads only the embedded models"
+        + (" and the models its operator has put in the allowed folders" if config.model_dirs else "")
+        + f" ({', '.join(embedded)}" + (", or a folder name from the allowed folders)" if config.model_dirs else ")")
+    )
+    if not source or not config.model_dirs or "\x00" in source:
+        raise refusal
+    candidates = []
+    path = Path(source).expanduser()
+    if path.is_absolute():
+        candidates.append(path)
+    else:  # a name relative to an allowed folder
+        candidates += [folder / path for folder in config.model_dirs]
+    for candidate in candidates:
+        try:
+            resolved = candidate.resolve()  # symlinks and '..' are followed before the check
+        except (OSError, RuntimeError):
+            continue
+        if any(resolved != folder and resolved.is_relative_to(folder) for folder in config.model_dirs) \
+                and (resolved.is_dir() or resolved.suffix == ".gguf") and resolved.exists():
+            return str(resolved)
+    raise refusal
+
+
+# ---------------------------------------------------------------------------------- request caps
+
+
+def _cap(value: int, cap: int, what: str, unit: str) -> int:
+    if value > cap:
+        raise InputError(f"{what} is {value:,} {unit}; this studio allows at most {cap:,}.")
+    return value
+
+
+def check_answer_tokens(tokens: int, limits: Limits) -> int:
+    if tokens < 1:
+        raise InputError("The answer length must be at least 1 token.")
+    return _cap(int(tokens), limits.answer_tokens, "The answer length", "tokens")
+
+
+def check_cot_tokens(tokens: int, limits: Limits) -> int:
+    if tokens < 1:
+        raise InputError("The number of tokens to generate must be at least 1.")
+    return _cap(int(tokens), limits.cot_tokens, "The number of tokens to generate", "tokens")
+
+
+def check_trace(n_chars: int, n_tokens: int, n_steps: int, limits: Limits) -> None:
+    """A reasoning trace within the caps: each step costs a backward pass and a spectrum per layer."""
+    _cap(n_chars, limits.trace_chars, "The reasoning trace", "characters")
+    _cap(n_tokens, limits.trace_tokens, "The reasoning trace", "tokens")
+    if n_steps > limits.trace_steps:
+        raise InputError(f"The reasoning trace has {n_steps} steps; this studio analyses at most {limits.trace_steps} "
+                         "(each step costs a backward pass). Shorten it or merge steps.")
+
+
+def check_upload(name: str, size: int, limits: Limits) -> None:
+    if size > limits.upload_mb * MB:
+        raise InputError(f"{safe_display_name(name)} is {size / MB:.1f} MB; this studio accepts files of at most "
+                         f"{limits.upload_mb} MB.")
+
+
+# ----------------------------------------------------------------------------------------- probes
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_probe_name(text: str) -> str:
+    """A file name for a probe from what the user typed: letters, digits, ``_ - .``; no leading dot
+    (so never ``.``, ``..`` or a hidden file), no folder, at most 80 characters."""
+    name = _NAME_CHARS.sub("-", Path(str(text or "")).name.strip())
+    name = name.lstrip(".-")[:80].rstrip(".-")
+    for suffix in (".safetensors", ".json"):
+        name = name.removesuffix(suffix)
+    if not name or not re.search(r"[A-Za-z0-9]", name):
+        raise InputError("Give the probe a name with at least one letter or digit.")
+    return name
+
+
+def safe_display_name(text: str) -> str:
+    """A user-given file name as it may be shown: no folders, printable, short."""
+    name = Path(str(text or "")).name
+    return re.sub(r"[^\w .()+-]", "_", name)[:80] or "file"
+
+
+def user_folder(root: Path, user_key: str) -> Path:
+    """The folder of one user's files under ``root``: a hash of the user key, so that a name, an
+    e-mail address or a session id never becomes a path."""
+    return root / hashlib.sha256(user_key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def _files(folder: Path) -> list[Path]:
+    return [f for f in folder.rglob("*") if f.is_file()] if folder.is_dir() else []
+
+
+def _probe_files(folder: Path) -> list[Path]:
+    return [f for f in _files(folder) if f.suffix == ".safetensors"]
+
+
+def check_quota(folder: Path, new_bytes: int, limits: Limits, *, replacing: Path | None = None) -> None:
+    """Refuse a write that would take one user past their probe count or bytes."""
+    files = _files(folder)
+    probes = [f for f in _probe_files(folder) if f != replacing]
+    used = sum(f.stat().st_size for f in files if replacing is None or f.with_suffix("") != replacing.with_suffix(""))
+    if len(probes) + 1 > limits.user_probes:
+        raise InputError(f"You keep {len(probes)} probes here, the most this studio allows; delete one first.")
+    if used + new_bytes > limits.user_mb * MB:
+        raise InputError(f"This would take your files to {(used + new_bytes) / MB:.1f} MB; this studio allows "
+                         f"{limits.user_mb} MB per user. Delete a probe first.")
+
+
+def prune_users(root: Path, limits: Limits, keep: Path) -> list[Path]:
+    """Remove whole user folders, least recently used first, while ``root`` holds more than
+    ``limits.served_mb``; ``keep`` (the current user's) stays. Returns what was removed."""
+    if not root.is_dir():
+        return []
+    users = [(max([f.stat().st_mtime for f in _files(u)] + [u.stat().st_mtime]), u) for u in root.iterdir() if u.is_dir()]
+    total = sum(f.stat().st_size for _, u in users for f in _files(u))
+    removed = []
+    for _, folder in sorted(users):
+        if total <= limits.served_mb * MB:
+            break
+        if folder == keep:
+            continue
+        total -= sum(f.stat().st_size for f in _files(folder))
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def save_probe(probe, folder: Path, name: str, *, replace_existing: bool = False,
+               quota: tuple[Path, Limits] | None = None) -> Path:
+    """Save ``probe`` as ``folder/<safe name>`` atomically; an existing probe of that name is replaced
+    only when asked. ``quota``: (the user's folder, limits) to check the user's storage against.
+    Returns the weights path."""
+    from grade.probe import probe_paths
+
+    name = safe_probe_name(name)
+    weights, meta = probe_paths(folder / name)
+    exists = weights.exists() or meta.exists()
+    if exists and not replace_existing:
+        raise InputError(f"A probe named {name!r} exists already; choose another name, or tick 'Replace'.")
+    if quota is not None:
+        size = sum(t.numel() * t.element_size() for t in probe.tensors().values()) + 64 * 1024
+        check_quota(quota[0], size, quota[1], replacing=weights if exists else None)
+    folder.mkdir(parents=True, exist_ok=True)
+    probe.save(folder / name)
+    return weights
+
+
+def store_upload(weights: bytes, metadata: bytes, name: str, folder: Path, *,
+                 quota: tuple[Path, Limits] | None = None) -> Path:
+    """Write an uploaded probe pair under ``folder/<content hash>/`` atomically (within ``quota``, see
+    :func:`save_probe`) and return its weights path; the same upload twice is stored once."""
+    from grade.io import atomic_paths
+    from grade.probe import probe_paths
+
+    digest = hashlib.sha1(weights + b"\0" + metadata).hexdigest()[:16]
+    try:
+        stem = safe_probe_name(Path(str(name)).stem)
+    except InputError:
+        stem = "probe"
+    weights_path, meta_path = probe_paths(folder / digest / stem)
+    if weights_path.exists() and meta_path.exists():
+        return weights_path
+    if quota is not None:
+        check_quota(quota[0], len(weights) + len(metadata), quota[1])
+    weights_path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_paths(weights_path, meta_path) as (w_tmp, m_tmp):
+        w_tmp.write_bytes(weights)
+        m_tmp.write_bytes(metadata)
+    return weights_path
+
+
+def is_inside(path: Path, folders: list[Path]) -> bool:
+    """Whether ``path`` (symlinks followed) lies inside one of ``folders``."""
+    try:
+        resolved = Path(path).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return any(resolved.is_relative_to(Path(f).resolve()) for f in folders)
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+_PATH = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?(?:/|\\\\)[^\s'\"()\[\],;:]*")
+
+
+def redact_paths(message: str) -> str:
+    """``message`` with every absolute path cut to its last part (``/home/x/y/probe.json`` -> ``probe.json``)."""
+
+    def last(match: re.Match) -> str:
+        parts = [p for p in re.split(r"[/\\]", match.group(0)) if p and p != "~" and not p.endswith(":")]
+        return parts[-1] if parts else "…"
+
+    return _PATH.sub(last, message)
+
+
+def error_reference() -> str:
+    """A short reference shown to a remote user instead of the details, and logged with them."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
