@@ -66,9 +66,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--address", default=None,
                        help="Ray cluster to join: 'auto' (a `ray start` cluster on this machine), host:6379, "
                             "or ray://host:10001; default: $RAY_ADDRESS, else a local cluster on this machine")
-    from .commands.common import positive_int
+    from .commands.common import int_range
 
-    group.add_argument("--workers", type=positive_int, default=None,
+    group.add_argument("--workers", type=int_range(1, 4096), default=None,
                        help="model copies (Ray actors); default: cluster GPUs / --gpus-per-worker, or CPUs")
     group.add_argument("--gpus-per-worker", type=_gpu_count, default=None,
                        help="GPUs per model copy (default 1 with --device cuda, else 0); above 1 the model "

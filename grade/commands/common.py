@@ -72,8 +72,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", help="let transformers run the model's own code")
 
 
+#: torch refuses more threads than a C int holds; no machine has more cores than this
+thread_count = int_range(1, 4096)
+#: numpy and torch take seeds of at most 64 bits; 32 are plenty and portable
+seed = int_range(0, 2**32 - 1)
+
+
 def add_threads_argument(parser: argparse.ArgumentParser, default: int | None = None, help: str | None = None) -> None:
-    parser.add_argument("--threads", type=positive_int, default=default,
+    parser.add_argument("--threads", type=thread_count, default=default,
                         help=help or "torch CPU threads (default: torch's choice)")
 
 

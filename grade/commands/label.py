@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..distributed import add_engine_arguments, check_engine_arguments
-from .common import add_model_arguments, int_range, load_model_from_args, non_negative_int, positive_int
+from .common import add_model_arguments, int_range, load_model_from_args, non_negative_int, positive_int, thread_count
 
 #: a longer answer than any task needs, and more than a small model's context; refused when parsed
 MAX_NEW_TOKENS = 8192
@@ -45,7 +45,7 @@ def register(sub) -> None:
                    help="answer length (default: per task, 12 for short QA)")
     p.add_argument("--batch", type=int_range(1, 256), default=4, help="questions sampled together (default 4)")
     p.add_argument("--sample-chars", type=positive_int, default=None, help="store samples cut to this many characters")
-    p.add_argument("--threads", type=positive_int, default=default_threads(), help="torch CPU threads (default: half the cores)")
+    p.add_argument("--threads", type=thread_count, default=default_threads(), help="torch CPU threads (default: half the cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_engine_arguments(p)
     p.set_defaults(func=run)

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import non_negative_int, open_fraction, positive_int
+from .common import open_fraction, positive_int, seed
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--features", nargs="+", required=True, help="feature store folder(s) or Parquet file(s)")
     p.add_argument("--kind", choices=("mlp", "logreg"), default="mlp")
     p.add_argument("--out", required=True, help="output path without extension, e.g. assets/probes/name")
-    p.add_argument("--seed", type=non_negative_int, default=42)
+    p.add_argument("--seed", type=seed, default=42)
     p.add_argument("--val-fraction", type=open_fraction, default=0.15)
     p.add_argument("--test-fraction", type=open_fraction, default=0.15)
     p.add_argument("--holdout-dataset", nargs="*", default=[], help="datasets kept out of training, scored apart")
