@@ -36,8 +36,10 @@ def datasets_dir() -> Path:
 
 
 def user_data_dir() -> Path:
-    """Where the app writes files a user asked for (trained probes, uploaded probes)."""
-    return Path(os.environ.get("GRADE_CACHE_DIR") or Path.home() / ".cache" / "grade-studio")
+    """Where the app writes files a user asked for (trained probes, uploaded probes):
+    ``$GRADE_USER_DATA_DIR``, else the model cache folder (``$GRADE_CACHE_DIR``, ``~/.cache/grade-studio``)."""
+    return Path(os.environ.get("GRADE_USER_DATA_DIR") or os.environ.get("GRADE_CACHE_DIR")
+                or Path.home() / ".cache" / "grade-studio")
 
 
 # ----------------------------------------------------------------------------------------- models

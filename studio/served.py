@@ -112,12 +112,18 @@ def settings(server_address: str | None = None) -> Settings:
     """
     served = _truthy(os.environ.get(SERVED_ENV)) or (bool(server_address) and not is_loopback(server_address))
     limits = _limits_from_env(SERVED_LIMITS if served else LOCAL_LIMITS)
-    folders = tuple(Path(p).expanduser().resolve() for p in os.environ.get(MODEL_DIRS_ENV, "").split(os.pathsep)
+    folders = tuple(_absolute(Path(p).expanduser()) for p in os.environ.get(MODEL_DIRS_ENV, "").split(os.pathsep)
                     if p.strip())
     return Settings(served=served, limits=limits, model_dirs=folders)
 
 
 # ------------------------------------------------------------------------------------------- models
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute with every ``..`` removed; symlinks are kept as they are (only the
+    operator can put one into an allowed folder, and may want to)."""
+    return Path(os.path.normpath(os.path.abspath(path)))
 
 
 def check_model_source(source: str, config: Settings, embedded: tuple[str, ...]) -> str:
@@ -144,13 +150,14 @@ def check_model_source(source: str, config: Settings, embedded: tuple[str, ...])
     else:  # a name relative to an allowed folder
         candidates += [folder / path for folder in config.model_dirs]
     for candidate in candidates:
-        try:
-            resolved = candidate.resolve()  # symlinks and '..' are followed before the check
-        except (OSError, RuntimeError):
+        path = _absolute(candidate)  # '..' is gone before the check: no way out of an allowed folder
+        if not any(path != folder and path.is_relative_to(folder) for folder in config.model_dirs):
             continue
-        if any(resolved != folder and resolved.is_relative_to(folder) for folder in config.model_dirs) \
-                and (resolved.is_dir() or resolved.suffix == ".gguf") and resolved.exists():
-            return str(resolved)
+        try:
+            if (path.is_dir() and (path / "config.json").is_file()) or (path.suffix == ".gguf" and path.is_file()):
+                return str(path)
+        except OSError:
+            continue
     raise refusal
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -79,10 +80,8 @@ def user_key() -> str:
             return f"user:{st.user.get('email') or st.user.get('sub')}"
     except Exception:  # no authentication configured
         pass
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    return f"session:{ctx.session_id if ctx is not None else 'none'}"
+    # A random id kept in this session's server-side state (no widget writes this key).
+    return "session:" + st.session_state.setdefault("_grade_user_id", uuid.uuid4().hex)
 
 
 def served_root() -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KILLS = 3  # kills per artefact, each at a different point of a write
+KILLS = 2  # kills per artefact, each at a different point of a write
 
 WRITERS = {
     "result": '''
