@@ -74,7 +74,7 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
         st.markdown("**Probe verdict**")
         verdict = analysis.verdict
         if verdict is None:
-            st.info(f"No verdict: {analysis.probe_problem or 'no probe loaded.'}")
+            st.info(f"No verdict: {session.user_text(analysis.probe_problem or 'no probe loaded.')}")
             return
         word = "can probably answer" if verdict.answerable else "probably cannot answer"
         st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",

@@ -15,6 +15,7 @@ import streamlit as st
 
 from grade.errors import GradeError
 from grade.evaluation import figures, load_results
+from studio import session
 
 RESULTS_DIR = Path(os.environ.get("GRADE_RESULTS_DIR") or Path(__file__).resolve().parent.parent / "results")
 
@@ -28,7 +29,7 @@ st.markdown(
 folders = sorted((p for p in RESULTS_DIR.glob("*") if (p / "summary.json").is_file()),
                  key=lambda p: (not (p / "main_table.csv").is_file(), p.name)) if RESULTS_DIR.is_dir() else []
 if not folders:
-    st.info(f"No benchmark results under `{RESULTS_DIR}` yet. Run `python -m grade benchmark --model <name>`.")
+    st.info(f"No benchmark results under `{session.shown_path(RESULTS_DIR)}` yet. Run `python -m grade benchmark --model <name>`.")
     st.stop()
 
 
@@ -42,7 +43,7 @@ folder = RESULTS_DIR / choice
 try:
     result = _load(str(folder), (folder / "summary.json").stat().st_mtime)
 except (GradeError, OSError, ValueError) as exc:
-    st.error(f"Could not read the results in {folder}: {exc}")
+    st.error(session.user_text(f"Could not read the results in {folder}: {exc}"))
     st.stop()
 
 

@@ -41,7 +41,7 @@ with st.container(border=True, key="active_probe"):
             try:
                 probe.check_compatible(lm)
             except GradeError as exc:
-                st.warning(f"This probe does not fit the loaded model: {exc}")
+                st.warning(f"This probe does not fit the loaded model: {session.user_message(exc)}")
     else:
         st.info(f"No probe loaded: {problem}")
     if st.session_state.get(session.PROBE_PATH) and st.button("Back to the default probe", key="probe_reset"):
