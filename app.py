@@ -161,13 +161,16 @@ PAGES = [
     st.Page(home, title="Home", icon=":material/home:", default=True),
     st.Page("pages/spectra.py", title="Spectra", icon=":material/ssid_chart:"),
     st.Page("pages/reasoning_trace.py", title="Reasoning trace", icon=":material/functions:"),
-    st.Page("pages/traces.py", title="Traces", icon=":material/fact_check:"),
     st.Page("pages/projections.py", title="Projections", icon=":material/scatter_plot:"),
     st.Page("pages/probes.py", title="Probes", icon=":material/model_training:"),
     st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/leaderboard:"),
 ]
 
 session.apply_served_options()
+if not session.config().served:
+    # Served, the Traces page is not offered: it opens stores and samples files by server path and runs
+    # whole-store analyses in the background, and has no per-user caps yet.
+    PAGES.insert(3, st.Page("pages/traces.py", title="Traces", icon=":material/fact_check:"))
 page = st.navigation(PAGES)
 session.load_current_model()
 page.run()

@@ -101,15 +101,6 @@ SCHEMA = pa.schema(
 # labelled input
 
 
-def _is_unicode(text: str) -> bool:
-    """JSON may escape lone surrogates (``"\\ud800"``); no tokenizer takes them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def labelled_row_problem(row: Any) -> str | None:
     """Why a labelled row cannot be analysed (one short phrase), or None when its fields are usable.
 
@@ -132,9 +123,6 @@ def labelled_row_problem(row: Any) -> str | None:
     for key in ("dataset", "context", "response", "majority"):
         if not text_or_null(key):
             return f"'{key}' must be text or null, not {type(row[key]).__name__}"
-    for key in ("question", "context", "response", "majority"):
-        if isinstance(row.get(key), str) and not _is_unicode(row[key]):
-            return f"'{key}' holds an unpaired surrogate escape (not valid Unicode text)"
     label = row.get("label")
     if label is not None and (not isinstance(label, (int, bool)) or label not in (0, 1)):
         return f"label {label!r}; use 1, 0 or null"

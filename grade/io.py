@@ -248,6 +248,16 @@ def read_text(path: str | os.PathLike) -> str:
     return decode_text(data, str(path))
 
 
+def _is_unicode(value: Any) -> bool:
+    """JSON may escape lone surrogates (``"\\ud800"``); Python then holds text no tokenizer or UTF-8
+    file takes."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any, str | None]]:
     """``(line number, value, problem)`` for every non-blank line of a JSONL file.
 
@@ -265,10 +275,16 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any, str | None]]
                     yield number, None, f"not valid UTF-8 ({_bad_bytes(exc)})"
                     continue
                 try:
-                    yield number, json.loads(line), None
+                    value = json.loads(line)
                 except json.JSONDecodeError as exc:
                     yield number, None, f"not valid JSON ({exc.msg})"
+                    continue
                 except RecursionError:
                     yield number, None, "not valid JSON (nested too deeply)"
+                    continue
+                if "\\u" in line and not _is_unicode(value):
+                    yield number, None, "holds an unpaired surrogate escape (\\ud800-\\udfff), not Unicode text"
+                    continue
+                yield number, value, None
         except (OSError, EOFError, lzma.LZMAError) as exc:  # a corrupt compressed file
             raise InputError(f"cannot read {path}: {exc}") from None

@@ -179,18 +179,15 @@ _QUESTION_KEYS = ("question", "problem", "Question", "Problem", "input", "query"
 def _read_objects(path: Path) -> list[tuple[int, dict]]:
     if not path.is_file():
         raise InputError(f"trace file {path} does not exist")
+    from .io import iter_jsonl
+
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}, line {number}: expected a JSON object")
-            rows.append((number, row))
+    for number, row, problem in iter_jsonl(path):  # bad bytes are a problem too, not a traceback
+        if problem:
+            raise InputError(f"{path}, line {number}: {problem}")
+        if not isinstance(row, dict):
+            raise InputError(f"{path}, line {number}: expected a JSON object")
+        rows.append((number, row))
     if not rows:
         raise InputError(f"{path} holds no traces")
     return rows
@@ -565,17 +562,10 @@ def _missing(value) -> bool:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
+    from .io import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text)
 
 
 _ANNOTATION_LOCKS: dict[str, threading.Lock] = {}

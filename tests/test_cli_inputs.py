@@ -289,7 +289,7 @@ JSON_VALUE = st.recursive(
     max_leaves=6,
 )
 ROW_KEYS = ["id", "question", "label", "context", "task", "choices", "dataset", "accuracy", "samples", "response",
-            "majority", "answers", "solution", "extra"]
+            "majority", "answers", "solution", "extra", "correct"]
 SHORT_TEXT = st.text(max_size=12)
 PLAUSIBLE = {  # field values of the right type (and some of the wrong one), so that whole rows pass often
     "id": st.text(min_size=1, max_size=6) | st.integers(0, 99),
@@ -303,6 +303,7 @@ PLAUSIBLE = {  # field values of the right type (and some of the wrong one), so 
     "samples": st.lists(SHORT_TEXT, max_size=3),
     "response": st.none() | st.sampled_from(["Four.", "4"]),
     "answers": st.lists(st.sampled_from(["4", "A"]), min_size=1, max_size=2),
+    "correct": st.sampled_from([0, 1, True, "yes", None]),
 }
 ROW = st.one_of(
     st.dictionaries(st.sampled_from(ROW_KEYS), JSON_VALUE, max_size=7),
@@ -350,13 +351,18 @@ def _command(draw, folder: Path) -> list[str]:
                   "--kind": st.sampled_from(["logreg", "forest"]), "--seed": NUMBER, "--val-fraction": FRACTION,
                   "--test-fraction": FRACTION, "--max-per-class": NUMBER, "--json": None,
                   "--datasets": st.sampled_from(["facts_known", "nope"])},
+        "traces": {"--samples": rows_file, "--dataset": st.sampled_from(["gsm8k", str(jsonl), "nope"]),
+                   "--generate": NUMBER, "--task": st.sampled_from(["gsm8k", "math", "poetry"]), "--limit": NUMBER,
+                   "--offset": NUMBER, "--seed": NUMBER, "--max-new-tokens": NUMBER, "--chunk-size": NUMBER,
+                   "--threads": NUMBER, "--out": st.sampled_from([str(folder / "traces"), str(jsonl)]),
+                   "--engine": st.sampled_from(["local", "ray"]), "--json": None, "--quiet": None},
         "evaluate": {"--probe": st.sampled_from([str(folder / "probe"), str(jsonl), str(folder / "none")]),
                      "--questions": rows_file, "--limit": NUMBER, "--threads": NUMBER, "--model": model, "--json": None},
     }
     command = draw(st.sampled_from(sorted(options)))
     argv = [command]
     required = {"analyze": ["--question"], "extract": ["--labels", "--out"], "label": ["--dataset", "--out"],
-                "train": ["--features", "--out"], "evaluate": ["--probe", "--questions"]}[command]
+                "train": ["--features", "--out"], "evaluate": ["--probe", "--questions"], "traces": ["--out"]}[command]
     chosen = set(required) | draw(st.sets(st.sampled_from(sorted(options[command])), max_size=5))
     for flag in sorted(chosen):
         value = options[command][flag]

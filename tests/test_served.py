@@ -243,6 +243,13 @@ def test_a_foreign_feature_file_is_refused_with_a_message(served):
 
 
 @slow
+def test_the_traces_page_is_not_served(served):
+    at = _app()
+    with pytest.raises(ValueError, match="Could not find a navigation page"):  # not a page of the served app
+        at.switch_page("pages/traces.py")
+
+
+@slow
 def test_unexpected_errors_show_a_reference_not_details(served, monkeypatch):
     from streamlit import config
 

@@ -18,7 +18,8 @@ import json
 import sys
 
 from ..distributed import add_engine_arguments, check_engine_arguments
-from .common import add_model_arguments, load_model_from_args
+from .common import (add_model_arguments, add_threads_argument, int_range, load_model_from_args, non_negative_int,
+                     positive_int)
 
 
 def register(sub) -> None:
@@ -29,7 +30,7 @@ def register(sub) -> None:
     src.add_argument("--samples", default=None,
                      help="lm-evaluation-harness samples_<task>_<date>.jsonl, or a JSONL of question/response/correct")
     src.add_argument("--dataset", default=None, help="with --generate: gsm8k, math or a JSONL of problems")
-    src.add_argument("--generate", type=int, default=None, metavar="N",
+    src.add_argument("--generate", type=int_range(1, 1000), default=None, metavar="N",
                      help="sample N traces per problem of --dataset with the model itself")
     src.add_argument("--task", choices=("gsm8k", "math"), default=None,
                      help="prompt and answer check (default: from the file name or its rows)")
@@ -37,15 +38,15 @@ def register(sub) -> None:
     src.add_argument("--filter", default=None, help="lm-eval: whose filter's rows to read (default: the file's first)")
     src.add_argument("--prompt", choices=("task", "run"), default="task",
                      help="task: this project's prompt for the task; run: lm-eval's own prompt (arguments.gen_args_0)")
-    src.add_argument("--limit", type=int, default=None, help="only the first N traces (with --generate: N problems)")
-    src.add_argument("--offset", type=int, default=0, help="with --generate: skip the first N problems")
+    src.add_argument("--limit", type=positive_int, default=None, help="only the first N traces (with --generate: N problems)")
+    src.add_argument("--offset", type=non_negative_int, default=0, help="with --generate: skip the first N problems")
     src.add_argument("--matcher", choices=("strict", "lenient"), default="strict", help="with --generate: answer check")
     src.add_argument("--seed", type=int, default=0, help="with --generate: sampling seed")
-    src.add_argument("--max-new-tokens", type=int, default=None, help="with --generate: trace length (default: per task)")
+    src.add_argument("--max-new-tokens", type=int_range(1, 8192), default=None, help="with --generate: trace length (default: per task)")
     p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
     p.add_argument("--out", required=True, help="trace store folder")
-    p.add_argument("--chunk-size", type=int, default=8, help="traces per Parquet part (work lost at most on a kill)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--chunk-size", type=positive_int, default=8, help="traces per Parquet part (work lost at most on a kill)")
+    add_threads_argument(p)
     p.add_argument("--json", action="store_true", help='print {"n": ..., "traces": [...]} instead of tables')
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_engine_arguments(p)
