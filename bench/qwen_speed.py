@@ -154,7 +154,7 @@ def trace(models, backend, question: str, stop_ids, new_tokens: int, log) -> dic
     from grade.backends import TorchBackend
     from grade.losses import steps_for_response
     from grade.prompts import format_prompt
-    from grade.sampling import encode_prompt
+    from grade.generation import encode_prompt
 
     lm = models["float32"]
     prompt = format_prompt(lm.tokenizer, question, task="gsm8k")
@@ -205,9 +205,9 @@ def main(argv=None) -> int:
 
     import grade
     from grade.backends import llama_cpp_backend
-    from grade.generation import _stop_ids
+    from grade.architectures import end_of_answer_ids
     from grade.prompts import format_prompt
-    from grade.sampling import encode_prompt
+    from grade.generation import encode_prompt
 
     from .cpu import dataset_questions, question_with_prompt_tokens
 
@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     import llama_cpp
 
     payload["llama_cpp_version"] = llama_cpp.__version__
-    stop_ids = _stop_ids(lm)
+    stop_ids = end_of_answer_ids(lm.model, lm.tokenizer)
     gsm = dataset_questions("gsm8k", 1)[0]["question"]
     prompt_ids = encode_prompt(lm.tokenizer, format_prompt(lm.tokenizer, gsm, task="gsm8k"))
 

@@ -39,7 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .baselines import SCORE_KEYS, VARIANTS, answer_key, decode_vector, read_cache
+from .baselines import SCORE_KEYS, VARIANTS, decode_vector, read_cache
+from .tasks import answer_key
 from .errors import InputError
 
 log = logging.getLogger(__name__)
@@ -202,12 +203,12 @@ def read_labels(path: str | Path) -> list[dict]:
 
 
 def confidently_wrong(row: dict) -> bool:
-    """All samples give the same (non-empty) answer and none is correct."""
+    """All samples give the same answer (:func:`grade.tasks.answer_key`) and none is correct."""
     samples = row.get("samples") or []
     if not samples or row.get("accuracy") is None or float(row["accuracy"]) > 0:
         return False
     keys = {answer_key(row.get("task") or "qa", s, row.get("choices")) for s in samples}
-    return len(keys) == 1 and "" not in keys
+    return len(keys) == 1 and None not in keys
 
 
 def select_rows(rows: list[dict], protocol: Protocol, dataset: str | None = None) -> tuple[list[dict], dict[str, Any]]:
