@@ -92,13 +92,15 @@ class TaskSpec:
     answerable_from: float
     default_samples: int = 10
     stop_strings: tuple[str, ...] = ()
+    #: responses are chains of thought, scored one step at a time under ``pos`` (GRADE_pos for reasoning)
+    stepwise: bool = False
 
 
 TASKS: dict[str, TaskSpec] = {
     "qa": TaskSpec("qa", "qa", 12, 0.2, 0.8, stop_strings=LINE_STOPS),
     "mmlu": TaskSpec("mmlu", "mmlu", 4, 0.2, 0.8, stop_strings=LINE_STOPS),
-    "gsm8k": TaskSpec("gsm8k", "gsm8k", 256, 0.4, 0.6, stop_strings=REASONING_STOPS),
-    "math": TaskSpec("math", "math", 512, 0.2, 0.8, stop_strings=REASONING_STOPS),
+    "gsm8k": TaskSpec("gsm8k", "gsm8k", 256, 0.4, 0.6, stop_strings=REASONING_STOPS, stepwise=True),
+    "math": TaskSpec("math", "math", 512, 0.2, 0.8, stop_strings=REASONING_STOPS, stepwise=True),
 }
 
 #: Prompt styles that are not labelling tasks (no checking rule): only their answer format counts.
@@ -691,6 +693,11 @@ def is_correct(question: Question, reply: str, matcher: Matcher = "strict") -> b
     if question.task == "math":
         return math_correct(reply, question.answers, lenient=lenient)
     raise InputError(f"unknown task {question.task!r}")
+
+
+def scored_stepwise(task: str) -> bool:
+    """Whether a labelled row of ``task`` is scored step-wise under ``pos`` (:attr:`TaskSpec.stepwise`)."""
+    return task in TASKS and TASKS[task].stepwise
 
 
 # ----------------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Pa
     responses); with ``compute`` the missing rows are extracted.
     """
     from grade import load_model
-    from grade.features import extract_features, read_labelled, refresh_store, row_key
+    from grade.features import FeatureStore, extract_features, read_labelled, row_key
 
     stores = []
     lm = None
@@ -144,7 +144,7 @@ def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Pa
             report = extract_features(lm, rows, store, loss=loss, progress=True, chunk_size=32)
             log(f"  {file.name}: {report} ({time.perf_counter() - t:.0f} s)")
         elif store.is_dir():
-            refresh_store(store, rows, loss)
+            FeatureStore(store).refresh(rows, loss)
         if store.is_dir():
             stores.append((store, {row_key(r) for r in rows}))
     return stores
