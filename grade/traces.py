@@ -927,7 +927,7 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0) -> dict[
 
     * ``counts``: traces, correct, wrong, unknown;
     * ``ranking``: per score of :data:`RANKING_SCORES`, AUROC for "wrong" (1) against "correct" (0) with a
-      stratified percentile bootstrap interval (:func:`grade.evaluation.bootstrap_ci`); higher scores are
+      stratified percentile bootstrap interval (:func:`grade.metrics.bootstrap_ci`); higher scores are
       taken to mean "wrong" for every score, decided before looking at any data;
     * ``peak_position``: per group (correct, wrong), where in the trace the peak step lies: mean relative
       position (0 = first step, 1 = last; traces with one step left out) and the share in each third;
@@ -936,7 +936,7 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0) -> dict[
     * ``annotations``: over traces with a marked error step, how often the peak step (and the peak token's
       step) is that step, beside the chance rate (mean 1/K) and within one step.
     """
-    from .evaluation import auroc, bootstrap_ci
+    from .metrics import auroc, bootstrap_ci
 
     correct = frame["correct"]
     known = correct.notna().to_numpy()

@@ -225,7 +225,7 @@ def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool
     df = current_rows(stores, hidden=False)
     p = probe.predict_proba(feature_matrix(df))[:, 1]
     y = df["label"].to_numpy().astype(int)
-    from grade.evaluation import auroc, bootstrap_ci
+    from grade.metrics import auroc, bootstrap_ci
 
     def scored(idx):  # a handful of answerable questions: the interval says how much the AUROC can be trusted
         m = binary_metrics(y[idx], p[idx], roc=False)

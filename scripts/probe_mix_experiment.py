@@ -46,7 +46,7 @@ def mixes(datasets: list[str]) -> dict[str, list[str]]:
 
 def main() -> int:
     import grade
-    from grade.evaluation import auroc, bootstrap_ci
+    from grade.metrics import auroc, bootstrap_ci
     from grade.features import extract_features, feature_matrix
     from grade.probe import train_from_features
 
