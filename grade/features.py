@@ -42,7 +42,6 @@ Per-layer values are list columns (not ``ratio_00..``) so one schema fits models
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys

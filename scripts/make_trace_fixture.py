@@ -34,8 +34,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the repository: tests/data
 
 UNTIL = ["Question:", "</s>", "<|im_end|>"]
 IGNORE = [",", r"\$", r"(?s).*#### ", r"\.$"]
