@@ -6,11 +6,12 @@ Every answer a model writes goes through :func:`generate`: the labeller's sample
 where it ends is a task's decision (:func:`grade.tasks.answer_format`); what ends an answer in a given
 model is :func:`grade.architectures.end_of_answer_ids`.
 
-The work is split at a small boundary, so that another engine can generate (a llama.cpp build of a
-GGUF model, say): a **backend** takes prompt token ids and :class:`DecodeSettings` and returns the
-generated token ids (:class:`Backend`); everything around it (encoding prompts, the model's context
-limit, turning ids into answer text, the lock) is shared. A :class:`~grade.models.LoadedModel` whose
-``generation_backend`` is set generates through it; otherwise :class:`TorchBackend` does.
+The work is split at a small boundary, so that another engine can generate: a **backend** takes
+prompt token ids and :class:`DecodeSettings` and returns the generated token ids (:class:`Backend`);
+everything around it (encoding prompts, the model's context limit, turning ids into answer text, the
+lock) is shared. :func:`backend_for` picks one: a :class:`~grade.models.LoadedModel`'s own
+``generation_backend``, llama.cpp for greedy answers of an embedded model that asks for it
+(:mod:`grade.backends`), else :class:`TorchBackend`.
 
 :class:`TorchBackend`, the decoding loop on the transformers model, and why it is ours rather than
 ``model.generate``:
@@ -291,9 +292,20 @@ class TorchBackend:
         return [tokens[q * n : (q + 1) * n] for q in range(len(prompts))]
 
 
-def backend_for(lm: LoadedModel) -> Backend:
-    """The model's own generation backend if it has one, else the transformers loop."""
-    return getattr(lm, "generation_backend", None) or TorchBackend(lm)
+def backend_for(lm: LoadedModel, settings: DecodeSettings | None = None) -> Backend:
+    """What generates for ``lm``: its own ``generation_backend`` if it has one; for greedy decoding of an
+    embedded model that asks for it, llama.cpp on its GGUF file (:func:`grade.backends.fast_backend`);
+    else the transformers loop. Sampling stays on the transformers loop, whose per-sample random
+    streams the labels were drawn with."""
+    if getattr(lm, "generation_backend", None) is not None:
+        return lm.generation_backend
+    if settings is not None and settings.greedy:
+        from .backends import fast_backend
+
+        fast = fast_backend(lm)
+        if fast is not None:
+            return fast
+    return TorchBackend(lm)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -336,7 +348,7 @@ def generate(
     size = batch_size or len(prompts)
     if size < 1:
         raise InputError("the batch size must be at least 1")
-    backend = backend_for(lm)
+    backend = backend_for(lm, settings)
     ids: list[list[list[int]]] = []
     with lm.lock:
         for start in range(0, len(prompts), size):

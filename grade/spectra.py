@@ -58,7 +58,7 @@ def rank_ratios(srank_g, srank_h) -> np.ndarray:
     return np.array([rank_ratio(float(g), float(h)) for g, h in zip(srank_g, srank_h)])
 
 
-def _range_tolerance(singular_values: torch.Tensor, n: int) -> float:
+def range_tolerance(singular_values: torch.Tensor, n: int) -> float:
     # Same cut as pinv(C_h) in float64 (rtol = n·eps on the eigenvalues of C_h = σ²), so our P is the
     # projector the literal formula uses.
     eps = torch.finfo(torch.float64).eps
@@ -98,7 +98,7 @@ def layer_spectrum(h: torch.Tensor, delta: torch.Tensor) -> LayerSpectrum:
         evals, vecs = torch.linalg.eigh(h64 @ h64.T)
         s, order = evals.clamp_min(0).sqrt().sort(descending=True)
         u = vecs[:, order]
-    keep = s > _range_tolerance(s, n) if s.numel() else s.bool()
+    keep = s > range_tolerance(s, n) if s.numel() else s.bool()
     basis = u[:, keep]  # (n, r)
     projected = basis.T @ d64  # (r, d_model)
     eig_h = torch.zeros(n, dtype=torch.float64)
@@ -285,7 +285,7 @@ def _side_streams(device: torch.device, count: int, offset: int = 0) -> list:
 
 #: A layer the float32 Cholesky could not certify is checked again in float64 before the exact route:
 #: its smallest eigenvalue must clear the literal formula's pinv cut (λ > λ₁·n·eps, see
-#: :func:`_range_tolerance`) by this factor, far above the rounding error of a float64 Gram (~n·eps·λ₁).
+#: :func:`range_tolerance`) by this factor, far above the rounding error of a float64 Gram (~n·eps·λ₁).
 FLOAT64_CERTIFICATE_MARGIN = 1e3
 
 

@@ -160,3 +160,23 @@ def test_app_answers_of_a_base_model_start_with_bos(gemma):
     bos = gemma.tokenizer.bos_token_id
     assert seen and all(first == bos for first in seen), seen
     assert analysis.answer == greedy_answer(gemma, analysis.result.prompt, max_new_tokens=4).text
+
+
+@pytest.mark.slow
+def test_llama_cpp_generates_under_the_same_stop_rules(smollm):
+    """llama.cpp (the embedded Qwen's CPU generator) behind the same boundary: the end-of-answer tokens,
+    stop strings and lengths of the torch loop, seeded sampling, one row per seed."""
+    from dataclasses import replace
+
+    pytest.importorskip("llama_cpp")
+    from grade.backends import llama_cpp_generator
+
+    lm = replace(smollm, generation_backend=llama_cpp_generator(smollm, n_threads=1))
+    prompt = encode_prompt(lm.tokenizer, grade_prompt(lm, "Name three colours, one per line."))
+    (answer,), = generate(lm, [prompt], DecodeSettings(24, stop_strings=("\n",)))
+    assert answer.text and "\n" not in answer.text and len(answer.token_ids) <= 24
+    assert answer.finish in ("stop_string", "end_of_answer", "length")
+    sampling = DecodeSettings(8, temperature=0.7, top_p=0.9)
+    first = generate(lm, [prompt], sampling, [[5, 6]])[0]
+    again = generate(lm, [prompt], sampling, [[5, 6]])[0]
+    assert [g.token_ids for g in first] == [g.token_ids for g in again] and len(first) == 2
