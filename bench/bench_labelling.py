@@ -22,15 +22,13 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
 
-import torch  # noqa: E402
-
-import grade  # noqa: E402
-from grade.sampling import STOP_STRINGS, SamplingSettings, encode_prompt, sample_answers  # noqa: E402
-from grade.tasks import TASKS, load_questions  # noqa: E402
+import grade
+from grade.generation import encode_prompt
+from grade.sampling import SamplingSettings, sample_answers
+from grade.tasks import TASKS, load_questions
 
 
 def hf_generate(lm, prompts, settings):
@@ -63,7 +61,7 @@ def main() -> int:
     spec = TASKS[questions[0].task]
     settings = SamplingSettings(
         n_samples=args.samples, max_new_tokens=args.max_new_tokens or spec.max_new_tokens,
-        stop_strings=STOP_STRINGS[spec.name],
+        stop_strings=spec.stop_strings,
     )
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     group = max(batches)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 import grade
-from grade.analysis import _layer_features
+from grade.analysis import layer_features
 from grade.losses import entropy_at_last_position
 from grade.prompts import format_prompt
 from grade.reference import literal_stable_ranks, recipe_rank_ratios, reference_recipe
@@ -76,8 +76,8 @@ def accuracy(lm, questions: list[str]) -> dict:
         ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         cap = capture_tensors(lm, ids)
         truth = literal_stable_ranks(cap.hidden, cap.deltas, "pre", "pre").rank_ratio
-        fast = _layer_features(cap.hidden, cap.deltas, ("pre", "pre"), False)[2]
-        exact = _layer_features(cap.hidden, cap.deltas, ("pre", "pre"), True)[2]
+        fast = layer_features(cap.hidden, cap.deltas, ("pre", "pre"), False)[2]
+        exact = layer_features(cap.hidden, cap.deltas, ("pre", "pre"), True)[2]
         errors["ours_fast"].append(max_relative_error(fast, truth))
         errors["ours_exact"].append(max_relative_error(exact, truth))
         errors["ours_analyze"].append(max_relative_error(grade.analyze(lm, question, spectra=False).rank_ratio, truth))

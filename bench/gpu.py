@@ -32,11 +32,11 @@ import numpy as np
 import torch
 
 import grade
-from grade.analysis import _layer_features
+from grade.analysis import layer_features
 from grade.losses import entropy_at_last_position
 from grade.reference import literal_stable_ranks, reference_recipe
 from grade import spectra
-from grade.spectra import _cholesky_info, _gram_into, _top_eigenvalue, stable_ranks_fast
+from grade.spectra import cholesky_info, gram_into, top_eigenvalue, stable_ranks_fast
 
 from . import stepwise
 from .common import machine, max_relative_error, peak_extra_memory, table, time_call, write_json
@@ -137,7 +137,7 @@ def bench_length(lm, n: int, *, repeats: int, reference_budget_s: float, log, de
     t0 = time.perf_counter()
     truth = literal_stable_ranks(cap.hidden, cap.deltas, *KINDS, device=device)
     row["literal_s"] = time.perf_counter() - t0
-    fast = _layer_features(cap.hidden, cap.deltas, KINDS, False)[2]
+    fast = layer_features(cap.hidden, cap.deltas, KINDS, False)[2]
     same = recipe_on_same_inputs(cap.hidden, cap.deltas, "pre")
     row["err_ours_fast_same_inputs"] = max_relative_error(fast, truth.rank_ratio)
     row["err_ours_analyze"] = max_relative_error(ours_result.rank_ratio, truth.rank_ratio)
@@ -169,25 +169,25 @@ def spectral_parts(hidden, deltas, repeats: int, device) -> dict:
 
     def form():
         for layer in range(n_layers):
-            _gram_into(grams[layer], hidden[layer])
-            _gram_into(grams[n_layers + layer], deltas[layer])
+            gram_into(grams[layer], hidden[layer])
+            gram_into(grams[n_layers + layer], deltas[layer])
 
     form()
     gram_h = grams[:n_layers]
     parts = {
         "part_grams_s": time_call(form, repeats=repeats, warmup=1, device=device).median,
-        "part_cholesky_s": time_call(lambda: _cholesky_info(gram_h, 8), repeats=repeats, warmup=1, device=device).median,
-        "part_lanczos_s": time_call(lambda: _top_eigenvalue(grams, 64), repeats=repeats, warmup=1, device=device).median,
+        "part_cholesky_s": time_call(lambda: cholesky_info(gram_h, 8), repeats=repeats, warmup=1, device=device).median,
+        "part_lanczos_s": time_call(lambda: top_eigenvalue(grams, 64), repeats=repeats, warmup=1, device=device).median,
     }
     # Certificate variants (same answers required): streams at once vs torch's batched call on one stream.
     default = spectra.CERTIFICATE_STREAMS
-    reference_info = _cholesky_info(gram_h, 8).cpu()
+    reference_info = cholesky_info(gram_h, 8).cpu()
     try:
         for streams in (1, 8):
             spectra.CERTIFICATE_STREAMS = streams
             parts[f"part_cholesky_{streams}_streams_s"] = time_call(
-                lambda: _cholesky_info(gram_h, 8), repeats=3, warmup=1, device=device).median
-            parts[f"certificate_{streams}_streams_agrees"] = bool(torch.equal(_cholesky_info(gram_h, 8).cpu(), reference_info))
+                lambda: cholesky_info(gram_h, 8), repeats=3, warmup=1, device=device).median
+            parts[f"certificate_{streams}_streams_agrees"] = bool(torch.equal(cholesky_info(gram_h, 8).cpu(), reference_info))
     finally:
         spectra.CERTIFICATE_STREAMS = default
     parts["certified_layers"] = int((reference_info == 0).sum())

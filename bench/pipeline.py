@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from grade.analysis import _activation_grads, _forward_tail, _layer_features, srank_kinds
+from grade.analysis import activation_grads, forward_with_capture, layer_features, srank_kinds
 from grade.architectures import down_projections
 from grade.capture import model_lock
 from grade.losses import entropy_at_last_position, response_cross_entropy
@@ -55,13 +55,13 @@ def capture_tensors(lm: LoadedModel, input_ids: list[int], *, span: tuple[int, i
     """h and Δ of every layer for the ``pre`` loss, or for the mean cross-entropy of tokens ``span``."""
     logits_from = len(input_ids) - 1 if span is None else span[0] - 1
     with torch.enable_grad():
-        capture, logits, first, _ = _forward_tail(lm, input_ids, False, logits_from)
+        capture, logits, first, _ = forward_with_capture(lm, input_ids, False, logits_from)
         if span is None:
             loss = entropy_at_last_position(logits)
         else:
             ids = torch.tensor(input_ids[first:], device=logits.device)
             loss = response_cross_entropy(logits, ids, span[0] - first, span[1] - first)
-        deltas = _activation_grads(loss, capture.outputs)
+        deltas = activation_grads(loss, capture.outputs)
     return Captured([h[0] for h in capture.hidden], [d[0] for d in deltas], float(loss.detach()))
 
 
@@ -69,10 +69,10 @@ def capture_steps(lm: LoadedModel, input_ids: list[int], spans: list[tuple[int, 
     """One forward and the batched backward of the step-wise pos path: h per layer (n, d_ff) and Δ per
     layer (K, n, d_model), as :func:`grade.analyze` computes them for ``steps=True``."""
     with torch.enable_grad():
-        capture, logits, first, _ = _forward_tail(lm, input_ids, False, spans[0][0] - 1)
+        capture, logits, first, _ = forward_with_capture(lm, input_ids, False, spans[0][0] - 1)
         ids = torch.tensor(input_ids[first:], device=logits.device)
         losses = torch.stack([response_cross_entropy(logits, ids, s - first, e - first) for s, e in spans])
-        deltas = _activation_grads(losses, capture.outputs)
+        deltas = activation_grads(losses, capture.outputs)
     return [h[0] for h in capture.hidden], deltas
 
 
@@ -83,6 +83,6 @@ def prefix_recompute(lm: LoadedModel, input_ids: list[int], spans: list[tuple[in
     ratios = []
     for start, end in spans:
         captured = capture_tensors(lm, input_ids[:end], span=(start, end))
-        ratios.append(_layer_features(captured.hidden, captured.deltas, kinds, False)[2])
+        ratios.append(layer_features(captured.hidden, captured.deltas, kinds, False)[2])
         del captured
     return np.array(ratios)

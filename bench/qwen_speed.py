@@ -1,8 +1,10 @@
 """``python -m bench.qwen_speed``: Qwen2.5-Coder-1.5B-Instruct on this CPU, today's path beside the new one.
 
-1. **Generation**, greedy, from the same prompt ids: HF ``generate`` on the torch model (float32 and
-   bfloat16) against llama.cpp on the same GGUF file (:class:`grade.backends.LlamaCppBackend`), in
-   tokens per second (wall clock, prompt evaluation included), plus where the two greedy answers part.
+1. **Generation**, greedy, from the same prompt ids: the torch decoding loop on the torch model
+   (:class:`grade.generation.TorchBackend`, float32 and bfloat16; results recorded before it replaced HF
+   ``generate`` name it ``hf_generate``) against llama.cpp on the same GGUF file
+   (:class:`grade.backends.LlamaCppBackend`), in tokens per second (wall clock, prompt evaluation
+   included), plus where the greedy answers part.
 2. **GRADE_pre of a 64-token question**, as Home computes it (exact spectra): today's path (float32
    forward and backward, float64 SVD of every h) beside the new one (the model's CPU dtype, exact
    float64 spectra through a QR of hᵀ), alternating runs; every variant's largest relative difference
@@ -40,7 +42,7 @@ def layer_spectrum_today(h: torch.Tensor, delta: torch.Tensor):
     """``grade.spectra.layer_spectrum`` as it is on main today: a full SVD of h (n x d_ff) in float64,
     whose right singular vectors LAPACK forms and the method never uses (kept here, verbatim but for
     this docstring, to time today's path)."""
-    from grade.spectra import LayerSpectrum, _range_tolerance
+    from grade.spectra import LayerSpectrum, range_tolerance
 
     h64 = h.detach().to("cpu", torch.float64)
     d64 = delta.detach().to("cpu", torch.float64)
@@ -51,7 +53,7 @@ def layer_spectrum_today(h: torch.Tensor, delta: torch.Tensor):
         evals, vecs = torch.linalg.eigh(h64 @ h64.T)
         s, order = evals.clamp_min(0).sqrt().sort(descending=True)
         u = vecs[:, order]
-    keep = s > _range_tolerance(s, n) if s.numel() else s.bool()
+    keep = s > range_tolerance(s, n) if s.numel() else s.bool()
     basis = u[:, keep]
     projected = basis.T @ d64
     eig_h = torch.zeros(n, dtype=torch.float64)
@@ -97,26 +99,30 @@ def load(log) -> dict:
 
 
 def generation(models, backend, prompt_ids, stop_ids, new_tokens: int, repeats: int, log) -> dict:
-    from grade.backends import TorchBackend
+    from grade.backends import LlamaCppGenerator
+    from grade.generation import DecodeSettings, TorchBackend
 
-    runs = {"hf_generate_float32": TorchBackend(models["float32"]), "hf_generate_bfloat16": TorchBackend(models["bfloat16"]),
-            "llama_cpp": backend}
+    # a fixed number of tokens: no end-of-answer token for any of them
+    lm = models["float32"]
+    runs = {"torch_float32": TorchBackend(models["float32"]), "torch_bfloat16": TorchBackend(models["bfloat16"]),
+            "llama_cpp": LlamaCppGenerator(backend, lm.tokenizer, frozenset())}
+    settings = DecodeSettings(new_tokens)
     timings = {name: Timing() for name in runs}
     outputs: dict[str, list[int]] = {}
     for rep in range(repeats):
         for name, runner in runs.items():
-            if name.startswith("hf_") and rep >= 1:  # ~30x slower: one timed run each keeps the bench short
+            if name.startswith("torch_") and rep >= 1:  # ~30x slower: one timed run each keeps the bench short
                 continue
-            outputs[name] = timed(lambda: runner.generate(prompt_ids, new_tokens, stop_ids=()), timings[name])
+            outputs[name] = timed(lambda: runner.generate_ids([prompt_ids], settings, None)[0][0], timings[name])
             log(f"[generate] {name}: {len(outputs[name])} tokens in {timings[name].runs[-1]:.1f} s")
     rows = {}
     for name, timing in timings.items():
         n = len(outputs[name])
         rows[name] = {"tokens": n, "median_s": timing.median, "tokens_per_s": n / timing.median,
                       "process_cpu_s": float(np.median(timing.cpu_runs)), "runs_s": timing.runs}
-    ref = outputs["hf_generate_float32"]
+    ref = outputs["torch_float32"]
     for name, out in outputs.items():
-        rows[name]["same_ids_as_hf_float32_until"] = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), min(len(ref), len(out)))
+        rows[name]["same_ids_as_torch_float32_until"] = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), min(len(ref), len(out)))
     return rows
 
 
@@ -151,19 +157,21 @@ def grade_pre(models, question: str, repeats: int, log) -> dict:
 def trace(models, backend, question: str, stop_ids, new_tokens: int, log) -> dict:
     """The model's own GSM8K trace, its first six steps, analysed step-wise as the Reasoning trace page does."""
     import grade
-    from grade.backends import TorchBackend
+    from grade.backends import LlamaCppGenerator
+    from grade.generation import DecodeSettings, TorchBackend
     from grade.losses import steps_for_response
     from grade.prompts import format_prompt
-    from grade.sampling import encode_prompt
+    from grade.generation import encode_prompt
 
     lm = models["float32"]
     prompt = format_prompt(lm.tokenizer, question, task="gsm8k")
     prompt_ids = encode_prompt(lm.tokenizer, prompt)
     out: dict = {}
     generated = {}
-    for name, runner in (("llama_cpp", backend), ("hf_generate_bfloat16", TorchBackend(models["bfloat16"]))):
+    llama = LlamaCppGenerator(backend, lm.tokenizer, frozenset(stop_ids))
+    for name, runner in (("llama_cpp", llama), ("torch_bfloat16", TorchBackend(models["bfloat16"]))):
         timing = Timing()
-        ids = timed(lambda: runner.generate(prompt_ids, new_tokens, stop_ids=stop_ids), timing)
+        ids = timed(lambda: runner.generate_ids([prompt_ids], DecodeSettings(new_tokens), None)[0][0], timing)
         generated[name] = ids
         out[f"generate_{name}"] = {"tokens": len(ids), "seconds": timing.runs[0], "tokens_per_s": len(ids) / timing.runs[0]}
         log(f"[trace] generated by {name}: {len(ids)} tokens in {timing.runs[0]:.1f} s")
@@ -205,9 +213,9 @@ def main(argv=None) -> int:
 
     import grade
     from grade.backends import llama_cpp_backend
-    from grade.generation import _stop_ids
+    from grade.architectures import end_of_answer_ids
     from grade.prompts import format_prompt
-    from grade.sampling import encode_prompt
+    from grade.generation import encode_prompt
 
     from .cpu import dataset_questions, question_with_prompt_tokens
 
@@ -220,7 +228,7 @@ def main(argv=None) -> int:
     import llama_cpp
 
     payload["llama_cpp_version"] = llama_cpp.__version__
-    stop_ids = _stop_ids(lm)
+    stop_ids = end_of_answer_ids(lm.model, lm.tokenizer)
     gsm = dataset_questions("gsm8k", 1)[0]["question"]
     prompt_ids = encode_prompt(lm.tokenizer, format_prompt(lm.tokenizer, gsm, task="gsm8k"))
 
@@ -242,9 +250,9 @@ def main(argv=None) -> int:
               f"torch {m['torch']}, transformers {m.get('transformers')}, llama-cpp-python {payload['llama_cpp_version']}", "",
               f"## Generation, greedy, {len(prompt_ids)}-token GSM8K prompt (target >= {TARGETS['tokens_per_s']:g} tokens/s)", "",
               table([{"backend": k, **v} for k, v in gen.items()],
-                    ["backend", "tokens", "median_s", "tokens_per_s", "process_cpu_s", "same_ids_as_hf_float32_until"]), "",
-              f"llama.cpp / HF float32: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['hf_generate_float32']['tokens_per_s'])}x**, "
-              f"llama.cpp / HF bfloat16: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['hf_generate_bfloat16']['tokens_per_s'])}x**", "",
+                    ["backend", "tokens", "median_s", "tokens_per_s", "process_cpu_s", "same_ids_as_torch_float32_until"]), "",
+              f"llama.cpp / torch float32: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['torch_float32']['tokens_per_s'])}x**, "
+              f"llama.cpp / torch bfloat16: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['torch_bfloat16']['tokens_per_s'])}x**", "",
               f"## GRADE_pre, {pre['prompt_tokens']}-token question, exact spectra (target <= {TARGETS['grade_pre_s']:g} s)", "",
               table([{"path": k, "median_s": v["median_s"], "process_cpu_s": v["median_process_cpu_s"], "spread": v["spread"],
                       "max_rel_diff_vs_today": pre["max_rel_diff_vs_today"][k]} for k, v in pre["timings"].items()],

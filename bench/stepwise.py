@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 import grade
-from grade.analysis import _layer_features, prefix_passes_are_cheaper, srank_kinds
+from grade.analysis import layer_features, prefix_passes_are_cheaper, srank_kinds
 from grade.losses import split_steps
 from grade.reference import literal_stable_ranks
 
@@ -64,7 +64,7 @@ def measure(lm, question: str, response: str, *, task: str = "gsm8k", prompt: st
         end = spans[i][1]
         h_k, d_k = [h[:end] for h in hidden], [d[i, :end] for d in deltas]
         truth = literal_stable_ranks(h_k, d_k, *kinds, device=device).rank_ratio
-        literal_errors.append(max_relative_error(_layer_features(h_k, d_k, kinds, False)[2], truth))
+        literal_errors.append(max_relative_error(layer_features(h_k, d_k, kinds, False)[2], truth))
     del hidden, deltas
     speedup = t_base.median / t_ours.median
     return {

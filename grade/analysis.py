@@ -18,22 +18,21 @@ import torch
 from . import __version__
 from .capture import capture_mlp
 from .errors import InputError, NumericalError
-from .generation import greedy_response
+from .generation import encode_prompt, greedy_answer
 from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response
 from .models import LoadedModel
 from .prompts import format_prompt
-from .sampling import encode_prompt
 from .result import GradeResult, StepResult
 from .spectra import (
     SRankKind,
     check_finite,
-    full_rank_in_float64,
     layer_spectrum,
-    rank_ratio,
+    rank_ratios,
     stable_rank,
-    stable_ranks_fast,
-    stable_ranks_prefixes,
+    stable_ranks_checked,
+    stable_ranks_prefixes_checked,
 )
+from .tasks import answer_format
 
 LossKind = Literal["pre", "pos"]
 SRankVariant = Literal["paper", "sum", "squared"]
@@ -58,7 +57,7 @@ def srank_kinds(loss: LossKind, variant: SRankVariant) -> tuple[SRankKind, SRank
     return kind, kind
 
 
-def _validate_text(question: str, max_chars: int = 20000) -> str:
+def validate_question(question: str, max_chars: int = 20000) -> str:
     if question is None or not str(question).strip():
         raise InputError("the question is empty")
     if len(question) > max_chars:
@@ -80,11 +79,11 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
 
 def _forward(lm: LoadedModel, input_ids: list[int], keep_hidden: bool):
     """Forward pass with capture; returns (capture, logits (n, vocab), hidden states or None)."""
-    capture, logits, _, hidden_states = _forward_tail(lm, input_ids, keep_hidden, 0)
+    capture, logits, _, hidden_states = forward_with_capture(lm, input_ids, keep_hidden, 0)
     return capture, logits, hidden_states
 
 
-def _forward_tail(
+def forward_with_capture(
     lm: LoadedModel, input_ids: list[int], keep_hidden: bool, logits_from: int, *, low_memory: bool = False
 ):
     """Forward pass with capture; returns (capture, logits (n - first, vocab), first, hidden states or None).
@@ -102,7 +101,7 @@ def _forward_tail(
     return capture, out.logits[0], first, (out.hidden_states if keep_hidden else None)
 
 
-def _activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor], batched: bool | None = None) -> list[torch.Tensor]:
+def activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor], batched: bool | None = None) -> list[torch.Tensor]:
     """Δ for every layer: (K, n, d_model) per layer for K losses; ``batched``: one batched backward
     pass for all K (default: everywhere but on a CPU), else K backward passes over the same graph."""
     # Outputs are (1, n, d), or (n, d) where the model flattens tokens (OPT); either way one sequence.
@@ -141,51 +140,20 @@ def _hidden_of_layers(lm: LoadedModel, input_ids: list[int], layers: list[int]) 
 def _fast_features_from_grams(grams: list[torch.Tensor], deltas: list[torch.Tensor], kinds, hidden_width: int, fetch_hidden):
     """Fast-path (srank_h, srank_g, ratio) from ``h hᵀ`` per layer (n, n) and Δ per layer (n, d_model);
     ``fetch_hidden(layers)`` returns h for the layers that need the exact route."""
-    kind_h, kind_g = kinds
     # stable_ranks_fast raises NumericalError for a non-finite h or Δ (their grams' traces show it).
-    fast = stable_ranks_fast(None, deltas, kind_h, kind_g, hidden_grams=grams, hidden_width=hidden_width)
-    srank_h = fast.srank_h.double().cpu().numpy()
-    srank_g = fast.srank_g.double().cpu().numpy()
-    uncertified = torch.nonzero(~fast.full_rank).flatten().tolist()
-    if uncertified:
-        hidden = fetch_hidden(uncertified)
-        for layer in uncertified:
-            if full_rank_in_float64(hidden[layer]):
-                continue
-            spec = layer_spectrum(hidden[layer], deltas[layer])
-            srank_h[layer] = stable_rank(spec.eig_h, kind_h)
-            srank_g[layer] = stable_rank(spec.eig_g, kind_g)
-    ratio = np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)])
-    return srank_h, srank_g, ratio
+    checked = stable_ranks_checked(None, deltas, *kinds, hidden_grams=grams, hidden_width=hidden_width,
+                                   fetch_hidden=fetch_hidden)
+    return checked.srank_h, checked.srank_g, checked.rank_ratio
 
 
-def _full_rank_row_sums(deltas: list[torch.Tensor]) -> np.ndarray:
-    """Row sums of C_g where C_h has full row rank (P = I, so C_g = Δ Δᵀ): Δ (Δᵀ 1) per layer, in
-    float64, without an eigen-decomposition. deltas[l]: (n, d_model) -> (L, n)."""
-    return np.stack([(d.double() @ d.double().sum(0)).cpu().numpy() for d in deltas])
-
-
-def _stepwise_fast_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], ends: list[int], kinds,
-                            row_sums: bool = False):
-    """Fast-route (srank_h, srank_g, ratio, row sums (L, end) or None) of every step at once. hidden[l]:
-    (N, d_ff), deltas[l]: (K, N, d_model); step k covers the prefix ``[:ends[k]]``. The full ``h hᵀ`` is
-    formed once and shared by all prefixes (see :func:`grade.spectra.stable_ranks_prefixes`)."""
-    kind_h, kind_g = kinds
-    fast = stable_ranks_prefixes(hidden, deltas, ends, kind_h, kind_g)
-    out = []
-    for k, end in enumerate(ends):
-        srank_h, srank_g = fast.srank_h[k].numpy().copy(), fast.srank_g[k].numpy().copy()
-        rows = _full_rank_row_sums([d[k, :end] for d in deltas]) if row_sums else None
-        for layer in torch.nonzero(~fast.full_rank[k]).flatten().tolist():
-            if full_rank_in_float64(hidden[layer][:end]):
-                continue
-            spec = layer_spectrum(hidden[layer][:end], deltas[layer][k, :end])
-            srank_h[layer] = stable_rank(spec.eig_h, kind_h)
-            srank_g[layer] = stable_rank(spec.eig_g, kind_g)
-            if rows is not None:
-                rows[layer] = spec.row_sums_g.numpy()
-        out.append((srank_h, srank_g, np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)]), rows))
-    return out
+def _full_rank_row_sums(deltas: list[torch.Tensor], exact: dict) -> np.ndarray:
+    """Row sums of C_g per layer without an eigen-decomposition where C_h has full row rank (P = I, so
+    C_g = Δ Δᵀ: Δ (Δᵀ 1) in float64), the exact spectra's elsewhere (``exact``: layer -> spectrum, see
+    :func:`grade.spectra.exact_where_uncertified`). deltas[l]: (n, d_model) -> (L, n)."""
+    rows = np.stack([(d.double() @ d.double().sum(0)).cpu().numpy() for d in deltas])
+    for layer, spec in exact.items():
+        rows[layer] = spec.row_sums_g.numpy()
+    return rows
 
 
 def _steps_from_shared_pass(hidden: list[torch.Tensor], deltas: list[torch.Tensor], losses: torch.Tensor,
@@ -193,15 +161,16 @@ def _steps_from_shared_pass(hidden: list[torch.Tensor], deltas: list[torch.Tenso
     """StepResult per step from one forward pass over the whole sequence: hidden[l] (N, d_ff), deltas[l]
     (K, N, d_model) with step k's Δ in row k (zero past the step's end)."""
     n_layers = len(deltas)
-    shared = None if spectra else _stepwise_fast_features(hidden, deltas, [s.end for s in step_spans], kinds,
-                                                          row_sums)
+    ends = [s.end for s in step_spans]
+    shared = None if spectra else stable_ranks_prefixes_checked(hidden, deltas, ends, *kinds)
     results = []
     for k, step in enumerate(step_spans):
         if shared is not None:
-            sh, sg, ratio, rows = shared[k]
+            sh, sg, ratio = shared[k].srank_h, shared[k].srank_g, shared[k].rank_ratio
+            rows = _full_rank_row_sums([d[k, : step.end] for d in deltas], shared[k].exact) if row_sums else None
             eh = eg = None
         else:
-            sh, sg, ratio, eh, eg, rows = _layer_features(
+            sh, sg, ratio, eh, eg, rows = layer_features(
                 [h[: step.end] for h in hidden], [d[k, : step.end] for d in deltas], kinds, spectra
             )
         scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
@@ -209,8 +178,8 @@ def _steps_from_shared_pass(hidden: list[torch.Tensor], deltas: list[torch.Tenso
     return results
 
 
-def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool,
-                    row_sums: bool = False):
+def layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool,
+                   row_sums: bool = False):
     """Per-layer (srank_h, srank_g, ratio) and, with ``spectra``, eigenvalues and row sums (with
     ``row_sums`` and no ``spectra``: row sums from the fast route, no eigenvalues).
 
@@ -234,20 +203,10 @@ def _layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kind
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
             eig_h[layer], eig_g[layer], rows[layer] = spec.eig_h.numpy(), spec.eig_g.numpy(), spec.row_sums_g.numpy()
     else:
-        fast = stable_ranks_fast(hidden, deltas, kind_h, kind_g)  # per-layer lists: no stacked copies
-        srank_h[:] = fast.srank_h.double().cpu().numpy()
-        srank_g[:] = fast.srank_g.double().cpu().numpy()
-        rows = _full_rank_row_sums(deltas) if row_sums else None
-        for layer in torch.nonzero(~fast.full_rank).flatten().tolist():
-            if full_rank_in_float64(hidden[layer]):
-                continue
-            spec = layer_spectrum(hidden[layer], deltas[layer])
-            srank_h[layer] = stable_rank(spec.eig_h, kind_h)
-            srank_g[layer] = stable_rank(spec.eig_g, kind_g)
-            if rows is not None:
-                rows[layer] = spec.row_sums_g.numpy()
-    ratio = np.array([rank_ratio(g, h) for g, h in zip(srank_g, srank_h)])
-    return srank_h, srank_g, ratio, eig_h, eig_g, rows
+        checked = stable_ranks_checked(hidden, deltas, kind_h, kind_g)  # per-layer lists: no stacked copies
+        srank_h[:], srank_g[:] = checked.srank_h, checked.srank_g
+        rows = _full_rank_row_sums(deltas, checked.exact) if row_sums else None
+    return srank_h, srank_g, rank_ratios(srank_g, srank_h), eig_h, eig_g, rows
 
 
 def prefix_passes_are_cheaper(device: torch.device | str, ends: list[int], n_tokens: int) -> bool:
@@ -277,21 +236,21 @@ def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Ste
         prefix = input_ids[: step.end]
         t = time.perf_counter()
         with torch.enable_grad():
-            capture, logits, first, states = _forward_tail(lm, prefix, keep_hidden and k == 0, step.start - 1)
+            capture, logits, first, states = forward_with_capture(lm, prefix, keep_hidden and k == 0, step.start - 1)
             timings["forward_s"] += time.perf_counter() - t
             ids = torch.tensor(prefix[first:], device=logits.device)
             loss = response_cross_entropy(logits, ids, step.start - first, step.end - first)
             if not torch.isfinite(loss):
                 raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
             t = time.perf_counter()
-            deltas = _activation_grads(loss, capture.outputs)
+            deltas = activation_grads(loss, capture.outputs)
             timings["backward_s"] += time.perf_counter() - t
         if states is not None:
             hidden_states = states
         t = time.perf_counter()
         hidden = [h[0] for h in capture.hidden]
         del capture, logits
-        sh, sg, ratio, eh, eg, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra, row_sums)
+        sh, sg, ratio, eh, eg, rows = layer_features(hidden, [d[0] for d in deltas], kinds, spectra, row_sums)
         timings["spectra_s"] += time.perf_counter() - t
         scores = rows[:, step.start : step.end] if rows is not None else np.full((len(hidden), step.end - step.start), np.nan)
         results.append(StepResult(step.text, step.start, step.end, float(loss.detach()), sh, sg, ratio, scores, eh, eg))
@@ -311,7 +270,7 @@ def analyze(
     srank: SRankVariant = "paper",
     spectra: bool = True,
     keep_hidden: bool = False,
-    max_new_tokens: int = 64,
+    max_new_tokens: int | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     prompt: str | None = None,
     low_memory: bool | None = None,
@@ -327,7 +286,10 @@ def analyze(
     task : prompt style, see :data:`grade.prompts.TASKS`.
     loss : ``"pre"`` (entropy after the prompt) or ``"pos"`` (cross-entropy of the response).
     response : the response to score under ``pos``; with ``generate=True`` the model's greedy answer
-        is used (and reported) instead.
+        is used (and reported) instead: its own tokens, up to the task's stop rule
+        (:func:`grade.generation.greedy_answer`).
+    max_new_tokens : with ``generate``: the answer's length; default: the task's
+        (:func:`grade.tasks.answer_format`).
     steps : under ``pos``, cut the response into punctuation-delimited steps, one loss per step.
     srank : stable-rank formula, see :func:`srank_kinds`.
     spectra : compute full eigenvalue spectra and token scores (exact, float64). ``False`` takes the
@@ -353,7 +315,7 @@ def analyze(
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    question = _validate_text(question)
+    question = validate_question(question)
     if loss not in ("pre", "pos"):
         raise InputError(f"unknown loss {loss!r}; use pre or pos")
     if prompt is None:
@@ -369,7 +331,10 @@ def analyze(
         if generate:
             t = time.perf_counter()
             # Bounded before it starts: an answer that could not fit would be refused after generating.
-            response_ids = greedy_response(lm, prompt_ids, min(max_new_tokens, limit - len(prompt_ids)))
+            room = limit - len(prompt_ids)
+            length = min(answer_format(task, max_new_tokens).max_new_tokens, room)
+            answer = greedy_answer(lm, prompt_ids, task=task, max_new_tokens=length)
+            response_ids = answer.answer_ids
             response = lm.tokenizer.decode(response_ids, skip_special_tokens=True)
             timings["generate_s"] = time.perf_counter() - t
         elif response is not None and response.strip():
@@ -407,7 +372,7 @@ def analyze(
     else:
         with torch.enable_grad():
             logits_from = len(input_ids) - 1 if loss == "pre" else len(prompt_ids) - 1
-            capture, logits, first, hidden_states = _forward_tail(
+            capture, logits, first, hidden_states = forward_with_capture(
                 lm, input_ids, keep_hidden, logits_from, low_memory=low_memory
             )
             timings["forward_s"] = time.perf_counter() - t
@@ -424,7 +389,7 @@ def analyze(
             if not torch.isfinite(losses).all():
                 raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
             t = time.perf_counter()
-            deltas = _activation_grads(losses, capture.outputs)  # per layer (K, n, d_model)
+            deltas = activation_grads(losses, capture.outputs)  # per layer (K, n, d_model)
             timings["backward_s"] = time.perf_counter() - t
         hidden = [h[0] for h in capture.hidden] if not low_memory else None  # (n, d_ff) per layer
         grams, hidden_width = capture.grams, capture.hidden_width
@@ -444,8 +409,8 @@ def analyze(
             eig_h = eig_g = rows = token_scores = None
             loss_value = float(losses.detach())
         else:
-            srank_h, srank_g, ratio, eig_h, eig_g, rows = _layer_features(hidden, [d[0] for d in deltas], kinds, spectra,
-                                                                          row_sums)
+            srank_h, srank_g, ratio, eig_h, eig_g, rows = layer_features(hidden, [d[0] for d in deltas], kinds, spectra,
+                                                                         row_sums)
             token_scores = None
             if loss == "pos" and rows is not None:
                 token_scores = np.full_like(rows, np.nan)

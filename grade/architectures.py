@@ -2,7 +2,8 @@
 
 GRADE needs, in every decoder layer, the MLP's down projection ``W``: its input is the intermediate
 activation ``h`` (n x d_ff) and its output is the MLP output ``o`` (n x d_model). This table is the only
-place in the package that knows model internals; add a row to support a new family.
+place in the package that knows model internals; add a row to support a new family. The tokens that
+end a generated answer (:func:`end_of_answer_ids`) are model knowledge too and live here.
 """
 
 from __future__ import annotations
@@ -43,6 +44,28 @@ ARCHITECTURES: dict[str, MLPLayout] = {
     "gpt_neox": MLPLayout(("gpt_neox.layers",), "mlp.dense_4h_to_h"),
     "opt": MLPLayout(("model.decoder.layers",), "fc2", "the MLP is not a submodule: fc1/fc2 sit on the layer"),
 }
+
+
+#: End-of-turn tokens of chat templates (ChatML, Gemma, Llama 3). In a chat, an answer ends there even
+#: where the generation config names only the end-of-text token.
+END_OF_TURN_TOKENS: tuple[str, ...] = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>")
+
+
+def end_of_answer_ids(model: torch.nn.Module, tokenizer) -> set[int]:
+    """Tokens that end a generated answer: the generation config's EOS ids, the tokenizer's EOS and,
+    for a tokenizer with a chat template, the end-of-turn tokens it knows."""
+    ids: set[int] = set()
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(tokenizer.eos_token_id)
+    if getattr(tokenizer, "chat_template", None):
+        for token in END_OF_TURN_TOKENS:
+            tid = tokenizer.convert_tokens_to_ids(token)
+            if isinstance(tid, int) and tid != tokenizer.unk_token_id:
+                ids.add(tid)
+    return ids
 
 
 def supported_architectures() -> list[str]:

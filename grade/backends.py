@@ -1,18 +1,18 @@
-"""Generation backends: prompt token ids in, generated token ids out.
+"""llama.cpp as a generation backend of the one decoding path (:mod:`grade.generation`).
 
 GRADE reads its features from the torch model, but the torch model is a slow generator on a CPU
 (Qwen2.5-Coder-1.5B: about 2-4 tokens/s on two cores). llama.cpp runs the same GGUF file with
 quantised kernels at 20+ tokens/s. Whatever generates the text, the features are then computed by the
 torch model on the exact ids returned here (prompt + generated), never on re-tokenised text; the
 GGUF vocabulary is the one transformers converted the tokenizer from, so an id means the same token
-on both sides (``tests/test_qwen.py`` checks this).
+on both sides.
 
-Interface, shared by every backend::
-
-    backend.generate(prompt_ids, max_new_tokens, sampling=None | Sampling(...), stop_ids=...) -> list[int]
-
-:func:`backend_for` picks one for a loaded model: llama.cpp for an embedded model that asks for it
-(``EmbeddedModel.fast_generation``) on a CPU when ``llama_cpp`` is importable, torch otherwise.
+It plugs in at :class:`grade.generation.Backend` (prompt ids and :class:`~grade.generation.DecodeSettings`
+in, generated ids out); stop tokens and stop strings follow the same rules as the torch loop.
+:func:`fast_backend` offers it for an embedded model that asks for it
+(``EmbeddedModel.fast_generation``) on a CPU when ``llama_cpp`` is importable, and
+:func:`grade.generation.backend_for` uses it for greedy decoding only: sampled answers (labels) are
+drawn by the torch loop, whose per-sample random streams the committed labels come from.
 """
 
 from __future__ import annotations
@@ -21,82 +21,18 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Literal, Protocol, Sequence
+from typing import Collection, Sequence
 
 import torch
 
 from .errors import InputError, ModelLoadError
+from .generation import DecodeSettings, hits_stop
 from .models import EMBEDDED_MODELS, LoadedModel
 
 log = logging.getLogger(__name__)
 
-BackendName = Literal["auto", "torch", "llama.cpp"]
-
 #: llama.cpp context size: prompt + answer must fit (the KV cache of Qwen2.5-1.5B at 8192 tokens is ~230 MB).
 LLAMA_CPP_CONTEXT = 8192
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling instead of greedy decoding: temperature, nucleus (top-p) and a seed."""
-
-    temperature: float
-    top_p: float = 1.0
-    seed: int = 0
-
-
-class GenerationBackend(Protocol):
-    name: str
-
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        max_new_tokens: int,
-        *,
-        sampling: Sampling | None = None,
-        stop_ids: Collection[int] = (),
-    ) -> list[int]:
-        """Generated token ids after ``prompt_ids`` (greedy unless ``sampling``), at most
-        ``max_new_tokens``, cut before the first id in ``stop_ids`` (which is not returned)."""
-        ...
-
-
-def _cut_at_stop(ids: Sequence[int], stop_ids: Collection[int]) -> list[int]:
-    stop = set(stop_ids)
-    for i, token in enumerate(ids):
-        if token in stop:
-            return list(ids[:i])
-    return list(ids)
-
-
-class TorchBackend:
-    """Hugging Face ``generate`` on the loaded torch model."""
-
-    name = "torch"
-
-    def __init__(self, lm: LoadedModel):
-        self.lm = lm
-
-    def generate(self, prompt_ids, max_new_tokens, *, sampling=None, stop_ids=()):
-        lm = self.lm
-        ids = torch.tensor([list(prompt_ids)], device=lm.device)
-        options: dict = {"do_sample": False}
-        if sampling is not None:
-            options = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
-        if stop_ids:
-            options["eos_token_id"] = sorted(set(stop_ids))
-        devices = [lm.device] if lm.device.type == "cuda" else []
-        with lm.lock, torch.no_grad(), torch.random.fork_rng(devices=devices):
-            if sampling is not None:
-                torch.manual_seed(sampling.seed)
-            out = lm.model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=max_new_tokens,
-                pad_token_id=lm.tokenizer.pad_token_id,
-                **options,
-            )
-        return _cut_at_stop(out[0, ids.shape[1] :].tolist(), stop_ids)
 
 
 class LlamaCppBackend:
@@ -104,7 +40,7 @@ class LlamaCppBackend:
 
     Each call starts from an empty KV cache, so its output depends only on its arguments (and the
     thread count), not on earlier calls. Greedy decoding is llama.cpp's greedy sampler; sampling uses
-    temperature and top-p only (top-k and min-p off, no repetition penalty), as the torch backend does.
+    temperature, top-p and top-k from the settings (min-p off, no repetition penalty), seeded per row.
     """
 
     name = "llama.cpp"
@@ -125,27 +61,30 @@ class LlamaCppBackend:
         self.n_threads = threads
         self._lock = threading.Lock()
 
-    def generate(self, prompt_ids, max_new_tokens, *, sampling=None, stop_ids=()):
+    def generate_row(self, prompt_ids: Sequence[int], settings: DecodeSettings, seed: int | None, *,
+                     stop_ids: Collection[int] = (), tokenizer=None) -> list[int]:
+        """One answer's ids: cut before the first of ``stop_ids`` (not returned), ended once the text
+        (decoded by ``tokenizer``) holds a stop string, at most ``settings.max_new_tokens``."""
         prompt = list(prompt_ids)
-        if len(prompt) + max_new_tokens > self.n_ctx:
-            raise InputError(f"the prompt's {len(prompt)} tokens and {max_new_tokens} new ones exceed llama.cpp's "
-                             f"context of {self.n_ctx} tokens")
-        if max_new_tokens <= 0:
-            return []
+        if len(prompt) + settings.max_new_tokens > self.n_ctx:
+            raise InputError(f"the prompt's {len(prompt)} tokens and {settings.max_new_tokens} new ones exceed "
+                             f"llama.cpp's context of {self.n_ctx} tokens")
         stop = set(stop_ids)
         options = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0)
-        if sampling is not None:
-            options.update(temp=sampling.temperature, top_p=sampling.top_p)
+        if not settings.greedy:
+            options.update(temp=settings.temperature, top_p=settings.top_p, top_k=settings.top_k or 0)
         out: list[int] = []
         with self._lock:
             self._llama.reset()
-            if sampling is not None:
-                self._llama.set_seed(sampling.seed)
+            if seed is not None:
+                self._llama.set_seed(int(seed) & 0xFFFFFFFF)
             for token in self._llama.generate(prompt, reset=True, **options):
                 if token in stop:
                     break
                 out.append(int(token))
-                if len(out) == max_new_tokens:
+                if len(out) == settings.max_new_tokens:
+                    break
+                if settings.stop_strings and tokenizer is not None and hits_stop(tokenizer.decode(out), settings.stop_strings):
                     break
         return out
 
@@ -155,6 +94,25 @@ class LlamaCppBackend:
     def tokenize(self, text: str) -> list[int]:
         """llama.cpp's own tokenisation of ``text`` (no BOS, special tokens parsed), for checks."""
         return self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+
+@dataclass(frozen=True)
+class LlamaCppGenerator:
+    """A llama.cpp model generating for one loaded model: a :class:`grade.generation.Backend`.
+
+    ``stop_ids``: the model's end-of-answer tokens (:func:`grade.architectures.end_of_answer_ids`);
+    ``tokenizer``: decodes answers for the stop strings.
+    """
+
+    llama: LlamaCppBackend
+    tokenizer: object
+    stop_ids: frozenset[int]
+    name: str = "llama.cpp"
+
+    def generate_ids(self, prompts, settings: DecodeSettings, seeds) -> list[list[list[int]]]:
+        return [[self.llama.generate_row(prompt, settings, seed, stop_ids=self.stop_ids, tokenizer=self.tokenizer)
+                 for seed in ([None] if seeds is None else seeds[q])]
+                for q, prompt in enumerate(prompts)]
 
 
 _llama_backends: dict[tuple[str, int], LlamaCppBackend] = {}
@@ -180,28 +138,29 @@ def llama_cpp_backend(gguf_path: str | Path, n_threads: int | None = None) -> Ll
         return _llama_backends[key]
 
 
-def backend_for(lm: LoadedModel, prefer: BackendName = "auto") -> GenerationBackend:
-    """The generation backend for ``lm``.
+def llama_cpp_generator(lm: LoadedModel, n_threads: int | None = None) -> LlamaCppGenerator:
+    """llama.cpp on ``lm``'s GGUF file, generating for ``lm`` (an embedded model)."""
+    from .architectures import end_of_answer_ids
 
-    ``auto``: llama.cpp for an embedded model with ``fast_generation`` on a CPU when ``llama_cpp`` is
-    importable (the model's GGUF file is already on disk); torch otherwise, with a log line saying why.
-    ``torch`` / ``llama.cpp`` force one (``llama.cpp`` needs a model with a known GGUF file).
-    """
-    if prefer not in ("auto", "torch", "llama.cpp"):
-        raise ValueError(f"unknown generation backend {prefer!r}; use auto, torch or llama.cpp")
-    if prefer == "torch":
-        return TorchBackend(lm)
     entry = EMBEDDED_MODELS.get(lm.name)
-    if prefer == "auto" and (entry is None or not entry.fast_generation or lm.device.type != "cpu"):
-        return TorchBackend(lm)
     if entry is None:
         raise ModelLoadError(f"llama.cpp generation needs an embedded model ({', '.join(EMBEDDED_MODELS)}), not {lm.name!r}")
     if not llama_cpp_available():
-        if prefer == "llama.cpp":
-            raise ModelLoadError("llama.cpp generation needs the package llama-cpp-python: run `make install`")
+        raise ModelLoadError("llama.cpp generation needs the package llama-cpp-python: run `make install`")
+    return LlamaCppGenerator(llama_cpp_backend(entry.locate_gguf(), n_threads), lm.tokenizer,
+                             frozenset(end_of_answer_ids(lm.model, lm.tokenizer)))
+
+
+def fast_backend(lm: LoadedModel) -> LlamaCppGenerator | None:
+    """llama.cpp for an embedded model with ``fast_generation`` on a CPU when ``llama_cpp`` is importable;
+    None otherwise (the torch loop generates), with a log line when only the package is missing."""
+    entry = EMBEDDED_MODELS.get(lm.name)
+    if entry is None or not entry.fast_generation or lm.device.type != "cpu":
+        return None
+    if not llama_cpp_available():
         if lm.name not in _warned:
             _warned.add(lm.name)
             log.warning("llama_cpp is not importable: %s generates with torch on the CPU (several times slower); "
                         "`make install` builds llama-cpp-python", lm.name)
-        return TorchBackend(lm)
-    return llama_cpp_backend(entry.locate_gguf())
+        return None
+    return llama_cpp_generator(lm)

@@ -12,19 +12,23 @@ P-Entropy a sum; its ``EigenScore`` takes natural logs of ``eigh`` eigenvalues i
 ``log10`` of singular values, a monotone difference). So the estimators are written here, each a few
 lines over one shared set of model passes.
 
-Model passes per question (``score_question``):
+As in lm-polygraph, the model passes that gather statistics are kept apart from the estimators, which
+are pure functions of those statistics (:func:`entropy_sum`, :func:`coe_scores`, :func:`eigenscore`,
+:func:`self_consistency`, :func:`internal_confidence`), tested against their definitions.
+Model passes per question (``score_question``); answers come from the project's one decoding path
+(:func:`grade.generation.generate`) with the task's answer length and stop rule:
 
-1. greedy answer (task-specific ``max_new_tokens``), then one forward pass over prompt + answer with
-   hidden states -> P-Entropy, CoE-R / CoE-C, SAPLMA and Align-P inputs;
+1. greedy answer, then one pass over prompt + answer with hidden states (:func:`answer_states`) ->
+   P-Entropy, CoE-R / CoE-C, SAPLMA and Align-P inputs;
 2. the IC prompt, one forward pass -> P(Yes) through the LM head for the last 6 tokens x all layers;
 3. the Judge prompt, greedy, 16 new tokens -> 0 if the reply contains "unknown";
-4. K fresh samples (T 0.5, top-p 0.99, top-k 10: EigenScore's settings), one batched forward ->
+4. K fresh samples (T 0.5, top-p 0.99, top-k 10: EigenScore's settings), one batched pass ->
    EigenScore (middle layer, last token of each sample) and self-consistency (share of samples that
-   agree with the majority answer). Sharing the K samples halves the cost of the two sampling
-   baselines; they are fresh samples, never the ones used for the labels.
+   give the majority answer, :func:`grade.tasks.majority`). Sharing the K samples halves the cost of
+   the two sampling baselines; they are fresh samples, never the ones used for the labels.
 
 Supervised baselines (Align-P, SAPLMA) need training; this module only extracts their input vectors
-(stored as float16), :mod:`grade.evaluation` trains and scores them.
+(stored as float16), :mod:`grade.studies` trains and scores them.
 """
 
 from __future__ import annotations
@@ -35,8 +39,7 @@ import json
 import math
 import re
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -44,10 +47,10 @@ import numpy as np
 import torch
 
 from .errors import InputError
+from .generation import DecodeSettings, Generation, cache_keyword, encode_prompt, generate, output_cache, settings_for_task
 from .models import LoadedModel
 from .prompts import INSTRUCTIONS, format_prompt, user_message
-from .sampling import STOP_STRINGS, cache_keyword, encode_prompt, output_cache, stop_token_ids
-from .tasks import gsm8k_final_number, math_answer, mmlu_letter, normalize_answer, normalize_latex
+from .tasks import answer_format, answer_key, majority
 
 #: Method name -> (needs training, gives AUROC, what the raw quantity measures / orientation note).
 METHODS: dict[str, tuple[bool, bool, str]] = {
@@ -72,9 +75,6 @@ SCORE_KEYS: dict[str, str] = {
     "Self-consistency": "self_consistency",
     "EigenScore": "eigenscore",
 }
-
-#: New tokens per task for the greedy answer and the samples (reference settings, method.md).
-MAX_NEW_TOKENS: dict[str, int] = {"qa": 12, "mmlu": 4, "gsm8k": 256, "math": 512, "cot": 128}
 
 #: Harmless perturbations for the robustness study: a reworded task instruction, irrelevant text.
 REWORDED_INSTRUCTIONS: dict[str, str] = {
@@ -108,12 +108,12 @@ class BaselineConfig:
     judge_tokens: int = 16
     saplma_from_top: int = 12  # hidden_states[-12]: layer L-11
     align_fractions: tuple[float, ...] = (0.5, 0.625, 0.75, 0.875)  # candidate layers, as a share of L
-    max_new_tokens: dict[str, int] | None = None  # per task; None -> MAX_NEW_TOKENS
+    max_new_tokens: dict[str, int] | None = None  # per task, where it differs from the task's own
     seed: int = 0
 
     def new_tokens(self, task: str) -> int:
-        table = self.max_new_tokens or MAX_NEW_TOKENS
-        return int(table.get(task, table.get("qa", 12)))
+        """Answer length for ``task``: this config's override, else the task's (:func:`grade.tasks.answer_format`)."""
+        return answer_format(task, (self.max_new_tokens or {}).get(task)).max_new_tokens
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,25 +170,6 @@ def judge_prompt(lm: LoadedModel, item: dict, variant: str = "original") -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# answer keys for self-consistency (agreement between samples, not correctness)
-
-
-def answer_key(task: str, text: str, choices: list[str] | None = None) -> str:
-    """A canonical form of a sampled answer, so that equal answers compare equal; the labeller's
-    extraction rules (:mod:`grade.tasks`): short QA = the text before the first '.', normalised;
-    MMLU = the predicted letter; GSM8K = the final number; MATH = the last boxed answer, normalised."""
-    if task == "mmlu":
-        return mmlu_letter(text, choices, lenient=True) or ""
-    if task == "gsm8k":
-        value = gsm8k_final_number(text)
-        return "" if value is None else f"{value:g}"
-    if task == "math":
-        answer = math_answer(text)
-        return "" if answer is None else normalize_latex(answer)
-    return normalize_answer(text.strip().split(".", 1)[0])
-
-
-# --------------------------------------------------------------------------------------------------
 # estimators on arrays (pure functions: easy to test against the definitions)
 
 
@@ -230,11 +211,12 @@ def eigenscore(embeddings: np.ndarray, alpha: float = 1e-3) -> float:
     return float(np.mean(np.log10(sv)))
 
 
-def self_consistency(keys: list[str]) -> float:
-    """Share of samples agreeing with the majority answer (an empty answer is an answer too)."""
+def self_consistency(keys: list[str | None]) -> float:
+    """Share of samples giving the majority answer (:func:`grade.tasks.majority`; a sample without an
+    answer, key ``None``, agrees with nothing). NaN without samples."""
     if not keys:
         return float("nan")
-    return Counter(keys).most_common(1)[0][1] / len(keys)
+    return majority(keys)[1] / len(keys)
 
 
 def ic_weights(n_layers_plus_one: int, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -269,147 +251,67 @@ def decode_vector(text: str) -> np.ndarray:
 # model passes
 
 
-def _stop_ids(lm: LoadedModel) -> set[int]:
-    """End-of-answer tokens: the generation config's EOS ids, the tokenizer's EOS, the chat end-of-turn."""
-    ids = set(stop_token_ids(lm))
-    for token in ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"):
-        tid = lm.tokenizer.convert_tokens_to_ids(token)
-        if isinstance(tid, int) and tid != lm.tokenizer.unk_token_id:
-            ids.add(tid)
-    return ids
-
-
-def _hits_stop_string(text: str, stops: tuple[str, ...]) -> bool:
-    """A stop string after some content (a leading newline is not a stop), as the label sampler does."""
-    lead = len(text) - len(text.lstrip())
-    return any(text.find(stop, lead) >= 0 for stop in stops)
-
-
-def _cut_text(text: str, stops: tuple[str, ...]) -> str:
-    lead = len(text) - len(text.lstrip())
-    cuts = [i for stop in stops if (i := text.find(stop, lead)) >= 0]
-    return (text[: min(cuts)] if cuts else text).strip()
-
-
 @dataclass
-class Decoded:
-    """One decoded row. ``answer``: token ids before the stop; ``entropies``: full-vocabulary entropy of
-    every decoding step (the step that chose the stop included); ``states``: (len(answer) or 1, L+1, d)
-    hidden states of the answer tokens (or only ``layer``'s, (n, d)), None unless asked for."""
+class AnswerStates:
+    """What one pass over a prompt and its answers gives the baselines.
 
-    answer: list[int]
-    text: str
-    entropies: list[float]
-    states: np.ndarray | None
+    ``prompt_states``: (L+1, d) hidden states of the last prompt token (embeddings first).
+    ``states[i]``: hidden states of answer i's tokens, (n_i, L+1, d), or only ``layer``'s, (n_i, d);
+    an answer without tokens gets the last prompt token's (the state that chose to stop), n_i = 1.
+    ``entropies[i]``: Σ over answer i's decoding steps of the full-vocabulary entropy (None unless asked).
+    """
 
-
-def _sample_tokens(logits: torch.Tensor, config: BaselineConfig, generators: list[torch.Generator]) -> list[int]:
-    """One draw per row, by the rule of ``generate(do_sample, temperature, top_k, top_p)``: logits / T,
-    keep the top k, then drop the least likely tokens whose cumulative share stays <= 1 - top_p.
-    Working on the k candidates only keeps this cheap on a 262k-token vocabulary."""
-    scores = logits.float() / config.temperature
-    k = min(config.top_k or scores.shape[-1], scores.shape[-1])
-    values, index = torch.topk(scores, k, dim=-1)  # descending
-    if config.top_p < 1.0:
-        ascending = values.flip(-1)
-        remove = ascending.softmax(-1).cumsum(-1) <= (1 - config.top_p)
-        remove[..., -1:] = False  # always keep the most likely token
-        values = ascending.masked_fill(remove, float("-inf")).flip(-1)
-    probs = values.softmax(-1).cpu()
-    index = index.cpu()
-    return [int(index[i, torch.multinomial(probs[i], 1, generator=g)]) for i, g in enumerate(generators)]
+    prompt_states: np.ndarray
+    states: list[np.ndarray]
+    entropies: list[float] | None
 
 
 @torch.no_grad()
-def decode(lm: LoadedModel, prompt_ids: list[int], max_new_tokens: int, *, n: int = 1,
-           sample: bool = False, config: BaselineConfig | None = None, stop_strings: tuple[str, ...] = (),
-           keep_states: bool = False, layer: int | None = None, seeds: list[int] | None = None,
-           prompt_states: bool = False, entropies_wanted: bool = True) -> tuple[list[Decoded], np.ndarray | None]:
-    """Greedy or sampled decoding of ``n`` rows from one prompt, with what the baselines need.
+def answer_states(lm: LoadedModel, prompt_ids: list[int], answers: list[Generation], *, layer: int | None = None,
+                  entropies: bool = False) -> AnswerStates:
+    """One forward pass over the prompt, then one over all answers at once (the prompt's key/value cache
+    repeated, answers right-padded: a causal model never lets a real token see the padding after it).
 
-    The prompt runs once; its cache is repeated to the ``n`` rows; finished rows leave the batch.
-    Each step asks the decoder for the hidden states of the token it feeds, so an answer token's
-    states arrive one step after it was chosen (a row cut by the token limit takes one extra step).
-
-    Returns the decoded rows and, with ``prompt_states``, the last prompt token's hidden states
-    (L+1, d) (embeddings first). ``entropies_wanted=False`` skips the full-vocabulary entropies.
+    The statistics are read where the decoder produced them: the state of an answer token is the one
+    computed when it is fed; the entropy of decoding step t is that of the distribution at the position
+    before it (the prompt's last token for step 0), for :attr:`Generation.steps` steps, the one that
+    chose an end-of-answer token included. ``answer_ids`` (the answer without a trailing stop string)
+    give the states; every generated token is fed, so the entropies cover all steps.
     """
-    config = config or BaselineConfig()
     model, device = lm.model, lm.device
-    stops = _stop_ids(lm)
-    want_states = keep_states or layer is not None
-
-    def pick(hidden_states, rows_index=None) -> torch.Tensor:  # (rows, L+1, d) or (rows, d), last position
-        if layer is not None:
-            return hidden_states[layer][:, -1].float().cpu()
-        return torch.stack([h[:, -1] for h in hidden_states], dim=1).float().cpu()
-
-    ids = torch.tensor([prompt_ids], device=device)
-    out = model(input_ids=ids, use_cache=True, output_hidden_states=want_states or prompt_states, logits_to_keep=1)
-    last_prompt = None
-    if prompt_states:
-        last_prompt = torch.stack([h[0, -1] for h in out.hidden_states]).float().cpu().numpy()
-    cache, logits = output_cache(out), out.logits[:, -1]
-    if n > 1:
-        cache.batch_repeat_interleave(n)
-        logits = logits.repeat_interleave(n, dim=0)
-    prompt_tail = pick(out.hidden_states).repeat_interleave(n, dim=0) if want_states else None
-    generators = [torch.Generator().manual_seed(s) for s in (seeds or range(n))] if sample else None
-    position = len(prompt_ids)
-
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    entropies: list[list[float]] = [[] for _ in range(n)]
-    states: list[list[torch.Tensor]] = [[] for _ in range(n)]
-    finished = [False] * n
-    active = list(range(n))
-    for step in range(max_new_tokens + 1):
-        if step == max_new_tokens:  # the extra step: only states of the last token were wanted
-            break
-        if entropies_wanted:
-            logp = torch.log_softmax(logits.double(), dim=-1)
-            entropy = (-(logp.exp() * logp).sum(-1)).cpu().tolist()
+    want_all = layer is None
+    out = model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, output_hidden_states=True,
+                logits_to_keep=1)
+    prompt_states = torch.stack([h[0, -1] for h in out.hidden_states]).float().cpu()  # (L+1, d)
+    prompt_entropy = entropy_sum(out.logits[0, -1:]) if entropies else 0.0
+    fed = [a.token_ids for a in answers]
+    width = max((len(f) for f in fed), default=0)
+    per_token = logits_steps = None
+    if width:
+        cache = output_cache(out)
+        if len(fed) > 1:
+            cache.batch_repeat_interleave(len(fed))
+        pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+        ids = torch.tensor([f + [pad] * (width - len(f)) for f in fed], device=device)
+        positions = (len(prompt_ids) + torch.arange(width, device=device)).expand(len(fed), width)
+        step = model(input_ids=ids, position_ids=positions, use_cache=True, output_hidden_states=True,
+                     **{cache_keyword(model): cache}, **({} if entropies else {"logits_to_keep": 1}))
+        hidden = step.hidden_states if want_all else (step.hidden_states[layer],)
+        per_token = torch.stack([h.float().cpu() for h in hidden], dim=2)  # (K, width, L+1 or 1, d)
+        logits_steps = step.logits if entropies else None
+    states, sums = [], [] if entropies else None
+    for i, answer in enumerate(answers):
+        n = len(answer.answer_ids)
+        if n:
+            row = per_token[i, :n]
         else:
-            entropy = [float("nan")] * len(active)
-        if sample:
-            chosen = _sample_tokens(logits, config, [generators[r] for r in active])
-        else:
-            chosen = logits.argmax(-1).cpu().tolist()
-        keep = []
-        for i, (r, token) in enumerate(zip(active, chosen)):
-            entropies[r].append(entropy[i])
-            if token in stops:
-                finished[r] = True
-                continue
-            if stop_strings and _hits_stop_string(lm.tokenizer.decode(tokens[r] + [token]), stop_strings):
-                finished[r] = True
-                continue
-            tokens[r].append(token)
-            keep.append(i)
-        if not keep or (step == max_new_tokens - 1 and not want_states):
-            break
-        if len(keep) < len(active):
-            index = torch.tensor(keep, device=device)
-            cache.batch_select_indices(index)
-            chosen = [chosen[i] for i in keep]
-            active = [active[i] for i in keep]
-        out = model(input_ids=torch.tensor(chosen, device=device)[:, None], **{cache_keyword(model): cache}, use_cache=True,
-                    position_ids=torch.full((len(active), 1), position, device=device),
-                    output_hidden_states=want_states)
-        position += 1
-        cache, logits = output_cache(out), out.logits[:, -1]
-        if want_states:
-            picked = pick(out.hidden_states)
-            for i, r in enumerate(active):
-                states[r].append(picked[i])
-    rows = []
-    for r in range(n):
-        text = lm.tokenizer.decode(tokens[r], skip_special_tokens=True)
-        row_states = None
-        if want_states:
-            # no answer token at all: the last prompt token stands in (the state that chose the stop)
-            row_states = torch.stack(states[r]).numpy() if states[r] else prompt_tail[r : r + 1].numpy()
-        rows.append(Decoded(tokens[r], _cut_text(text, stop_strings), entropies[r], row_states))
-    return rows, last_prompt
+            row = (prompt_states if want_all else prompt_states[layer : layer + 1])[None]
+        states.append((row if want_all else row[:, 0]).numpy())
+        if entropies:  # step 0: the prompt's last position; step t: answer position t - 1
+            later = answer.steps - 1
+            chunks = logits_steps[i, :later].split(64) if later > 0 else ()
+            sums.append(prompt_entropy + sum(entropy_sum(chunk) for chunk in chunks))
+    return AnswerStates(prompt_states.numpy(), states, sums)
 
 
 def _seed_for(item_id: str, variant: str, seed: int, index: int) -> int:
@@ -469,8 +371,7 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
         raise InputError(f"unknown baseline pass(es) {', '.join(sorted(unknown))}; use {', '.join(PARTS)}")
     task = item.get("task") or "qa"
     # the answer length the labels were sampled with, when the labelled record says so
-    new_tokens = int(item.get("max_new_tokens") or config.new_tokens(task))
-    stops = STOP_STRINGS.get(task, ())
+    answer = settings_for_task(task, int(item.get("max_new_tokens") or config.new_tokens(task)))
     timings: dict[str, float] = {}
     record: dict = {"id": str(item["id"]), "dataset": item.get("dataset"), "variant": variant, "model": lm.name}
 
@@ -479,14 +380,14 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
         n_layers = lm.n_layers
         if "answer" in parts:  # greedy answer, all hidden states of its tokens
             t = time.perf_counter()
-            (greedy,), last_prompt = decode(lm, prompt_ids, new_tokens, stop_strings=stops, keep_states=True,
-                                            config=config, prompt_states=True)
+            (greedy,), = generate(lm, [prompt_ids], answer)
+            passes = answer_states(lm, prompt_ids, [greedy], entropies=True)
+            states = passes.states[0]  # (n, L+1, d)
             record["greedy_answer"] = greedy.text
-            record["p_entropy"] = -float(np.sum(greedy.entropies))
-            trajectory = greedy.states.astype(np.float64).mean(axis=0)  # (L+1, d): mean over answer tokens
-            record["coe_r"], record["coe_c"] = coe_scores(trajectory)
-            record["saplma_hidden"] = encode_vector(greedy.states[-1, -config.saplma_from_top])
-            record["align_hidden"] = {str(l): encode_vector(last_prompt[l]) for l in align_layers(n_layers, config)}
+            record["p_entropy"] = -passes.entropies[0]
+            record["coe_r"], record["coe_c"] = coe_scores(states.astype(np.float64).mean(axis=0))  # mean over tokens
+            record["saplma_hidden"] = encode_vector(states[-1, -config.saplma_from_top])
+            record["align_hidden"] = {str(l): encode_vector(passes.prompt_states[l]) for l in align_layers(n_layers, config)}
             timings["answer_s"] = time.perf_counter() - t
 
         if "ic" in parts:
@@ -494,10 +395,10 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
             record["ic"] = internal_confidence(p_yes_matrix(lm, ic_prompt(lm, item, variant), config.ic_tokens))
             timings["ic_s"] = time.perf_counter() - t
 
-        if "judge" in parts:  # greedy, 16 tokens, refusal word
+        if "judge" in parts:  # greedy, 16 tokens, one line, refusal word
             t = time.perf_counter()
-            (reply,), _ = decode(lm, encode_prompt(lm.tokenizer, judge_prompt(lm, item, variant)), config.judge_tokens,
-                                 stop_strings=("\n",), config=config, entropies_wanted=False)
+            judge = DecodeSettings(max_new_tokens=config.judge_tokens, stop_strings=("\n",))
+            (reply,), = generate(lm, [encode_prompt(lm.tokenizer, judge_prompt(lm, item, variant))], judge)
             record["judge_reply"] = reply.text
             record["judge"] = 0.0 if "unknown" in reply.text.lower() else 1.0
             timings["judge_s"] = time.perf_counter() - t
@@ -505,12 +406,14 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
         if "samples" in parts:  # K fresh samples -> EigenScore (middle layer, last answer token), SC
             t = time.perf_counter()
             seeds = [_seed_for(record["id"], variant, config.seed, k) for k in range(config.n_samples)]
-            samples, _ = decode(lm, prompt_ids, new_tokens, n=config.n_samples, sample=True, config=config,
-                                stop_strings=stops, layer=n_layers // 2, seeds=seeds, entropies_wanted=False)
+            sampling = DecodeSettings(max_new_tokens=answer.max_new_tokens, temperature=config.temperature,
+                                      top_p=config.top_p, top_k=config.top_k, stop_strings=answer.stop_strings)
+            (samples,) = generate(lm, [prompt_ids], sampling, [seeds])
             keys = [answer_key(task, s.text, item.get("choices")) for s in samples]
             record["sample_keys"] = keys
             record["self_consistency"] = self_consistency(keys)
-            record["eigenscore"] = -eigenscore(np.stack([s.states[-1] for s in samples]), config.eigen_alpha)
+            last = answer_states(lm, prompt_ids, samples, layer=n_layers // 2).states
+            record["eigenscore"] = -eigenscore(np.stack([s[-1] for s in last]), config.eigen_alpha)
             timings["samples_s"] = time.perf_counter() - t
     record["timings"] = timings
     return record
@@ -588,7 +491,8 @@ def read_caches(paths: Iterable[str | Path]) -> dict[str, dict]:
 
 
 __all__ = [
-    "BaselineConfig", "METHODS", "PARTS", "SCORE_KEYS", "VARIANTS", "answer_key", "coe_scores", "decode_vector",
+    "AnswerStates", "BaselineConfig", "METHODS", "PARTS", "SCORE_KEYS", "VARIANTS", "answer_states", "coe_scores",
+    "decode_vector",
     "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "read_caches", "score_items",
     "score_question", "self_consistency", "task_prompt",
 ]

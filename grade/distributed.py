@@ -151,10 +151,10 @@ def load_sharded_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .architectures import layout_for
-    from .models import LoadedModel, _parse_dtype, resolve_model_folder
+    from .models import LoadedModel, parse_dtype, resolve_model_folder
 
     gpu = torch.cuda.is_available()
-    torch_dtype = _parse_dtype(dtype, torch.device("cuda" if gpu else "cpu"))
+    torch_dtype = parse_dtype(dtype, torch.device("cuda" if gpu else "cpu"))
     source = resolve_model_folder(name_or_path, progress)
     if progress:
         progress(f"Loading {name_or_path} across {torch.cuda.device_count() if gpu else 0} GPU(s) (device_map=auto)")
@@ -212,25 +212,27 @@ class FeatureWork:
     keep_hidden: bool = True
 
     def process(self, lm, rows: list[dict]) -> dict:
-        from .features import _feature_rows
+        from .features import feature_rows
 
         skipped: list[tuple[str, str, str]] = []
-        records = [record for _, record in _feature_rows(lm, rows, self.loss, self.srank, self.keep_hidden, skipped)
+        records = [record for _, record in feature_rows(lm, rows, loss=self.loss, srank=self.srank,
+                                                        keep_hidden=self.keep_hidden, skipped=skipped)
                    if record is not None]
         return {"results": records, "skipped": skipped}
 
 
 class FeatureStoreSink:
-    """The Parquet feature store of :mod:`grade.features`: one part file per finished chunk."""
+    """The Parquet feature store of :mod:`grade.features` (:class:`~grade.features.FeatureStore`): one
+    part file per finished chunk, stored rows first brought in line with the labelled rows as locally."""
 
-    def __init__(self, out: str | Path, model: str, loss: str, srank: str):
-        from .features import _check_store
+    def __init__(self, out: str | Path, model: str, loss: str, srank: str, rows: list[dict] | None = None):
+        from .features import FeatureStore
 
-        self.out = Path(out)
-        if self.out.exists() and not self.out.is_dir():
-            raise InputError(f"{self.out} exists and is not a feature store folder")
-        self.out.mkdir(parents=True, exist_ok=True)
-        _check_store(self.out, model, loss, srank)
+        self.store = FeatureStore(out).create()
+        self.out = self.store.path
+        self.store.check(model, loss, srank)
+        if rows is not None:
+            self.store.refresh(rows, loss)
 
     def key(self, row: dict) -> tuple:
         from .features import row_key
@@ -238,15 +240,10 @@ class FeatureStoreSink:
         return row_key(row)
 
     def done_keys(self) -> set:
-        from .features import stored_keys
-
-        return stored_keys(self.out)
+        return self.store.keys()
 
     def write(self, records: list[dict]) -> None:
-        from .features import _write_part
-
-        if records:
-            _write_part(self.out, records)
+        self.store.write(records)
 
 
 @dataclass(frozen=True)
@@ -280,22 +277,15 @@ class LabelWork:
 
 
 class LabelFileSink:
-    """The labels JSONL file of :mod:`grade.labeling`: whole lines appended, flushed and synced."""
+    """The labels JSONL file of :mod:`grade.labeling` (:class:`~grade.labeling.LabelStore`): resumed under
+    the local path's conditions, whole lines appended, flushed and synced."""
 
-    def __init__(self, out: str | Path, run: dict, n_samples: int | None):
-        from .labeling import read_records
+    def __init__(self, out: str | Path, run: dict, n_samples: int | None, max_new_tokens: int | None = None):
+        from .labeling import LabelStore
 
-        self.out = Path(out)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self._existing = read_records(self.out, repair=True)  # also cuts a line left half-written
-        for record in self._existing:  # the local path's rule: resume only with the same settings
-            for key, value in run.items():
-                if key in record and record[key] != value:
-                    raise InputError(f"{self.out} was written with {key}={record[key]!r}, this run uses {value!r}; "
-                                     "use the same settings to resume, or another output file")
-            if n_samples and record.get("n_samples") not in (None, n_samples):
-                raise InputError(f"{self.out} was written with {record['n_samples']} samples per question, this run "
-                                 f"uses {n_samples}; use the same settings to resume, or another output file")
+        self.store = LabelStore(out)
+        self.out = self.store.path
+        self._existing = self.store.open_for_resume(run, n_samples=n_samples, max_new_tokens=max_new_tokens)
 
     def key(self, question) -> tuple:
         return (question.id,)
@@ -304,12 +294,7 @@ class LabelFileSink:
         return {(r["id"],) for r in self._existing}
 
     def write(self, records: list[dict]) -> None:
-        import json
-
-        from .io import append_lines
-
-        # One write of whole lines: a kill leaves at most a cut last line, which read_records repairs.
-        append_lines(self.out, [json.dumps(r, ensure_ascii=False) for r in records])
+        self.store.append(records)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -668,8 +653,8 @@ def extract_features_distributed(
     callback=None,
 ) -> RunReport:
     """:func:`grade.features.extract_features` on Ray workers: same store, same rows, same values."""
-    sink = FeatureStoreSink(out, spec.name, loss, srank)
     rows = [r for r in rows if r.get("label") is not None]
+    sink = FeatureStoreSink(out, spec.name, loss, srank, rows)
     return run_on_ray(rows, FeatureWork(loss, srank, keep_hidden), sink, spec, cluster,
                       chunk_size=chunk_size, progress=progress, callback=callback)
 
@@ -716,7 +701,7 @@ def label_questions_distributed(
         raise InputError("question ids must be unique")
     if questions_per_batch < 1:
         raise InputError("questions_per_batch must be at least 1")
-    sink = LabelFileSink(out, {"model": spec.name, "matcher": matcher, "seed": seed}, n_samples)
+    sink = LabelFileSink(out, {"model": spec.name, "matcher": matcher, "seed": seed}, n_samples, max_new_tokens)
     work = LabelWork(n_samples, matcher, seed, max_new_tokens, questions_per_batch, sample_chars)
     report = run_on_ray(questions, work, sink, spec, cluster, chunk_size=chunk_size, progress=progress,
                         callback=callback, align=questions_per_batch)

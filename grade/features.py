@@ -5,11 +5,13 @@ Input: labelled JSONL (one object a line) with at least ``id``, ``question`` and
 ``dataset``, ``accuracy``, ``samples`` (the model's sampled answers), ``majority`` (the most frequent
 sample) and ``response``.
 
-Output: a *feature store*, a folder (conventionally named ``something.parquet``) of Parquet part
-files, one per chunk of extracted rows. ``pandas.read_parquet(folder)`` reads it whole;
-:func:`load_features` does the same for one or several stores (or single ``.parquet`` files).
-Parts are written atomically (temporary name, then rename), so an interrupted run keeps every
-finished chunk and a re-run skips the rows already stored: nothing is lost or duplicated.
+Output: a *feature store* (:class:`FeatureStore`), a folder (conventionally named
+``something.parquet``) of Parquet part files, one per chunk of extracted rows.
+``pandas.read_parquet(folder)`` reads it whole; :func:`load_features` does the same for one or several
+stores (or single ``.parquet`` files). Parts are written atomically (temporary name, then rename), so
+an interrupted run keeps every finished chunk and a re-run skips the rows already stored: nothing is
+lost or duplicated. The local path (:func:`extract_features`), the Ray driver
+(:mod:`grade.distributed`) and the benchmark (:mod:`grade.benchmark`) all write through it.
 
 Columns (one row per question):
 
@@ -40,14 +42,10 @@ Per-layer values are list columns (not ``ratio_00..``) so one schema fits models
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
-import re
 import sys
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -63,11 +61,6 @@ from .io import atomic_path, iter_jsonl, jsonl_stem
 log = logging.getLogger(__name__)
 
 FEATURE_VERSION = 1
-
-#: greedy-answer length per task when a ``pos`` row brings no response (reference sampling lengths)
-#: Tasks whose responses are chains of thought, scored one step at a time under ``pos``.
-STEPWISE_TASKS = frozenset({"gsm8k", "math"})
-MAX_NEW_TOKENS = {"qa": 12, "qa_doc": 12, "mmlu": 4, "gsm8k": 256, "math": 512, "cot": 256}
 
 ProgressCallback = Callable[[int, int, str], None]  # (rows done, rows to do, id of the last row)
 
@@ -190,24 +183,6 @@ def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: 
     return rows
 
 
-def _normalise_answer(text: str) -> str:
-    return re.sub(r"\s+", " ", text.strip().lower())
-
-
-def most_frequent_sample(samples: Iterable[str] | None) -> str | None:
-    """The most frequent non-empty sampled answer (compared after lower-casing and collapsing
-    spaces; ties go to the earliest), returned as first written; None when there is none.
-
-    The reference CE features score this answer.
-    """
-    texts = [s for s in (samples or []) if isinstance(s, str) and s.strip()]
-    if not texts:
-        return None
-    counts = Counter(_normalise_answer(s) for s in texts)
-    best = max(counts.values())
-    return next(s for s in texts if counts[_normalise_answer(s)] == best)
-
-
 def _prompt_for(lm, row: dict[str, Any]) -> str | None:
     """A prompt built here only where ``analyze`` cannot build it itself (multiple-choice options)."""
     if not row.get("choices"):
@@ -219,25 +194,29 @@ def _prompt_for(lm, row: dict[str, Any]) -> str | None:
 
 
 def given_response(row: dict[str, Any]) -> str | None:
-    """The response a ``pos`` row is scored on, if the row brings one (else the greedy answer is used)."""
-    return row.get("response") or row.get("majority") or most_frequent_sample(row.get("samples"))
+    """The response a ``pos`` row is scored on, if the row brings one: its ``response``, else its
+    ``majority`` answer (written by the labeller), else the majority answer of its ``samples``
+    (:func:`grade.tasks.majority_answer`). None: the model's greedy answer is scored instead."""
+    from .tasks import majority_answer
+
+    return (row.get("response") or row.get("majority")
+            or majority_answer(row.get("task") or "qa", row.get("samples"), row.get("choices")) or None)
 
 
-def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True):
-    """``grade.analyze`` of one labelled row with the fast path; the response under ``pos`` is the
-    row's ``response``, else its ``majority`` answer (the labeller's most frequent sample, compared by
-    the task's answer key), else its most frequent sample, else the model's greedy answer.
+def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True,
+                prompt: str | None = None):
+    """``grade.analyze`` of one labelled row with the fast path. Under ``pos`` the response is
+    :func:`given_response`, else the model's greedy answer (the row's answer length, else the task's).
+    ``prompt`` replaces the row's own prompt (a perturbed wording, see :func:`grade.baselines.task_prompt`).
 
-    Chain-of-thought tasks (GSM8K, MATH) are scored step-wise under ``pos``: one loss per step, and
-    the row's rank ratios are the mean of the step ratios (the paper's GRADE_pos for reasoning)."""
+    Chain-of-thought tasks (GSM8K, MATH: :attr:`grade.tasks.TaskSpec.stepwise`) are scored step-wise
+    under ``pos``: one loss per step, and the row's rank ratios are the mean of the step ratios (the
+    paper's GRADE_pos for reasoning)."""
     from .analysis import analyze
+    from .tasks import scored_stepwise
 
     task = row.get("task") or "qa"
-    response = None
-    generate = False
-    if loss == "pos":
-        response = given_response(row)
-        generate = response is None
+    response = given_response(row) if loss == "pos" else None
     return analyze(
         lm,
         row["question"],
@@ -245,17 +224,18 @@ def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "pap
         task=task,
         loss=loss,
         response=response,
-        generate=generate,
+        generate=loss == "pos" and response is None,
         srank=srank,
         spectra=False,
         keep_hidden=keep_hidden,
-        steps=loss == "pos" and task in STEPWISE_TASKS,
-        max_new_tokens=MAX_NEW_TOKENS.get(task, 64),
-        prompt=_prompt_for(lm, row),
+        steps=loss == "pos" and scored_stepwise(task),
+        max_new_tokens=row.get("max_new_tokens"),
+        prompt=prompt if prompt is not None else _prompt_for(lm, row),
     )
 
 
-def _record(row: dict[str, Any], result) -> dict[str, Any]:
+def feature_record(row: dict[str, Any], result) -> dict[str, Any]:
+    """One row of the store's schema (:data:`SCHEMA`) from a labelled row and its analysis."""
     accuracy = row.get("accuracy")
     hidden = result.last_hidden
     return {
@@ -282,24 +262,27 @@ def _record(row: dict[str, Any], result) -> dict[str, Any]:
     }
 
 
-def _feature_rows(lm, rows, loss, srank, keep_hidden, skipped) -> Iterator[tuple[dict, dict | None]]:
+def feature_rows(lm, rows, *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True,
+                 skipped: list | None = None,
+                 prompt_for: Callable[[dict], str] | None = None) -> Iterator[tuple[dict, dict | None]]:
+    """``(row, record)`` for each row (record None where the row cannot be analysed: too long, no
+    response...; its ``(dataset, id, reason)`` goes to ``skipped``). ``prompt_for(row)`` gives a
+    perturbed prompt."""
     for row in rows:
         try:
-            result = analyze_row(lm, row, loss=loss, srank=srank, keep_hidden=keep_hidden)
-        except GradeError as exc:  # one bad row (too long, no response...) must not stop a batch
+            result = analyze_row(lm, row, loss=loss, srank=srank, keep_hidden=keep_hidden,
+                                 prompt=prompt_for(row) if prompt_for else None)
+        except GradeError as exc:  # one bad row must not stop a batch
             log.warning("skipped %s/%s: %s", row["dataset"], row["id"], exc)
-            skipped.append((row["dataset"], row["id"], str(exc)))
+            if skipped is not None:
+                skipped.append((row["dataset"], row["id"], str(exc)))
             yield row, None
             continue
-        yield row, _record(row, result)
+        yield row, feature_record(row, result)
 
 
 # --------------------------------------------------------------------------------------------------
 # the feature store
-
-
-def _part_files(store: Path) -> list[Path]:
-    return sorted(p for p in store.glob("part-*.parquet") if p.is_file())
 
 
 def row_key(row: dict[str, Any]) -> tuple[str, str, bool]:
@@ -307,89 +290,130 @@ def row_key(row: dict[str, Any]) -> tuple[str, str, bool]:
     return (str(row["dataset"]), str(row["id"]), bool(row.get("context")))
 
 
-def stored_keys(store: str | Path) -> set[tuple[str, str, bool]]:
-    """:func:`row_key` of every row already in a store (empty for a missing store)."""
-    store = Path(store)
-    keys: set[tuple[str, str, bool]] = set()
-    if not store.is_dir():
-        return keys
-    for part in _part_files(store):
-        table = pq.read_table(part, columns=["dataset", "id", "has_context"])
-        keys.update(zip(*(table.column(c).to_pylist() for c in ("dataset", "id", "has_context"))))
-    return keys
+class FeatureStore:
+    """A folder of Parquet part files holding feature rows (:data:`SCHEMA`), one part per written chunk.
 
-
-def _check_store(store: Path, model: str, loss: str, srank: str) -> None:
-    parts = _part_files(store)
-    if not parts:
-        return
-    first = pq.read_table(parts[0], columns=["model", "loss", "srank"]).slice(0, 1).to_pylist()
-    if first and (first[0]["model"], first[0]["loss"], first[0]["srank"]) != (model, loss, srank):
-        have = first[0]
-        raise InputError(
-            f"{store} holds features of model {have['model']}, loss {have['loss']}, srank {have['srank']}; "
-            f"this run is {model}, {loss}, {srank}: use another --out"
-        )
-
-
-def refresh_store(store: str | Path, rows: list[dict[str, Any]], loss: str) -> tuple[int, int]:
-    """Bring stored rows in line with the current labelled rows (labels are redone when a labelling
-    run is repeated): a changed label or accuracy is rewritten in place; under ``pos`` a row whose
-    scored response changed is removed, so that the next extraction computes it again.
-
-    Returns (rows relabelled, rows removed). Part files are rewritten atomically.
+    Parameters
+    ----------
+    path : the folder (conventionally ``something.parquet``); created by :meth:`create`.
     """
-    store = Path(store)
-    current = {row_key(r): r for r in rows if r.get("label") is not None}
-    relabelled = removed = 0
-    for part in _part_files(store):
-        table = pq.read_table(part)
-        data = table.select(["dataset", "id", "has_context", "label", "accuracy", "response"]).to_pylist()
-        keep, labels, accuracies, changed = [], [], [], False
-        for rec in data:
-            row = current.get((rec["dataset"], rec["id"], rec["has_context"]))
-            if row is not None and loss == "pos":
-                wanted = given_response(row)
-                if wanted is not None and wanted != rec["response"]:
-                    keep.append(False)
-                    labels.append(rec["label"])
-                    accuracies.append(rec["accuracy"])
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"FeatureStore({str(self.path)!r})"
+
+    def create(self) -> "FeatureStore":
+        if self.path.exists() and not self.path.is_dir():
+            raise InputError(f"{self.path} exists and is not a feature store folder")
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def parts(self) -> list[Path]:
+        return sorted(p for p in self.path.glob("part-*.parquet") if p.is_file()) if self.path.is_dir() else []
+
+    def keys(self) -> set[tuple[str, str, bool]]:
+        """:func:`row_key` of every stored row (empty for a missing store)."""
+        keys: set[tuple[str, str, bool]] = set()
+        for part in self.parts():
+            table = pq.read_table(part, columns=["dataset", "id", "has_context"])
+            keys.update(zip(*(table.column(c).to_pylist() for c in ("dataset", "id", "has_context"))))
+        return keys
+
+    def check(self, model: str, loss: str, srank: str) -> None:
+        """Refuse to mix features of another model, loss or stable-rank variant into this store."""
+        parts = self.parts()
+        if not parts:
+            return
+        first = pq.read_table(parts[0], columns=["model", "loss", "srank"]).slice(0, 1).to_pylist()
+        if first and (first[0]["model"], first[0]["loss"], first[0]["srank"]) != (model, loss, srank):
+            have = first[0]
+            raise InputError(
+                f"{self.path} holds features of model {have['model']}, loss {have['loss']}, srank {have['srank']}; "
+                f"this run is {model}, {loss}, {srank}: use another --out"
+            )
+
+    def write(self, records: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> Path | None:
+        """Write one chunk atomically: a reader never sees a half-written part. ``schema``: the store's
+        columns (other part stores, e.g. :mod:`grade.traces`, write their own)."""
+        if not records:
+            return None
+        self.create()
+        parts = self.parts()
+        index = int(parts[-1].name.split("-")[1]) + 1 if parts else 0  # parts may have been removed
+        name = f"part-{index:05d}-{uuid.uuid4().hex[:8]}.parquet"
+        with atomic_path(self.path / name) as tmp:
+            pq.write_table(pa.Table.from_pylist(records, schema=schema), tmp, compression="zstd")
+        return self.path / name
+
+    def stale_keys(self, rows: list[dict[str, Any]]) -> set[tuple[str, str, bool]]:
+        """Keys of stored ``pos`` rows whose scored response is no longer the row's
+        (:func:`given_response`): they must be computed again."""
+        current = {row_key(r): r for r in rows}
+        stale = set()
+        for part in self.parts():
+            data = pq.read_table(part, columns=["dataset", "id", "has_context", "loss", "response"]).to_pylist()
+            for rec in data:
+                key = (rec["dataset"], rec["id"], rec["has_context"])
+                row = current.get(key)
+                if row is not None and rec["loss"] == "pos":
+                    wanted = given_response(row)
+                    if wanted is not None and wanted != rec["response"]:
+                        stale.add(key)
+        return stale
+
+    def refresh(self, rows: list[dict[str, Any]], loss: str) -> tuple[int, int]:
+        """Bring stored rows in line with the current labelled rows (labels are redone when a labelling
+        run is repeated): a changed label or accuracy is rewritten in place; under ``pos`` a row whose
+        scored response changed is removed, so that the next extraction computes it again.
+
+        Returns (rows relabelled, rows removed). Part files are rewritten atomically.
+        """
+        current = {row_key(r): r for r in rows if r.get("label") is not None}
+        stale = self.stale_keys(list(current.values())) if loss == "pos" else set()
+        relabelled = removed = 0
+        for part in self.parts():
+            table = pq.read_table(part)
+            data = table.select(["dataset", "id", "has_context", "label", "accuracy"]).to_pylist()
+            keep, labels, accuracies, changed = [], [], [], False
+            for rec in data:
+                key = (rec["dataset"], rec["id"], rec["has_context"])
+                row = current.get(key)
+                label, accuracy = rec["label"], rec["accuracy"]
+                if key in stale:
                     removed += 1
                     changed = True
-                    continue
-            keep.append(True)
-            label, accuracy = rec["label"], rec["accuracy"]
-            if row is not None:
-                new_acc = row.get("accuracy")
-                new_acc = float(new_acc) if isinstance(new_acc, (int, float)) else math.nan
-                if int(row["label"]) != label or not (new_acc == accuracy or (math.isnan(new_acc) and math.isnan(accuracy))):
-                    label, accuracy = int(row["label"]), new_acc
-                    relabelled += 1
-                    changed = True
-            labels.append(label)
-            accuracies.append(accuracy)
-        if not changed:
-            continue
-        table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(labels, pa.int8()))
-        table = table.set_column(table.schema.get_field_index("accuracy"), "accuracy", pa.array(accuracies, pa.float64()))
-        table = table.filter(pa.array(keep))
-        if table.num_rows:
-            with atomic_path(part) as tmp:
-                pq.write_table(table, tmp, compression="zstd")
-        else:
-            part.unlink()
-    return relabelled, removed
+                elif row is not None:
+                    new_acc = row.get("accuracy")
+                    new_acc = float(new_acc) if isinstance(new_acc, (int, float)) else math.nan
+                    if int(row["label"]) != label or not (new_acc == accuracy or (math.isnan(new_acc) and math.isnan(accuracy))):
+                        label, accuracy = int(row["label"]), new_acc
+                        relabelled += 1
+                        changed = True
+                keep.append(key not in stale)
+                labels.append(label)
+                accuracies.append(accuracy)
+            if not changed:
+                continue
+            table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(labels, pa.int8()))
+            table = table.set_column(table.schema.get_field_index("accuracy"), "accuracy", pa.array(accuracies, pa.float64()))
+            table = table.filter(pa.array(keep))
+            if table.num_rows:
+                with atomic_path(part) as tmp:
+                    pq.write_table(table, tmp, compression="zstd")
+            else:
+                part.unlink()
+        return relabelled, removed
+
+    def read(self, *, columns: list[str] | None = None, hidden: bool = True):
+        """The stored rows as one DataFrame (see :func:`load_features`)."""
+        return load_features(self.path, columns=columns, hidden=hidden)
 
 
-def _write_part(store: Path, records: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> Path:
-    """Write one chunk atomically: a reader never sees a half-written part. ``schema``: the store's
-    columns (other part stores, e.g. :mod:`grade.traces`, write their own)."""
-    parts = _part_files(store)
-    index = int(parts[-1].name.split("-")[1]) + 1 if parts else 0  # parts may have been removed
-    name = f"part-{index:05d}-{uuid.uuid4().hex[:8]}.parquet"
-    with atomic_path(store / name) as tmp:
-        pq.write_table(pa.Table.from_pylist(records, schema=schema), tmp, compression="zstd")
-    return store / name
+def stored_keys(store: str | Path) -> set[tuple[str, str, bool]]:
+    """:func:`row_key` of every row already in a store (empty for a missing store)."""
+    return FeatureStore(store).keys()
 
 
 @dataclass
@@ -421,11 +445,12 @@ def extract_features(
     chunk_size: int = 32,
     progress: bool = False,
     callback: ProgressCallback | None = None,
+    prompt_for: Callable[[dict], str] | None = None,
 ) -> ExtractionReport:
     """Compute features of labelled rows and append them to the store ``out`` (a folder).
 
     Rows whose :func:`row_key` is already stored are skipped, so an interrupted run can simply be
-    repeated. Stored rows are first brought in line with ``rows`` (:func:`refresh_store`): a label
+    repeated. Stored rows are first brought in line with ``rows`` (:meth:`FeatureStore.refresh`): a label
     that changed since is updated, a ``pos`` row whose response changed is computed again. Every ``chunk_size`` rows a part file is written; the rows finished before an exception
     (Ctrl-C included) are written too before it propagates.
 
@@ -436,15 +461,14 @@ def extract_features(
     loss, srank : see :func:`grade.analyze`.
     progress : show a progress bar on stderr.
     callback : called after every row with (rows done, rows to do, id).
+    prompt_for : ``row -> prompt``: analyse every row under another wording of its prompt (the
+        benchmark's robustness study, :func:`grade.baselines.task_prompt`).
     """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out} exists and is not a feature store folder")
-    out.mkdir(parents=True, exist_ok=True)
-    _check_store(out, lm.name, loss, srank)
-    report = ExtractionReport(store=out)
-    report.relabelled, report.removed = refresh_store(out, rows, loss)
-    done = stored_keys(out)
+    store = FeatureStore(out).create()
+    store.check(lm.name, loss, srank)
+    report = ExtractionReport(store=store.path)
+    report.relabelled, report.removed = store.refresh(rows, loss)
+    done = store.keys()
     todo, seen = [], set(done)
     for row in rows:
         if row.get("label") is None:
@@ -465,11 +489,13 @@ def extract_features(
         bar = tqdm(total=len(todo), desc=f"features {loss}", unit="q", file=sys.stderr)
     buffer: list[dict[str, Any]] = []
     try:
-        for count, (row, record) in enumerate(_feature_rows(lm, todo, loss, srank, keep_hidden, report.skipped), 1):
+        rows_out = feature_rows(lm, todo, loss=loss, srank=srank, keep_hidden=keep_hidden, skipped=report.skipped,
+                                prompt_for=prompt_for)
+        for count, (row, record) in enumerate(rows_out, 1):
             if record is not None:
                 buffer.append(record)
             if len(buffer) >= chunk_size:
-                _write_part(out, buffer)
+                store.write(buffer)
                 report.written += len(buffer)
                 buffer = []
             if bar is not None:
@@ -478,7 +504,7 @@ def extract_features(
                 callback(count, len(todo), row["id"])
     finally:
         if buffer:
-            _write_part(out, buffer)
+            store.write(buffer)
             report.written += len(buffer)
         if bar is not None:
             bar.close()
@@ -499,7 +525,8 @@ def features_of_rows(lm, rows: list[dict[str, Any]], *, loss: str = "pre", srank
 
         bar = tqdm(total=len(rows), desc=f"features {loss}", unit="q", file=sys.stderr)
     try:
-        for count, (row, record) in enumerate(_feature_rows(lm, rows, loss, srank, keep_hidden, skipped), 1):
+        for count, (row, record) in enumerate(feature_rows(lm, rows, loss=loss, srank=srank, keep_hidden=keep_hidden,
+                                                           skipped=skipped), 1):
             if record is not None:
                 records.append(record)
             if bar is not None:
@@ -530,7 +557,7 @@ def load_features(paths: str | Path | Iterable[str | Path], *, columns: list[str
     frames = []
     for path in map(Path, paths):
         if path.is_dir():
-            files = _part_files(path)
+            files = FeatureStore(path).parts()
         elif path.is_file():
             files = [path]
         else:

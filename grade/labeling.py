@@ -22,28 +22,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import InputError
-from .io import append_line, is_compressed, open_text
+from .io import append_lines, is_compressed, open_text
 from .models import LoadedModel
-from .sampling import STOP_STRINGS, SamplingSettings, sample_answers
-from .tasks import (
-    MATCHERS,
-    TASKS,
-    Question,
-    TaskSpec,
-    gsm8k_final_number,
-    is_correct,
-    label_for_accuracy,
-    math_answer,
-    mmlu_letter,
-    normalize_answer,
-    normalize_latex,
-)
+from .sampling import SamplingSettings, sample_answers
+from .tasks import MATCHERS, TASKS, Question, TaskSpec, answer_format, is_correct, label_for_accuracy
+from .tasks import majority_answer as tasks_majority_answer
 
 ProgressCallback = Callable[[int, int, dict], None]
 
@@ -115,38 +103,64 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
     return records
 
 
-def answer_key(question: Question, text: str):
-    """What two samples must share to count as the same answer: the normalised short answer, the
-    MMLU letter, the GSM8K final number or the normalised MATH answer (``None``: no answer found)."""
-    if question.task == "mmlu":
-        return mmlu_letter(text, question.choices, lenient=True)
-    if question.task == "gsm8k":
-        return gsm8k_final_number(text)
-    if question.task == "math":
-        answer = math_answer(text)
-        return normalize_latex(answer) if answer is not None else None
-    return normalize_answer(text) or None
-
-
 def majority_answer(question: Question, samples: list[str]) -> str | None:
-    """The first sample whose answer (see :func:`answer_key`) is the most frequent one; the first
-    sample when none has an answer."""
-    keys = [answer_key(question, s) for s in samples]
-    counts = Counter(k for k in keys if k is not None)
-    if not counts:
-        return samples[0] if samples else None
-    best = max(counts.values())
-    return next(s for s, k in zip(samples, keys) if k is not None and counts[k] == best)
+    """The question's majority answer among ``samples`` (:func:`grade.tasks.majority_answer`)."""
+    return tasks_majority_answer(question.task, samples, question.choices)
 
 
 def settings_for(spec: TaskSpec, *, n_samples: int | None, seed: int, max_new_tokens: int | None = None) -> SamplingSettings:
     """Reference sampling settings for a task, with optional overrides."""
+    fmt = answer_format(spec.name, max_new_tokens)
     return SamplingSettings(
         n_samples=n_samples or spec.default_samples,
-        max_new_tokens=max_new_tokens or spec.max_new_tokens,
+        max_new_tokens=fmt.max_new_tokens,
         seed=seed,
-        stop_strings=STOP_STRINGS.get(spec.name, ()),
+        stop_strings=fmt.stop_strings,
     )
+
+
+class LabelStore:
+    """A labels JSONL file: its records, the rule for resuming it, and appends of whole lines.
+
+    Used by the local labeller and by the Ray driver (:mod:`grade.distributed`), so both resume a file
+    under the same conditions: same model, matcher, seed, samples per question and answer length.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def read(self, *, repair: bool = False) -> list[dict]:
+        """The records (see :func:`read_records`)."""
+        return read_records(self.path, repair=repair)
+
+    def open_for_resume(self, run: dict, *, n_samples: int | None, max_new_tokens: int | None) -> list[dict]:
+        """Create the folder, repair a cut last line, check that the file was written with the same
+        settings as this run (``run``: model, matcher, seed) and return its records."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        records = self.read(repair=True)
+        for record in records:
+            self.check_record(record, run, n_samples=n_samples, max_new_tokens=max_new_tokens)
+        return records
+
+    def check_record(self, record: dict, run: dict, *, n_samples: int | None, max_new_tokens: int | None) -> None:
+        """Raise :class:`InputError` if a stored record was made with other settings than this run."""
+        resume = "use the same settings to resume, or another output file"
+        for key, value in run.items():
+            if key in record and record[key] != value:
+                raise InputError(f"{self.path} was written with {key}={record[key]!r}, this run uses {value!r}; {resume}")
+        if n_samples and record.get("n_samples") not in (None, n_samples):
+            raise InputError(f"{self.path} was written with {record['n_samples']} samples per question, this run "
+                             f"uses {n_samples}; {resume}")
+        task = record.get("task", "")
+        expected = answer_format(task, max_new_tokens).max_new_tokens if task in TASKS else max_new_tokens
+        if expected and record.get("max_new_tokens") not in (None, expected):
+            raise InputError(f"{self.path} was written with answers of up to {record['max_new_tokens']} tokens, this "
+                             f"run uses {expected}; {resume}")
+
+    def append(self, records: list[dict]) -> None:
+        """One write of whole lines, flushed and synced: a kill leaves at most a cut last line, which
+        :meth:`read` with ``repair`` removes."""
+        append_lines(self.path, [json.dumps(r, ensure_ascii=False) for r in records])
 
 
 def label_questions(
@@ -189,27 +203,8 @@ def label_questions(
     if matcher not in MATCHERS:
         raise InputError(f"unknown matcher {matcher!r}; use strict or lenient")
     run = {"model": lm.name, "matcher": matcher, "seed": seed}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    existing = read_records(out, repair=True)
-    for record in existing:
-        for key, value in run.items():
-            if key in record and record[key] != value:
-                raise InputError(
-                    f"{out} was written with {key}={record[key]!r}, this run uses {value!r}; "
-                    "use the same settings to resume, or another output file"
-                )
-        if n_samples and record.get("n_samples") not in (None, n_samples):
-            raise InputError(
-                f"{out} was written with {record['n_samples']} samples per question, this run uses {n_samples}; "
-                "use the same settings to resume, or another output file"
-            )
-        task = TASKS.get(record.get("task", ""))
-        expected_tokens = max_new_tokens or (task.max_new_tokens if task else None)
-        if expected_tokens and record.get("max_new_tokens") not in (None, expected_tokens):
-            raise InputError(
-                f"{out} was written with answers of up to {record['max_new_tokens']} tokens, this run uses "
-                f"{expected_tokens}; use the same settings to resume, or another output file"
-            )
+    store = LabelStore(out)
+    existing = store.open_for_resume(run, n_samples=n_samples, max_new_tokens=max_new_tokens)
     done_ids = {r["id"] for r in existing}
     todo = [q for q in questions if q.id not in done_ids]
     start = time.perf_counter()
@@ -221,32 +216,31 @@ def label_questions(
 
         bar = tqdm(total=total, initial=done, unit="q", desc=f"labelling {out.name}", dynamic_ncols=True)
     try:
-        with open(out, "a", encoding="utf-8") as f:
-            # group by task so that a batch shares one answer length and stop rule
-            for i in range(0, len(todo), questions_per_batch):
-                batch = todo[i : i + questions_per_batch]
-                by_task: dict[str, list[Question]] = {}
-                for q in batch:
-                    by_task.setdefault(q.task, []).append(q)
-                for task_questions in by_task.values():
-                    spec = task_questions[0].spec
-                    settings = settings_for(spec, n_samples=n_samples, seed=seed, max_new_tokens=max_new_tokens)
-                    samples = sample_answers(
-                        lm,
-                        [q.prompt(lm.tokenizer) for q in task_questions],
-                        [q.id for q in task_questions],
-                        settings,
-                        questions_per_batch=len(task_questions),
-                    )
-                    for q, texts in zip(task_questions, samples):
-                        record = _record(q, texts, matcher, settings, run, sample_chars)
-                        append_line(f, json.dumps(record, ensure_ascii=False))
-                        done += 1
-                        if bar is not None:
-                            bar.update(1)
-                            bar.set_postfix(label=record["label"], acc=f"{record['accuracy']:.1f}")
-                        if progress is not None:
-                            progress(done, total, record)
+        # grouped by task so that a batch shares one answer length and stop rule
+        for i in range(0, len(todo), questions_per_batch):
+            batch = todo[i : i + questions_per_batch]
+            by_task: dict[str, list[Question]] = {}
+            for q in batch:
+                by_task.setdefault(q.task, []).append(q)
+            for task_questions in by_task.values():
+                spec = task_questions[0].spec
+                settings = settings_for(spec, n_samples=n_samples, seed=seed, max_new_tokens=max_new_tokens)
+                samples = sample_answers(
+                    lm,
+                    [q.prompt(lm.tokenizer) for q in task_questions],
+                    [q.id for q in task_questions],
+                    settings,
+                    questions_per_batch=len(task_questions),
+                )
+                for q, texts in zip(task_questions, samples):
+                    record = _record(q, texts, matcher, settings, run, sample_chars)
+                    store.append([record])
+                    done += 1
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(label=record["label"], acc=f"{record['accuracy']:.1f}")
+                    if progress is not None:
+                        progress(done, total, record)
     finally:
         if bar is not None:
             bar.close()

@@ -190,6 +190,9 @@ class LoadedModel:
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
+    #: Another engine that writes answers for this model (see :class:`grade.generation.Backend`);
+    #: None: the decoding loop on ``model``.
+    generation_backend: object | None = None
 
     @property
     def lock(self) -> threading.RLock:
@@ -364,7 +367,8 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+def parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """A torch dtype from a name; ``None`` / ``"auto"``: float32 on a CPU, bfloat16 elsewhere."""
     if dtype is None or dtype == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     if isinstance(dtype, torch.dtype):
@@ -406,7 +410,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = _parse_device(device)
-    torch_dtype = _parse_dtype(dtype, device)
+    torch_dtype = parse_dtype(dtype, device)
     source = resolve_model_folder(name_or_path, progress)
     offline = source == name_or_path.strip() and not Path(source).exists() and not _hub_reachable()
     if progress:

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from torch import nn
 
 from . import __version__
 from .errors import ProbeError
+from .metrics import binary_metrics, class_balance
 
 PROBE_FORMAT = 1
 KINDS = ("mlp", "logreg")
@@ -45,9 +47,15 @@ FEATURE_DEFINITION = (
 
 EpochCallback = Callable[[int, int, dict[str, float]], None]  # (epoch, max epochs, metrics)
 
+#: Package data (importlib.resources, so an installed package finds them too): the shipped probes
+#: (``<model>-<loss>.{safetensors,json}``, built by ``make probes``) and the labelled reference feature
+#: set the app draws its bands and projections from.
+SHIPPED_PROBES_DIR = Path(str(resources.files("grade") / "assets" / "probes"))
+SHIPPED_REFERENCE_FEATURES = Path(str(resources.files("grade") / "assets" / "reference_features.parquet"))
+
 
 # --------------------------------------------------------------------------------------------------
-# splits and metrics
+# splits (metrics: grade.metrics)
 
 
 def stratified_split(y, *, fractions=(0.7, 0.15, 0.15), seed: int = 42) -> tuple[np.ndarray, ...]:
@@ -69,39 +77,6 @@ def stratified_split(y, *, fractions=(0.7, 0.15, 0.15), seed: int = 42) -> tuple
         for part, chunk in zip(parts, np.split(idx, cuts)):
             part.extend(chunk.tolist())
     return tuple(np.array(sorted(p), dtype=int) for p in parts)
-
-
-def roc_points(y, p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(fpr, tpr, thresholds) of the ROC curve (scikit-learn, ``drop_intermediate=True``)."""
-    from sklearn.metrics import roc_curve
-
-    fpr, tpr, thr = roc_curve(np.asarray(y).astype(int), np.asarray(p, dtype=float))
-    thr = np.where(np.isfinite(thr), thr, 1.0)  # the first point's +inf is not JSON
-    return fpr, tpr, thr
-
-
-def binary_metrics(y, p, *, threshold: float = 0.5, roc: bool = True) -> dict[str, Any]:
-    """n, positives, accuracy at ``threshold``, AUROC (None when one class only) and ROC points."""
-    from sklearn.metrics import roc_auc_score
-
-    y = np.asarray(y).astype(int)
-    p = np.asarray(p, dtype=float)
-    out: dict[str, Any] = {
-        "n": int(len(y)),
-        "positives": int(y.sum()),
-        "accuracy": float(((p >= threshold).astype(int) == y).mean()) if len(y) else None,
-        "auroc": float(roc_auc_score(y, p)) if len(np.unique(y)) == 2 else None,
-    }
-    if roc and out["auroc"] is not None:
-        fpr, tpr, thr = roc_points(y, p)
-        out["roc"] = {"fpr": fpr.round(5).tolist(), "tpr": tpr.round(5).tolist(), "threshold": thr.round(5).tolist()}
-    return out
-
-
-def class_balance(y) -> dict[str, Any]:
-    y = np.asarray(y).astype(int)
-    return {"n": int(len(y)), "answerable": int(y.sum()), "unanswerable": int(len(y) - y.sum()),
-            "answerable_share": round(float(y.mean()), 4) if len(y) else None}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -282,7 +257,8 @@ class Probe:
         for step, C in enumerate(grid, 1):
             model = LogisticRegression(C=C, max_iter=5000, random_state=self.seed).fit(Z, y)
             p = model.predict_proba(Zv)[:, 1]
-            auroc = binary_metrics(y_val, p, roc=False)["auroc"] or 0.5
+            auroc = binary_metrics(y_val, p, roc=False)["auroc"]
+            auroc = 0.5 if auroc is None else auroc
             key = (auroc, -C)  # ties: stronger regularisation
             if best is None or key > best[0]:
                 best = (key, C, model)

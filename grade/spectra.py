@@ -10,7 +10,9 @@ pseudo-inverse is ever formed:
 * fast route (:func:`stable_ranks_fast`): when h has full row rank, ``P = I`` and ``C_g = Δ Δᵀ``, so
   the stable ranks need only traces, Frobenius norms and the top eigenvalue (Lanczos), batched
   over layers on the model's device. A Cholesky factorisation certifies full rank; layers where it
-  fails go through the exact route.
+  fails are checked again in float64 and, where that fails too, go through the exact route
+  (:func:`exact_where_uncertified`; :func:`stable_ranks_checked` and
+  :func:`stable_ranks_prefixes_checked` are the fast route with that fallback).
 
 Shapes: h is (n, d_ff), Δ is (n, d_model), eigenvalue vectors are (n,), sorted descending.
 """
@@ -19,8 +21,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
+import numpy as np
 import torch
 
 from .errors import NumericalError
@@ -50,7 +53,12 @@ def rank_ratio(srank_g: float, srank_h: float) -> float:
     return srank_g / srank_h if srank_h > 0 else 0.0
 
 
-def _range_tolerance(singular_values: torch.Tensor, n: int) -> float:
+def rank_ratios(srank_g, srank_h) -> np.ndarray:
+    """:func:`rank_ratio` per layer: (L,) float64."""
+    return np.array([rank_ratio(float(g), float(h)) for g, h in zip(srank_g, srank_h)])
+
+
+def range_tolerance(singular_values: torch.Tensor, n: int) -> float:
     # Same cut as pinv(C_h) in float64 (rtol = n·eps on the eigenvalues of C_h = σ²), so our P is the
     # projector the literal formula uses.
     eps = torch.finfo(torch.float64).eps
@@ -90,7 +98,7 @@ def layer_spectrum(h: torch.Tensor, delta: torch.Tensor) -> LayerSpectrum:
         evals, vecs = torch.linalg.eigh(h64 @ h64.T)
         s, order = evals.clamp_min(0).sqrt().sort(descending=True)
         u = vecs[:, order]
-    keep = s > _range_tolerance(s, n) if s.numel() else s.bool()
+    keep = s > range_tolerance(s, n) if s.numel() else s.bool()
     basis = u[:, keep]  # (n, r)
     projected = basis.T @ d64  # (r, d_model)
     eig_h = torch.zeros(n, dtype=torch.float64)
@@ -119,7 +127,7 @@ def _exact_tf32_for_half_inputs(tensor: torch.Tensor):
         torch.backends.cuda.matmul.allow_tf32 = previous
 
 
-def _gram_into(out: torch.Tensor, x: torch.Tensor) -> None:
+def gram_into(out: torch.Tensor, x: torch.Tensor) -> None:
     """``out <- x xᵀ`` for one layer. x: (n, d) in any dtype, out: (n, n) in the compute dtype.
 
     Half-precision inputs on a GPU go through the tensor cores with float32 accumulation and a float32
@@ -142,7 +150,7 @@ def _gram_into(out: torch.Tensor, x: torch.Tensor) -> None:
 
 def _batched_gram(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x xᵀ`` per batch entry, (K, n, n) in ``dtype`` for x (K, n, d); half inputs on a GPU use
-    tensor cores with a float32 result, as in :func:`_gram_into`."""
+    tensor cores with a float32 result, as in :func:`gram_into`."""
     if x.dtype != dtype and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and dtype == torch.float32:
         try:
             return torch.bmm(x, x.transpose(1, 2), out_dtype=torch.float32)
@@ -154,10 +162,10 @@ def _batched_gram(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def gram_matrix(x: torch.Tensor) -> torch.Tensor:
-    """``x xᵀ`` (n, n) for x (n, d): float32 (float64 for float64 input), accumulated as in :func:`_gram_into`."""
+    """``x xᵀ`` (n, n) for x (n, d): float32 (float64 for float64 input), accumulated as in :func:`gram_into`."""
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     out = torch.empty(x.shape[0], x.shape[0], dtype=dtype, device=x.device)
-    _gram_into(out, x)
+    gram_into(out, x)
     return out
 
 
@@ -176,7 +184,7 @@ def _start_vectors(gram: torch.Tensor) -> torch.Tensor:
     return torch.stack([first, noise[1].expand_as(first)], dim=1)
 
 
-def _top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, check_every: int = 16) -> torch.Tensor:
+def top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, check_every: int = 16) -> torch.Tensor:
     """Largest eigenvalue of a batch of PSD matrices (B, n, n), returned in float64 on the CPU (B,).
 
     Lanczos with full re-orthogonalisation, then Rayleigh-Ritz on the Krylov basis Q: the answer is the
@@ -277,7 +285,7 @@ def _side_streams(device: torch.device, count: int, offset: int = 0) -> list:
 
 #: A layer the float32 Cholesky could not certify is checked again in float64 before the exact route:
 #: its smallest eigenvalue must clear the literal formula's pinv cut (λ > λ₁·n·eps, see
-#: :func:`_range_tolerance`) by this factor, far above the rounding error of a float64 Gram (~n·eps·λ₁).
+#: :func:`range_tolerance`) by this factor, far above the rounding error of a float64 Gram (~n·eps·λ₁).
 FLOAT64_CERTIFICATE_MARGIN = 1e3
 
 
@@ -301,7 +309,7 @@ def full_rank_in_float64(h: torch.Tensor) -> bool:
     return bool(top > 0 and eig[0] > FLOAT64_CERTIFICATE_MARGIN * top * n * torch.finfo(torch.float64).eps)
 
 
-def _cholesky_info(gram_h: torch.Tensor | Sequence[torch.Tensor], chunk: int) -> torch.Tensor:
+def cholesky_info(gram_h: torch.Tensor | Sequence[torch.Tensor], chunk: int) -> torch.Tensor:
     """Per matrix (L,), on the device: 0 if safely positive definite, else the order of the first
     leading minor that is not.
 
@@ -361,13 +369,13 @@ def _start_cholesky(gram_h: torch.Tensor | Sequence[torch.Tensor], chunk: int):
     bandwidth-bound Lanczos products. The grams must stay alive until the function is called.
     """
     if not gram_h[0].is_cuda:
-        info = _cholesky_info(gram_h, chunk).cpu()
+        info = cholesky_info(gram_h, chunk).cpu()
         return lambda: info
     main = torch.cuda.current_stream(gram_h[0].device)
     side = _side_streams(gram_h[0].device, 1)[0]
     side.wait_stream(main)
     with torch.cuda.stream(side):
-        info = _cholesky_info(gram_h, chunk)
+        info = cholesky_info(gram_h, chunk)
 
     def result() -> torch.Tensor:
         main.wait_stream(side)
@@ -411,7 +419,7 @@ def stable_ranks_fast(
 
     Either argument may also be a sequence of L per-layer tensors (no stacked copy is made). The 2L
     grams are written into one (2L, n, n) ``compute_dtype`` buffer, from bf16 tensor cores with float32
-    accumulation on a GPU; one batched Lanczos run (``iterations`` steps, see :func:`_top_eigenvalue`)
+    accumulation on a GPU; one batched Lanczos run (``iterations`` steps, see :func:`top_eigenvalue`)
     gives every top eigenvalue. Layers whose ``C_h`` is not certified full rank by a Cholesky
     factorisation get ``full_rank = False``; callers check those with :func:`full_rank_in_float64` and
     recompute the ones it rejects with :func:`layer_spectrum`.
@@ -431,15 +439,15 @@ def stable_ranks_fast(
         if hidden_grams is not None:
             grams[layer].copy_(hidden_grams[layer])
         else:
-            _gram_into(grams[layer], hidden[layer].to(device))
-        _gram_into(grams[n_layers + layer], deltas[layer].to(device))
+            gram_into(grams[layer], hidden[layer].to(device))
+        gram_into(grams[n_layers + layer], deltas[layer].to(device))
     traces = _traces(grams)
     _require_finite(traces[:n_layers], traces[n_layers:], n_layers)
     gram_h = grams[:n_layers]
     # Full rank <=> C_h positive definite; Cholesky is the cheapest certificate and never raises with _ex.
     if certificate is None:
         certificate = start_full_rank_certificate(gram_h, d_ff, chunk=cholesky_chunk)
-    top = _top_eigenvalue(grams, iterations)
+    top = top_eigenvalue(grams, iterations)
     full_rank = certificate()
     return FastStableRanks(
         srank_h=_stable_ranks_of(gram_h, kind_h, top[:n_layers], traces[:n_layers]),
@@ -474,7 +482,7 @@ def stable_ranks_prefixes(
     device = deltas[0].device
     full_h = torch.empty(n_layers, hidden[0].shape[0], hidden[0].shape[0], dtype=compute_dtype, device=device)
     for layer in range(n_layers):
-        _gram_into(full_h[layer], hidden[layer].to(device))
+        gram_into(full_h[layer], hidden[layer].to(device))
     _require_finite(_traces(full_h), torch.zeros(1), n_layers)
     pivots = _start_cholesky(full_h, cholesky_chunk)()
     ends_t = torch.tensor(list(ends))
@@ -495,7 +503,7 @@ def stable_ranks_prefixes(
         flat = grams.view(-1, size, size)
         traces = _traces(flat).view(last - first, 2 * n_layers)
         _require_finite(torch.zeros(1), traces[:, n_layers:].flatten(), n_layers)
-        top = _top_eigenvalue(flat, iterations).view(last - first, 2 * n_layers)
+        top = top_eigenvalue(flat, iterations).view(last - first, 2 * n_layers)
         srank_h[first:last] = _stable_ranks_of(grams[:, :n_layers].reshape(-1, size, size), kind_h,
                                                top[:, :n_layers].flatten(), traces[:, :n_layers].flatten()).view(-1, n_layers)
         srank_g[first:last] = _stable_ranks_of(grams[:, n_layers:].reshape(-1, size, size), kind_g,
@@ -503,3 +511,92 @@ def stable_ranks_prefixes(
         del grams, flat
         first = last
     return FastStableRanks(srank_h=srank_h, srank_g=srank_g, full_rank=full_rank)
+
+
+# --------------------------------------------------------------------------------------------------
+# the fast route with its exact fallback
+
+
+def exact_where_uncertified(
+    srank_h: np.ndarray,
+    srank_g: np.ndarray,
+    full_rank,
+    layer_pair: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    kind_h: SRankKind,
+    kind_g: SRankKind,
+) -> dict[int, LayerSpectrum]:
+    """The fast route's fallback, in place: every layer the Cholesky certificate left uncertified
+    (``full_rank`` False) is checked again in float64 (:func:`full_rank_in_float64`); where that fails
+    too, its stable ranks are recomputed by the exact route (:func:`layer_spectrum`).
+
+    srank_h, srank_g: (L,) float64 arrays from the fast route, corrected in place. ``layer_pair(l)``
+    gives that layer's (h (n, d_ff), Δ (n, d_model)). Returns the exact spectra computed, by layer.
+    """
+    exact: dict[int, LayerSpectrum] = {}
+    for layer in np.flatnonzero(~np.asarray(full_rank, dtype=bool)).tolist():
+        h, delta = layer_pair(layer)
+        if full_rank_in_float64(h):
+            continue
+        spec = layer_spectrum(h, delta)
+        srank_h[layer] = stable_rank(spec.eig_h, kind_h)
+        srank_g[layer] = stable_rank(spec.eig_g, kind_g)
+        exact[layer] = spec
+    return exact
+
+
+@dataclass
+class CheckedStableRanks:
+    """Per-layer stable ranks (L,) float64 from the fast route, corrected where it could not certify
+    full rank; ``exact``: the layers that took the exact route, with their spectra."""
+
+    srank_h: np.ndarray
+    srank_g: np.ndarray
+    exact: dict[int, LayerSpectrum]
+
+    @property
+    def rank_ratio(self) -> np.ndarray:
+        return rank_ratios(self.srank_g, self.srank_h)
+
+
+def stable_ranks_checked(
+    hidden: Sequence[torch.Tensor] | None,
+    deltas: Sequence[torch.Tensor],
+    kind_h: SRankKind,
+    kind_g: SRankKind,
+    *,
+    hidden_grams: Sequence[torch.Tensor] | None = None,
+    hidden_width: int | None = None,
+    fetch_hidden: Callable[[list[int]], dict[int, torch.Tensor]] | None = None,
+) -> CheckedStableRanks:
+    """:func:`stable_ranks_fast` and then :func:`exact_where_uncertified`: the stable ranks of every
+    layer, as the exact route would give them. hidden: L x (n, d_ff) (or None with ``hidden_grams``:
+    then ``fetch_hidden(layers)`` must return h of the layers that need the exact route), deltas:
+    L x (n, d_model)."""
+    fast = stable_ranks_fast(hidden, deltas, kind_h, kind_g, hidden_grams=hidden_grams, hidden_width=hidden_width)
+    srank_h = fast.srank_h.double().cpu().numpy().copy()
+    srank_g = fast.srank_g.double().cpu().numpy().copy()
+    full_rank = fast.full_rank.cpu().numpy()
+    if hidden is None:
+        uncertified = np.flatnonzero(~full_rank).tolist()
+        hidden = fetch_hidden(uncertified) if uncertified else {}
+    exact = exact_where_uncertified(srank_h, srank_g, full_rank, lambda l: (hidden[l], deltas[l]), kind_h, kind_g)
+    return CheckedStableRanks(srank_h, srank_g, exact)
+
+
+def stable_ranks_prefixes_checked(
+    hidden: Sequence[torch.Tensor],
+    deltas: Sequence[torch.Tensor],
+    ends: Sequence[int],
+    kind_h: SRankKind,
+    kind_g: SRankKind,
+) -> list[CheckedStableRanks]:
+    """:func:`stable_ranks_prefixes` and then :func:`exact_where_uncertified` for every prefix: one
+    :class:`CheckedStableRanks` per step. hidden: L x (N, d_ff); deltas: L x (K, N, d_model)."""
+    fast = stable_ranks_prefixes(hidden, deltas, ends, kind_h, kind_g)
+    out = []
+    for k, end in enumerate(ends):
+        srank_h, srank_g = fast.srank_h[k].numpy().copy(), fast.srank_g[k].numpy().copy()
+        exact = exact_where_uncertified(srank_h, srank_g, fast.full_rank[k].numpy(),
+                                        lambda l, k=k, end=end: (hidden[l][:end], deltas[l][k, :end]), kind_h, kind_g)
+        out.append(CheckedStableRanks(srank_h, srank_g, exact))
+    return out

@@ -6,16 +6,23 @@ ship inside the package (``grade/datasets``, with their sources and licenses; ``
 points elsewhere); the
 teaching sets in ``grade/sample_data/``; any other file of the same schema can be given by path.
 
-Every question has a *task*, which fixes its prompt, its answer length and how a reply is checked:
+Every question has a *task*, which fixes its prompt, its answer length and stop rule, how a reply is
+checked and which replies count as the same answer:
 
-======  ===========================================  ==============  ============
-task    reply is correct when                        max new tokens  labels 0 / 1
-======  ===========================================  ==============  ============
-qa      it matches an alias (short factual answer)   12              < 0.2 / >= 0.8
-mmlu    its letter is the gold letter                4               < 0.2 / >= 0.8
-gsm8k   its final number equals the gold number      256             < 0.4 / >= 0.6
-math    its boxed answer is equivalent to the gold   512             < 0.2 / >= 0.8
-======  ===========================================  ==============  ============
+======  ===========================================  ==============  ==================  ============
+task    reply is correct when                        max new tokens  answer ends at      labels 0 / 1
+======  ===========================================  ==============  ==================  ============
+qa      it matches an alias (short factual answer)   12              a new line          < 0.2 / >= 0.8
+mmlu    its letter is the gold letter                4               a new line          < 0.2 / >= 0.8
+gsm8k   its final number equals the gold number      256             a new "Question:"   < 0.4 / >= 0.6
+math    its boxed answer is equivalent to the gold   512             a new "Question:"   < 0.2 / >= 0.8
+======  ===========================================  ==============  ==================  ============
+
+``cot`` (step-by-step reasoning, :mod:`grade.prompts`) is a prompt style without a checking rule: it
+has an answer format (:func:`answer_format`) and nothing else. This module is the one place where
+these task semantics live: the labeller, the features, the baselines, ``analyze`` and the app all
+ask it (answer length and stop rule: :func:`answer_format`; same answer: :func:`answer_key`;
+majority: :func:`majority_answer`).
 
 Two matchers per task. ``strict`` follows the reference pipeline; ``lenient`` accepts more phrasings
 (small models answer in sentences: "The capital of France is Paris." fails the strict short-answer
@@ -31,6 +38,7 @@ import os
 import re
 import string
 import unicodedata
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -59,10 +67,19 @@ PACKAGE_DATASETS_DIR = Path(str(resources.files("grade") / "datasets"))
 SAMPLE_DATA_DIR = Path(str(resources.files("grade") / "sample_data"))
 
 
+#: Short answers are one line; reasoning answers stop when a model starts a new question (base models
+#: continue the few-shot pattern) or writes blank lines. A stop string counts only after some content.
+LINE_STOPS: tuple[str, ...] = ("\n",)
+REASONING_STOPS: tuple[str, ...] = ("\nQuestion:", "\n\n\n")
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """How questions of one task are prompted, sampled, checked and labelled.
 
+    ``max_new_tokens`` and ``stop_strings`` are the answer format: every generated answer of the task
+    (labels' samples, the baselines' greedy answer and samples, ``analyze(generate=True)``, the app)
+    is at most that long and ends at the first stop string.
     ``unanswerable_below`` / ``answerable_from`` are the reference label thresholds on the sample
     accuracy: label 0 if accuracy < ``unanswerable_below``, 1 if accuracy >= ``answerable_from``,
     no label in between. They are compared as exact fractions (see :func:`label_for_accuracy`).
@@ -74,14 +91,41 @@ class TaskSpec:
     unanswerable_below: float
     answerable_from: float
     default_samples: int = 10
+    stop_strings: tuple[str, ...] = ()
+    #: responses are chains of thought, scored one step at a time under ``pos`` (GRADE_pos for reasoning)
+    stepwise: bool = False
 
 
 TASKS: dict[str, TaskSpec] = {
-    "qa": TaskSpec("qa", "qa", 12, 0.2, 0.8),
-    "mmlu": TaskSpec("mmlu", "mmlu", 4, 0.2, 0.8),
-    "gsm8k": TaskSpec("gsm8k", "gsm8k", 256, 0.4, 0.6),
-    "math": TaskSpec("math", "math", 512, 0.2, 0.8),
+    "qa": TaskSpec("qa", "qa", 12, 0.2, 0.8, stop_strings=LINE_STOPS),
+    "mmlu": TaskSpec("mmlu", "mmlu", 4, 0.2, 0.8, stop_strings=LINE_STOPS),
+    "gsm8k": TaskSpec("gsm8k", "gsm8k", 256, 0.4, 0.6, stop_strings=REASONING_STOPS, stepwise=True),
+    "math": TaskSpec("math", "math", 512, 0.2, 0.8, stop_strings=REASONING_STOPS, stepwise=True),
 }
+
+#: Prompt styles that are not labelling tasks (no checking rule): only their answer format counts.
+PROMPT_ONLY_TASKS: dict[str, TaskSpec] = {
+    "cot": TaskSpec("cot", "cot", 256, 0.2, 0.8, stop_strings=REASONING_STOPS),
+}
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How long an answer of a task may run and where it ends (see :class:`TaskSpec`)."""
+
+    max_new_tokens: int
+    stop_strings: tuple[str, ...]
+
+
+def answer_format(task: str, max_new_tokens: int | None = None) -> AnswerFormat:
+    """The answer format of ``task`` (a labelling task or a prompt style such as ``cot``);
+    ``max_new_tokens`` overrides the length (e.g. the length a labels file was sampled with)."""
+    task = "qa" if task == "qa_doc" else task  # the with-document wording of short QA
+    spec = TASKS.get(task) or PROMPT_ONLY_TASKS.get(task)
+    if spec is None:
+        known = ", ".join(list(TASKS) + list(PROMPT_ONLY_TASKS))
+        raise InputError(f"unknown task {task!r}; use one of {known}")
+    return AnswerFormat(int(max_new_tokens or spec.max_new_tokens), spec.stop_strings)
 
 
 @dataclass
@@ -649,6 +693,62 @@ def is_correct(question: Question, reply: str, matcher: Matcher = "strict") -> b
     if question.task == "math":
         return math_correct(reply, question.answers, lenient=lenient)
     raise InputError(f"unknown task {question.task!r}")
+
+
+def scored_stepwise(task: str) -> bool:
+    """Whether a labelled row of ``task`` is scored step-wise under ``pos`` (:attr:`TaskSpec.stepwise`)."""
+    return task in TASKS and TASKS[task].stepwise
+
+
+# ----------------------------------------------------------------------------------------------
+# Same answer, majority answer
+
+
+def answer_key(task: str, text: str, choices: list[str] | None = None) -> str | None:
+    """What two replies must share to count as the same answer, or ``None`` when a reply has none.
+
+    Short QA: the normalised reply; MMLU: the predicted letter (lenient reading); GSM8K: the final
+    number (written so that equal numbers give equal keys); MATH: the normalised last boxed answer.
+    Used for the labeller's majority answer, self-consistency and "confidently wrong".
+    """
+    if task == "mmlu":
+        return mmlu_letter(text, choices, lenient=True)
+    if task == "gsm8k":
+        value = gsm8k_final_number(text)
+        if value is None:
+            return None
+        value += 0.0  # -0.0 and 0.0 are one answer
+        return str(int(value)) if value.is_integer() else repr(value)
+    if task == "math":
+        answer = math_answer(text)
+        return normalize_latex(answer) if answer is not None else None
+    return normalize_answer(text) or None
+
+
+def majority(keys: Iterable[str | None]) -> tuple[str | None, int]:
+    """The most frequent answer key and how many replies give it; ``None`` (no answer) never wins and
+    ties go to the key seen first. ``(None, 0)`` when no reply has an answer."""
+    keys = list(keys)
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return None, 0
+    best = max(counts.values())
+    winner = next(k for k in keys if k is not None and counts[k] == best)
+    return winner, best
+
+
+def majority_answer(task: str, samples: list[str] | None, choices: list[str] | None = None) -> str | None:
+    """The first sample that gives the majority answer (see :func:`majority`); the first sample when
+    none has an answer, ``None`` without samples. This is the response the reference scores under
+    ``L_pos`` (written to labels as ``majority``)."""
+    samples = [s for s in (samples or []) if isinstance(s, str)]
+    if not samples:
+        return None
+    keys = [answer_key(task, s, choices) for s in samples]
+    winner, _ = majority(keys)
+    if winner is None:
+        return samples[0]
+    return next(s for s, k in zip(samples, keys) if k == winner)
 
 
 def label_for_accuracy(n_correct: int, n_samples: int, spec: TaskSpec) -> int | None:

@@ -637,24 +637,24 @@ class TraceStore:
 
     # ------------------------------------------------------------------ rows
     def done_keys(self) -> set[str]:
-        from .features import _part_files
+        from .features import FeatureStore
 
         keys: set[str] = set()
-        for part in _part_files(self.traces_dir) if self.traces_dir.is_dir() else []:
+        for part in FeatureStore(self.traces_dir).parts():
             keys.update(pq.read_table(part, columns=["trace_id"]).column("trace_id").to_pylist())
         return keys
 
     def write(self, results: list[dict]) -> None:
         """Append analysed traces (``{"trace": row, "tokens": [rows]}`` each): tokens first, so that a stored
         trace always has its tokens (tokens of a trace that a kill left unstored are dropped on reading)."""
-        from .features import _write_part
+        from .features import FeatureStore
 
         if not results:
             return
         tokens = [t for r in results for t in r["tokens"]]
         if tokens:
-            _write_part(self.tokens_dir, tokens, TOKEN_SCHEMA)
-        _write_part(self.traces_dir, [r["trace"] for r in results], TRACE_SCHEMA)
+            FeatureStore(self.tokens_dir).write(tokens, TOKEN_SCHEMA)
+        FeatureStore(self.traces_dir).write([r["trace"] for r in results], TRACE_SCHEMA)
 
     def version(self) -> int:
         """Changes whenever rows or annotations are added (for caches)."""
@@ -668,9 +668,9 @@ class TraceStore:
         with ``annotated`` also ``error_step``, ``error_kind`` and ``note`` from the annotations."""
         import pandas as pd
 
-        from .features import _part_files
+        from .features import FeatureStore
 
-        parts = _part_files(self.traces_dir) if self.traces_dir.is_dir() else []
+        parts = FeatureStore(self.traces_dir).parts()
         frames = [pq.read_table(p).to_pandas() for p in parts]
         frame = pd.concat(frames, ignore_index=True) if frames else TRACE_SCHEMA.empty_table().to_pandas()
         frame = frame.drop_duplicates("trace_id", keep="last").reset_index(drop=True)
@@ -687,9 +687,9 @@ class TraceStore:
         import pandas as pd
         import pyarrow.compute as pc
 
-        from .features import _part_files
+        from .features import FeatureStore
 
-        parts = _part_files(self.tokens_dir) if self.tokens_dir.is_dir() else []
+        parts = FeatureStore(self.tokens_dir).parts()
         tables = []
         for part in parts:
             table = pq.read_table(part)
@@ -927,7 +927,7 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0) -> dict[
 
     * ``counts``: traces, correct, wrong, unknown;
     * ``ranking``: per score of :data:`RANKING_SCORES`, AUROC for "wrong" (1) against "correct" (0) with a
-      stratified percentile bootstrap interval (:func:`grade.evaluation.bootstrap_ci`); higher scores are
+      stratified percentile bootstrap interval (:func:`grade.metrics.bootstrap_ci`); higher scores are
       taken to mean "wrong" for every score, decided before looking at any data;
     * ``peak_position``: per group (correct, wrong), where in the trace the peak step lies: mean relative
       position (0 = first step, 1 = last; traces with one step left out) and the share in each third;
@@ -936,7 +936,7 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0) -> dict[
     * ``annotations``: over traces with a marked error step, how often the peak step (and the peak token's
       step) is that step, beside the chance rate (mean 1/K) and within one step.
     """
-    from .evaluation import auroc, bootstrap_ci
+    from .metrics import auroc, bootstrap_ci
 
     correct = frame["correct"]
     known = correct.notna().to_numpy()

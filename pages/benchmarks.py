@@ -1,6 +1,6 @@
 """Benchmarks: GRADE next to the baselines, read from the committed ``results/<model>/`` folders.
 
-A thin page: the numbers come from ``python -m grade benchmark`` (see :mod:`grade.evaluation`); it
+A thin page: the numbers come from ``python -m grade benchmark`` (see :mod:`grade.studies`); it
 only reads CSV/JSON files and draws them, so it needs no model and computes nothing.
 """
 
@@ -14,7 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from grade.errors import GradeError
-from grade.evaluation import figures, load_results
+from grade.report import figures
+from grade.studies import BenchmarkResult
 from studio import session
 
 RESULTS_DIR = Path(os.environ.get("GRADE_RESULTS_DIR") or Path(__file__).resolve().parent.parent / "results")
@@ -35,7 +36,7 @@ if not folders:
 
 @st.cache_data(show_spinner=False)
 def _load(folder: str, stamp: float):
-    return load_results(folder)
+    return BenchmarkResult.load(folder)
 
 
 choice = st.selectbox("Model", [p.name for p in folders], key="benchmark_model")

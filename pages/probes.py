@@ -137,7 +137,7 @@ with load_tab:
     uploads = st.file_uploader("Probe files", type=["safetensors", "json"], accept_multiple_files=True,
                                key="probe_upload", max_upload_size=LIMITS.upload_mb)
     path_text = "" if SERVED else st.text_input("... or a path", key="probe_path_text",
-                                                placeholder="assets/probes/name.safetensors")
+                                                placeholder="runs/probes/name.safetensors")
     if st.button("Load probe", key="load_probe"):
         try:
             if uploads:

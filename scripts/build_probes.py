@@ -13,8 +13,8 @@ For each (model, loss) in :data:`CONFIGS`:
 3. the shipped MLP probe is trained on all datasets (seeded 70/15/15 split, stratified by dataset and
    label) and scored on its test split, per dataset; a logistic-regression probe on the same split
    is the comparison;
-4. ``assets/probes/<model>-<loss>.{safetensors,json}`` are written, then ``assets/probes/README.md``
-   and ``assets/reference_features.parquet`` (a few hundred rows per (model, loss): rank ratios,
+4. ``grade/assets/probes/<model>-<loss>.{safetensors,json}`` are written, then ``grade/assets/probes/README.md``
+   and ``grade/assets/reference_features.parquet`` (a few hundred rows per (model, loss): rank ratios,
    labels, dataset, with/without document, and one middle layer's hidden state).
 
 Usage: ``python scripts/build_probes.py [--only smollm2-135m-instruct-pre ...] [--threads 1]``. With
@@ -27,15 +27,16 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import pandas as pd
 
-import numpy as np  # noqa: E402
-from grade.io import find_jsonl, jsonl_stem  # noqa: E402
-import pandas as pd  # noqa: E402
+from grade.io import find_jsonl
+from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
+from grade.training_sets import MAX_PER_CLASS, current_rows, extract_all
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ folder
 
 QUESTIONS_DIR = ROOT / "data" / "probe_training" / "questions"  # written by scripts/make_probe_questions.py
 PROBE_LABELS_DIR = ROOT / "data" / "probe_training" / "labels"
@@ -48,12 +49,6 @@ CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"
 CHECK_SETS = ("check_facts", "check_arithmetic")
 CONFIGS = (("smollm2-135m-instruct", "pre"), ("smollm2-135m-instruct", "pos"), ("gemma-3-270m", "pre"),
            ("qwen2.5-coder-1.5b-instruct", "pre"), ("qwen2.5-coder-1.5b-instruct", "pos"))
-MAX_PER_CLASS = 1000  # the reference caps each class at 1000
-# A small model leaves most questions of a benchmark unanswerable (TriviaQA: 30 answerable, 856 not):
-# past a few hundred, more unanswerable rows of one set only teach the probe that set's prompt style,
-# and each costs a forward and backward pass. So each labelled file gives all its answerable rows and
-# at most this many unanswerable ones (a fixed, seeded choice, so the stores stay valid across runs).
-MAX_UNANSWERABLE_PER_SET = 250
 REFERENCE_ROWS = 300  # per (model, loss) in the reference feature set
 MIN_TRANSFER_ROWS = 20  # a held-out dataset needs this many rows (and both classes) to be scored
 
@@ -81,93 +76,6 @@ def label_probe_sets(model: str, threads: int) -> None:
                    "--matcher", "lenient", "--threads", str(threads), "--quiet", "--out", str(out)]
         log(f"  labelling {name}: {' '.join(command[1:])}")
         subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
-def label_files(model: str, labels_dirs: list[Path]) -> list[Path]:
-    """Labelled files of ``model``, folder by folder in the given order (that order decides which copy
-    of a question asked in two sets is kept); one dataset name may come from one folder only."""
-    files: dict[str, Path] = {}
-    for folder in labels_dirs:
-        for file in sorted((folder / model).glob("*.jsonl*")):
-            if jsonl_stem(file) in files:
-                raise SystemExit(f"dataset {jsonl_stem(file)} is labelled twice: {files[jsonl_stem(file)]} and {file}")
-            files[jsonl_stem(file)] = file
-    return list(files.values())
-
-
-def cap_unanswerable(rows: list[dict], limit: int) -> list[dict]:
-    """All answerable rows and at most ``limit`` unanswerable ones, chosen by a hash of their id (the
-    same rows on every run, whatever order the file has)."""
-    import hashlib
-
-    negatives = [r for r in rows if r["label"] == 0]
-    if len(negatives) <= limit:
-        return rows
-    rank = lambda r: hashlib.sha1(str(r["id"]).encode()).hexdigest()  # noqa: E731
-    kept = {id(r) for r in sorted(negatives, key=rank)[:limit]}
-    return [r for r in rows if r["label"] != 0 or id(r) in kept]
-
-
-def question_key(row: dict) -> tuple[str, str]:
-    return " ".join(str(row["question"]).lower().split()), " ".join(str(row.get("context") or "").lower().split())
-
-
-def extract_all(model: str, loss: str, labels_dirs: list[Path], features_dir: Path, *,
-                compute: bool = True) -> list[tuple[Path, set]]:
-    """Feature stores of every labelled file of ``model`` with the keys of the rows labelled now.
-
-    Stores are first brought in line with the label files (changed labels, changed ``pos``
-    responses); with ``compute`` the missing rows are extracted.
-    """
-    from grade import load_model
-    from grade.features import extract_features, read_labelled, refresh_store, row_key
-
-    stores = []
-    lm = None
-    seen: set[tuple[str, str]] = set()
-    for file in label_files(model, labels_dirs):
-        rows = []
-        for row in read_labelled(file):  # a question already in an earlier set would leak across splits
-            key = question_key(row)
-            if key not in seen:
-                seen.add(key)
-                rows.append(row)
-        if not rows:
-            log(f"  {file.name}: no labelled rows, skipped")
-            continue
-        rows = cap_unanswerable(rows, MAX_UNANSWERABLE_PER_SET)
-        store = features_dir / model / loss / f"{jsonl_stem(file)}.parquet"
-        if compute:
-            if lm is None:
-                lm = load_model(model)
-            t = time.perf_counter()
-            report = extract_features(lm, rows, store, loss=loss, progress=True, chunk_size=32)
-            log(f"  {file.name}: {report} ({time.perf_counter() - t:.0f} s)")
-        elif store.is_dir():
-            refresh_store(store, rows, loss)
-        if store.is_dir():
-            stores.append((store, {row_key(r) for r in rows}))
-    return stores
-
-
-def current_rows(stores: list[tuple[Path, set]], hidden: bool) -> pd.DataFrame:
-    """The stored rows that are labelled now (a row whose question lost its label is left out)."""
-    from grade.features import load_features
-
-    frames = []
-    for store, keys in stores:
-        df = load_features(store, hidden=hidden)
-        wanted = [(d, i, c) in keys for d, i, c in zip(df["dataset"], df["id"], df["has_context"])]
-        frames.append(df[wanted])
-    df = dedupe(pd.concat(frames, ignore_index=True))
-    df["group"] = df["id"].str.removesuffix("-reworded")  # one fact in two wordings: one group
-    return df
-
-
-def dedupe(df: pd.DataFrame) -> pd.DataFrame:
-    """First row of each question (same text, same with/without document), stores in the given order."""
-    key = df["question"].str.lower().str.split().str.join(" ")
-    return df[~pd.DataFrame({"q": key, "c": df["has_context"]}).duplicated()].reset_index(drop=True)
 
 
 def usable_datasets(df: pd.DataFrame) -> list[str]:
@@ -217,7 +125,7 @@ def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool
     """Scores of the finished probe on the check sets (labelled like the training data, never trained
     on): per set and pooled."""
     from grade.features import feature_matrix
-    from grade.probe import binary_metrics
+    from grade.metrics import binary_metrics
 
     stores = extract_all(model, loss, [CHECK_LABELS_DIR], features_dir / "check", compute=compute)
     if not stores:
@@ -225,7 +133,7 @@ def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool
     df = current_rows(stores, hidden=False)
     p = probe.predict_proba(feature_matrix(df))[:, 1]
     y = df["label"].to_numpy().astype(int)
-    from grade.evaluation import auroc, bootstrap_ci
+    from grade.metrics import auroc, bootstrap_ci
 
     def scored(idx):  # a handful of answerable questions: the interval says how much the AUROC can be trusted
         m = binary_metrics(y[idx], p[idx], roc=False)
@@ -289,7 +197,7 @@ def write_readme(summaries: list[dict], path: Path) -> None:
         "",
         "Each probe is two files: `NAME.safetensors` (weights, BatchNorm buffers included) and `NAME.json`",
         "(model, loss, stable-rank variant, layer count, feature definition, training data with class",
-        "balance, metrics, package version). Load with `grade.probe.Probe.load('assets/probes/NAME')`.",
+        "balance, metrics, package version). Load with `grade.probe.Probe.load(grade.probe.SHIPPED_PROBES_DIR / 'NAME')`.",
         "",
         "Input: the per-layer rank ratios `srank(C_g)/srank(C_h)` of one question (GRADE_pre: entropy of the",
         "next-token distribution after the prompt; GRADE_pos: cross-entropy of the most frequent sampled answer).",
@@ -364,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folders of <model>/<dataset>.jsonl label files")
     parser.add_argument("--skip-label", action="store_true", help="do not (re)label the extra training sets")
     parser.add_argument("--features-dir", type=Path, default=ROOT / "runs" / "features")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "assets" / "probes")
-    parser.add_argument("--reference", type=Path, default=ROOT / "assets" / "reference_features.parquet")
+    parser.add_argument("--out-dir", type=Path, default=SHIPPED_PROBES_DIR)
+    parser.add_argument("--reference", type=Path, default=SHIPPED_REFERENCE_FEATURES)
     parser.add_argument("--only", nargs="*", default=None, help="probe names to build, e.g. smollm2-135m-instruct-pre")
     parser.add_argument("--skip-extract", action="store_true", help="use the stored features only")
     parser.add_argument("--no-transfer", action="store_true",

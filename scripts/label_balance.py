@@ -13,10 +13,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ folder
 
-from grade.labeling import read_records  # noqa: E402
+from grade.labeling import read_records
 
 LABELS = ROOT / "data" / "labels"
 FOLDERS = (LABELS, ROOT / "data" / "probe_training" / "labels", ROOT / "data" / "probe_check" / "labels")

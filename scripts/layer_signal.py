@@ -13,14 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ folder
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def main() -> int:
-    from grade.evaluation import auroc
+    from grade.metrics import auroc
     from grade.features import feature_matrix, load_features
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

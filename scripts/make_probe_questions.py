@@ -447,7 +447,7 @@ WORLD_FACTS = [
 ]
 
 # A check set never used for training: new facts and arithmetic in other phrasings, for measuring the
-# shipped probes on unseen questions (``python -m grade evaluate``); see assets/probes/README.md.
+# shipped probes on unseen questions (``python -m grade evaluate``); see grade/assets/probes/README.md.
 CHECK_FACTS = [
     ("Which city is the capital of Scotland?", ["Edinburgh"]),
     ("Name the capital city of Wales.", ["Cardiff"]),

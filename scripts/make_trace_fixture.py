@@ -34,8 +34,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the repository: tests/data
 
 UNTIL = ["Question:", "</s>", "<|im_end|>"]
 IGNORE = [",", r"\$", r"(?s).*#### ", r"\.$"]
@@ -80,7 +79,7 @@ def main(argv=None) -> int:
     import torch
 
     import grade
-    from grade.generation import greedy_response
+    from grade.generation import DecodeSettings, generate
     from grade.tasks import datasets_dir, gsm8k_correct, gsm8k_final_number, last_boxed, math_correct
 
     torch.set_num_threads(1)
@@ -101,7 +100,8 @@ def main(argv=None) -> int:
                                                   tokenize=False, add_generation_prompt=True)
         if doc_id < args.generated:
             ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            text = lm.tokenizer.decode(greedy_response(lm, ids, args.max_gen_toks), skip_special_tokens=True)
+            answer = generate(lm, [ids], DecodeSettings(args.max_gen_toks))[0][0]
+            text = lm.tokenizer.decode(answer.token_ids, skip_special_tokens=True)
             for stop in UNTIL:
                 text = text.split(stop)[0]
         else:

@@ -26,7 +26,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from grade.evaluation import auroc
+from grade.metrics import auroc
 from grade.features import feature_matrix, load_features
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,16 +21,15 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+import pandas as pd
+import torch
 
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
+from grade.training_sets import MAX_PER_CLASS, current_rows, extract_all
 
-import build_probes  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ and runs/ folders
 MODEL, LOSS = "smollm2-135m-instruct", "pre"
+PROBE_LABELS_DIR = ROOT / "data" / "probe_training" / "labels"  # as in scripts/build_probes.py
+CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"
 SELECTION = ROOT / "data" / "benchmark" / MODEL / "unseen" / "facts.jsonl"
 NOT_SHORT_QA = ("mmlu", "math_steps", "arithmetic", "gsm8k")
 
@@ -46,20 +45,18 @@ def mixes(datasets: list[str]) -> dict[str, list[str]]:
 
 def main() -> int:
     import grade
-    from grade.evaluation import auroc, bootstrap_ci
+    from grade.metrics import auroc, bootstrap_ci
     from grade.features import extract_features, feature_matrix
     from grade.probe import train_from_features
 
     torch.set_num_threads(2)
     features = ROOT / "runs" / "features"
-    stores = build_probes.extract_all(MODEL, LOSS, [ROOT / "data" / "labels", build_probes.PROBE_LABELS_DIR],
-                                      features, compute=False)
+    stores = extract_all(MODEL, LOSS, [ROOT / "data" / "labels", PROBE_LABELS_DIR], features, compute=False)
     if not stores:
         print("no stored features: run `make probes` first", file=sys.stderr)
         return 1
-    train = build_probes.current_rows(stores, hidden=False)
-    check = build_probes.current_rows(
-        build_probes.extract_all(MODEL, LOSS, [build_probes.CHECK_LABELS_DIR], features / "check", compute=True), hidden=False)
+    train = current_rows(stores, hidden=False)
+    check = current_rows(extract_all(MODEL, LOSS, [CHECK_LABELS_DIR], features / "check", compute=True), hidden=False)
     rows = [r for r in map(json.loads, SELECTION.read_text().splitlines()) if r.get("label") in (0, 1)]
     selection_store = ROOT / "runs" / "features_selection" / MODEL / LOSS / "facts_unseen.parquet"
     extract_features(grade.load_model(MODEL), rows, selection_store, loss=LOSS, progress=False)
@@ -70,7 +67,7 @@ def main() -> int:
     for name, datasets in mixes(sorted(train["dataset"].unique())).items():
         subset = train[train["dataset"].isin(datasets)]
         for kind in ("mlp", "logreg"):
-            probe, report = train_from_features(subset, kind=kind, max_per_class=build_probes.MAX_PER_CLASS)
+            probe, report = train_from_features(subset, kind=kind, max_per_class=MAX_PER_CLASS)
             s_sel = probe.predict_proba(feature_matrix(selection))[:, 1]
             s_chk = probe.predict_proba(feature_matrix(check))[:, 1]
             low, high = bootstrap_ci(y_chk, s_chk, auroc)

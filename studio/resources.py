@@ -20,19 +20,12 @@ import numpy as np
 
 import grade
 from grade.errors import GradeError, ModelLoadError, ProbeError
+from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-ASSETS = REPO_ROOT / "assets"
-# The shipped probes and reference set; the environment can point elsewhere (e.g. a freshly built set).
-PROBES_DIR = Path(os.environ.get("GRADE_PROBES_DIR") or ASSETS / "probes")
-REFERENCE_FEATURES = Path(os.environ.get("GRADE_REFERENCE_FEATURES") or ASSETS / "reference_features.parquet")
-
-
-def datasets_dir() -> Path:
-    """``$GRADE_DATASETS_DIR``, else ``shared/datasets`` beside the repository checkout."""
-    from grade.tasks import datasets_dir as shared_datasets_dir
-
-    return shared_datasets_dir()
+# The shipped probes and reference set (package data); the environment can point elsewhere (e.g. a
+# freshly built set).
+PROBES_DIR = Path(os.environ.get("GRADE_PROBES_DIR") or SHIPPED_PROBES_DIR)
+REFERENCE_FEATURES = Path(os.environ.get("GRADE_REFERENCE_FEATURES") or SHIPPED_REFERENCE_FEATURES)
 
 
 def user_data_dir() -> Path:

@@ -15,7 +15,8 @@ import numpy as np
 
 import grade
 from grade.errors import InputError, ProbeError
-from grade.generation import greedy_response
+from grade.generation import greedy_answer
+from grade.tasks import answer_format
 
 from .resources import ProbeInfo, probe_probability
 from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace
@@ -77,7 +78,7 @@ def analyze_question(
     task: str = "qa",
     probe=None,
     probe_info: ProbeInfo | None = None,
-    max_new_tokens: int = 48,
+    max_new_tokens: int | None = None,
     progress: Progress | None = None,
     model_label: str = "",
     limits: Limits = LOCAL_LIMITS,
@@ -85,11 +86,12 @@ def analyze_question(
     """Features (with spectra and hidden states), the greedy answer and the probe's verdict for one question.
 
     The feature loss follows the probe (``pre`` if none). Under ``pre`` the answer is generated
-    separately, only to show it; under ``pos`` it is the response the features are computed on.
+    separately, only to show it; under ``pos`` it is the response the features are computed on. Either
+    way it is the answer the labels judge: the task's length (unless ``max_new_tokens``) and stop rule.
     """
     say = progress or (lambda line: None)
     question, context = check_inputs(question, context, limits)
-    max_new_tokens = check_answer_tokens(max_new_tokens, limits)
+    max_new_tokens = check_answer_tokens(max_new_tokens or answer_format(task).max_new_tokens, limits)
     loss = probe_loss(probe_info)
     srank = str((probe_info.metadata.get("srank") if probe_info else None) or "paper")
     seconds: dict[str, float] = {}
@@ -105,10 +107,9 @@ def analyze_question(
         t = time.perf_counter()
         result = grade.analyze(lm, question, context=context, task=task, loss="pre", srank=srank, keep_hidden=True)
         seconds["analysis_s"] = time.perf_counter() - t
-        say(f"Generating the model's answer (up to {max_new_tokens} tokens) ...")
+        say("Generating the model's answer ...")
         t = time.perf_counter()
-        prompt_ids = lm.tokenizer(result.prompt, add_special_tokens=False)["input_ids"]
-        answer = lm.tokenizer.decode(greedy_response(lm, prompt_ids, max_new_tokens), skip_special_tokens=True).strip()
+        answer = greedy_answer(lm, result.prompt, task=task, max_new_tokens=max_new_tokens).text
         seconds["generation_s"] = time.perf_counter() - t
     verdict, problem = None, None
     if probe is not None and probe_info is not None:
@@ -168,14 +169,14 @@ class Trace:
         return scores, step_of
 
 
-def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int = 192,
+def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int | None = 192,
                  limits: Limits = LOCAL_LIMITS) -> str:
-    """The model's greedy chain-of-thought answer to a math question."""
+    """The model's greedy chain-of-thought answer to a math question (the task's stop rule; ``None``:
+    the task's length too)."""
     question, _ = check_inputs(question, None, limits)
-    max_new_tokens = check_cot_tokens(max_new_tokens, limits)
+    max_new_tokens = check_cot_tokens(max_new_tokens or answer_format(task).max_new_tokens, limits)
     prompt = grade.prompts.format_prompt(lm.tokenizer, question, task=task)
-    ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    return lm.tokenizer.decode(greedy_response(lm, ids, max_new_tokens), skip_special_tokens=True).strip()
+    return greedy_answer(lm, prompt, task=task, max_new_tokens=max_new_tokens).text
 
 
 def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title: str, task: str = "gsm8k",

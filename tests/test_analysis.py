@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import grade
-from grade.analysis import _activation_grads, _forward, _layer_features, prefix_passes_are_cheaper, srank_kinds
+from grade.analysis import _forward, activation_grads, layer_features, prefix_passes_are_cheaper, srank_kinds
 from grade.errors import InputError, ModelLoadError, NumericalError
 from grade.losses import response_cross_entropy, split_steps
 
@@ -48,8 +48,8 @@ def test_stepwise_shared_forward_equals_per_prefix_recompute(smollm, step_passes
         with torch.enable_grad():
             capture, logits, _ = _forward(smollm, prefix, keep_hidden=False)
             loss = response_cross_entropy(logits, torch.tensor(prefix), step.start, step.end)
-            deltas = _activation_grads(loss, capture.outputs)
-        _, _, ratio, _, _, rows = _layer_features([h[0] for h in capture.hidden], [d[0] for d in deltas], kinds, True)
+            deltas = activation_grads(loss, capture.outputs)
+        _, _, ratio, _, _, rows = layer_features([h[0] for h in capture.hidden], [d[0] for d in deltas], kinds, True)
         np.testing.assert_allclose(step.rank_ratio, ratio, rtol=1e-4)
         np.testing.assert_allclose(step.token_scores, rows[:, step.start:], rtol=1e-3, atol=1e-9)
         assert step.loss_value == pytest.approx(float(loss.detach()), rel=1e-5)
@@ -183,9 +183,9 @@ def test_batched_backward_failing_midway_falls_back_to_per_loss_passes(monkeypat
         return result
 
     monkeypatch.setattr(torch.autograd, "grad", grad_that_fails_when_batched)
-    deltas = _activation_grads(losses, outputs, batched=True)
+    deltas = activation_grads(losses, outputs, batched=True)
     monkeypatch.setattr(torch.autograd, "grad", real_grad)
-    expected = _activation_grads(losses, outputs, batched=False)
+    expected = activation_grads(losses, outputs, batched=False)
     for got, want in zip(deltas, expected):
         assert got.shape == (2, 5, 3)
         torch.testing.assert_close(got, want)

@@ -69,7 +69,7 @@ def shipped_probe(smollm):
     from studio.resources import default_probe, list_probes
 
     info = default_probe(smollm.name, list_probes())
-    assert info is not None, "no shipped probe for the default model in assets/probes (run `make probes`)"
+    assert info is not None, "no shipped probe for the default model in grade/assets/probes (run `make probes`)"
     return info
 
 

@@ -93,7 +93,7 @@ def test_unsupported_architecture_lists_supported(tmp_path, tokenizer):
 
 def test_batched_and_per_loss_backward_give_the_same_step_gradients(tmp_path, tokenizer):
     """The GPU's one batched backward (vmap) and the CPU's K backward passes are the same Δ_k."""
-    from grade.analysis import _activation_grads
+    from grade.analysis import activation_grads
 
     lm = grade.load_model(str(build_folder(tmp_path, CONFIGS["llama"](), tokenizer)))
     ids = lm.tokenizer("First step. Second step. Third step.", add_special_tokens=False)["input_ids"]
@@ -103,8 +103,8 @@ def test_batched_and_per_loss_backward_give_the_same_step_gradients(tmp_path, to
         token_nll = -log_probs.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
         thirds = torch.tensor_split(token_nll, 3)
         losses = torch.stack([part.mean() for part in thirds])
-        per_loss = _activation_grads(losses, capture.outputs, batched=False)  # keeps the graph
-        batched = _activation_grads(losses, capture.outputs, batched=True)
+        per_loss = activation_grads(losses, capture.outputs, batched=False)  # keeps the graph
+        batched = activation_grads(losses, capture.outputs, batched=True)
     assert len(batched) == len(per_loss) == lm.n_layers
     for b, p in zip(batched, per_loss):
         assert b.shape == p.shape == (3, len(ids), 32)

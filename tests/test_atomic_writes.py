@@ -60,17 +60,17 @@ while True:
     "parts": '''
 import sys, math
 from pathlib import Path
-from grade.features import SCHEMA, _write_part
-store = Path(sys.argv[1]); store.mkdir(exist_ok=True)
+from grade.features import FeatureStore
+store = FeatureStore(Path(sys.argv[1])).create()
 def record(i):
     return {"id": str(i), "dataset": "d", "label": i % 2, "accuracy": math.nan, "task": "qa", "has_context": False,
             "question": "q" * 200, "response": None, "model": "m", "loss": "pre", "srank": "paper", "n_layers": 30,
             "n_tokens": 9, "loss_value": 1.0, "rank_ratio": [float(i)] * 30, "srank_h": [1.0] * 30,
             "srank_g": [1.0] * 30, "hidden": [[float(i)] * 576] * 8, "feature_version": 1, "package_version": "x"}
 chunk = [record(i) for i in range(200)]  # one part: 200 rows of hidden states, some MB
-_write_part(store, chunk); print("ready", flush=True)
+store.write(chunk); print("ready", flush=True)
 while True:
-    _write_part(store, chunk)
+    store.write(chunk)
 ''',
     "labels": '''
 import sys, json

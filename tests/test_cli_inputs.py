@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grade.cli import main
+from grade.probe import SHIPPED_REFERENCE_FEATURES
 
 torch.set_num_threads(1)
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "assets" / "reference_features.parquet"
+REFERENCE = SHIPPED_REFERENCE_FEATURES
 BAD_BYTES = os.fsdecode(b"caf\xe9 \xff?")  # how Python hands undecodable argv bytes to us
 
 
@@ -146,13 +146,13 @@ def test_an_uncached_hub_id_fails_fast_when_offline(monkeypatch):
 def test_generation_is_bounded_by_the_context_before_it_starts(smollm):
     import grade
     from grade.errors import InputError
-    from grade.generation import greedy_response
+    from grade.generation import DecodeSettings, generate
 
     result = grade.analyze(smollm, "Count from one to one thousand.", loss="pos", generate=True,
                            max_new_tokens=10**9, max_tokens=80, spectra=False)
     assert len(result.input_ids) <= 80  # 10**9 asked for: only what the 80-token limit leaves was generated
     with pytest.raises(InputError, match="no room"):
-        greedy_response(smollm, [1, 2, 3], 0)
+        generate(smollm, [[1] * smollm.max_context], DecodeSettings(4))
 
 
 # -------------------------------------------------------------------------------- evaluate

@@ -223,3 +223,21 @@ def test_model_split_across_two_gpus_matches_one_gpu():
     prompt = format_prompt(whole.tokenizer, question)
     settings = SamplingSettings(n_samples=4, max_new_tokens=8, seed=3, stop_strings=("\n",))
     assert sample_answers(split, [prompt], ["q1"], settings) == sample_answers(whole, [prompt], ["q1"], settings)
+
+
+def test_ray_labelling_resumes_only_with_the_same_answer_length(tmp_path, monkeypatch):
+    """The Ray driver resumes a labels file under the local path's conditions, answer length included,
+    and says so before any worker starts."""
+    from grade import distributed
+    from grade.tasks import load_questions
+
+    out = tmp_path / "labels.jsonl"
+    out.write_text(json.dumps({"id": "known-capital-france", "task": "qa", "model": "smollm2-135m-instruct",
+                               "matcher": "strict", "seed": 0, "n_samples": 10, "max_new_tokens": 24}) + "\n")
+    monkeypatch.setattr(distributed, "run_on_ray", lambda *a, **k: pytest.fail("a cluster was started"))
+    spec = distributed.ModelSpec("smollm2-135m-instruct")
+    questions = load_questions("facts_known", limit=3)
+    with pytest.raises(InputError, match="answers of up to 24 tokens, this run uses 12"):
+        distributed.label_questions_distributed(spec, questions, out)
+    with pytest.raises(InputError, match="answers of up to 24 tokens, this run uses 16"):
+        distributed.label_questions_distributed(spec, questions, out, max_new_tokens=16)

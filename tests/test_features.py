@@ -11,7 +11,6 @@ from grade.features import (
     feature_matrix,
     hidden_states,
     load_features,
-    most_frequent_sample,
     read_labelled,
     stored_keys,
 )
@@ -49,10 +48,21 @@ def test_read_labelled_rejects_bad_rows(tmp_path, line, message):
         read_labelled(path)
 
 
-def test_most_frequent_sample():
-    assert most_frequent_sample(["Paris.", "Lyon", " paris. ", "lyon", "Paris."]) == "Paris."
-    assert most_frequent_sample(["b", "a"]) == "b"  # tie: the earliest
-    assert most_frequent_sample(["", "  "]) is None and most_frequent_sample(None) is None
+def test_pos_rows_without_a_response_score_the_labellers_majority_answer():
+    """One majority rule (grade.tasks): a row without ``majority`` scores the answer the labeller would
+    have written there, compared by the task's answer key, not by its raw text."""
+    from grade.features import given_response
+    from grade.labeling import majority_answer
+    from grade.tasks import Question
+
+    samples = ["Paris.", "paris", "The answer is Lyon", "the answer is  Lyon", "Lyon"]
+    row = {"id": "q", "question": "Capital of France?", "task": "qa", "samples": samples}
+    question = Question("q", "Capital of France?", ["Paris"], task="qa")
+    assert given_response(row) == majority_answer(question, samples) == "Paris."
+    gsm = {"id": "g", "question": "2 + 2?", "task": "gsm8k", "samples": ["so 4", "#### 5", "it is 4.0", "4"]}
+    assert given_response(gsm) == "so 4"  # 4, 4.0 and 4 are one answer
+    assert given_response({"id": "e", "question": "?", "samples": ["", "  "]}) is None  # nothing to score
+    assert given_response({"id": "n", "question": "?"}) is None
 
 
 @pytest.mark.slow

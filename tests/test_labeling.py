@@ -7,7 +7,8 @@ import torch
 
 from grade.errors import InputError
 from grade.labeling import label_questions, labelled_examples, read_records, summarize
-from grade.sampling import SamplingSettings, _nucleus, sample_answers, sample_seed
+from grade.generation import candidates
+from grade.sampling import SamplingSettings, sample_answers, sample_seed
 from grade.tasks import load_questions
 
 SMALL = dict(n_samples=3, max_new_tokens=5, matcher="lenient", seed=11, questions_per_batch=2)
@@ -35,9 +36,26 @@ def test_nucleus_filter_is_generates_top_p():
         logits = torch.randn(4, 5000) * scale
         expected = TopPLogitsWarper(0.9)(None, TemperatureLogitsWarper(0.7)(None, logits.clone())).softmax(-1)
         got = torch.zeros_like(logits)
-        for row, (ids, weights) in enumerate(_nucleus(logits, 0.7, 0.9, k=64)):
+        for row, (ids, weights) in enumerate(candidates(logits, 0.7, 0.9, shortlist=64)):
             got[row, ids] = weights / weights.sum()
         assert ((got > 0) == (expected > 0)).float().mean() > 0.999
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_top_k_then_top_p_is_generates_warpers():
+    """The baselines' rule: the same kept tokens and probabilities as transformers' temperature, top-k
+    and top-p warpers applied in that order."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    torch.manual_seed(1)
+    for scale in (0.1, 1.0, 10.0):
+        logits = torch.randn(4, 5000) * scale
+        warped = TemperatureLogitsWarper(0.5)(None, logits.clone())
+        expected = TopPLogitsWarper(0.99)(None, TopKLogitsWarper(10)(None, warped)).softmax(-1)
+        got = torch.zeros_like(logits)
+        for row, (ids, weights) in enumerate(candidates(logits, 0.5, 0.99, top_k=10)):
+            got[row, ids] = weights / weights.sum()
+        assert ((got > 0) == (expected > 0)).all()
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 

@@ -10,7 +10,7 @@ import torch
 import grade
 from grade.models import LoadedModel
 from grade.reference import literal_stable_ranks, recipe_rank_ratios, reference_recipe
-from grade.spectra import _top_eigenvalue, layer_spectrum, stable_rank, stable_ranks_fast, stable_ranks_prefixes
+from grade.spectra import top_eigenvalue, layer_spectrum, stable_rank, stable_ranks_fast, stable_ranks_prefixes
 from grade.losses import entropy_at_last_position
 
 from bench.synthetic import random_llama, word_tokenizer, words
@@ -100,29 +100,29 @@ def test_prefix_spectra_match_per_prefix_fast_route():
         np.testing.assert_allclose(shared.srank_g[k], single.srank_g, rtol=1e-5)
 
 
-def test_lanczos_resolves_a_clustered_top_eigenvalue():
+def test_lanczos_resolves_a_clusteredtop_eigenvalue():
     # Marchenko-Pastur-like spectrum: many eigenvalues near the top, trace >> λ₁ (random-weight models).
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(2, 600, 2400, generator=gen)
     gram = x @ x.transpose(1, 2)
     exact = torch.linalg.eigvalsh(gram.double())[:, -1]
-    top = _top_eigenvalue(gram, 128)
+    top = top_eigenvalue(gram, 128)
     np.testing.assert_allclose(top.numpy(), exact.numpy(), rtol=1e-6)
 
 
 
 def test_certificate_rejects_exactly_singular_grams():
-    from grade.spectra import _cholesky_info
+    from grade.spectra import cholesky_info
 
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(3, 90, 200, generator=gen)
     x[1, 57] = x[1, 20]  # two identical rows of h: singular from the 58th leading minor on
     x[2] = torch.randn(90, 50, generator=gen) @ torch.randn(50, 200, generator=gen)  # rank 50
-    info = _cholesky_info(x @ x.transpose(1, 2), chunk=2).tolist()
+    info = cholesky_info(x @ x.transpose(1, 2), chunk=2).tolist()
     assert info[0] == 0 and info[1] == 58 and 50 < info[2] <= 90
 
 
-def test_lanczos_finds_the_top_eigenvalue_when_one_start_misses_it():
+def test_lanczos_finds_thetop_eigenvalue_when_one_start_misses_it():
     """A real failure, kept as data: the gradient Gram (81 x 81, float64) of step 0, layer 12 of the
     step-wise benchmark on a random-weight Llama-3.1-8B-shaped model (H100, K = 8). The diagonal-based
     start has an overlap of 3e-5 with the top eigenvector, and Lanczos from it alone settled on λ₂
@@ -134,5 +134,5 @@ def test_lanczos_finds_the_top_eigenvalue_when_one_start_misses_it():
     starts = _start_vectors(gram.unsqueeze(0))[0]
     assert abs(float(starts[0] @ vectors[:, -1])) < 1e-3  # the case this test is about
     for dtype in (torch.float64, torch.float32):
-        top = _top_eigenvalue(gram.to(dtype).unsqueeze(0), 128)
+        top = top_eigenvalue(gram.to(dtype).unsqueeze(0), 128)
         assert float(top[0]) == pytest.approx(float(values[-1]), rel=1e-6)

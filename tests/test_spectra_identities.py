@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import grade
-from grade.analysis import _activation_grads, _forward
+from grade.analysis import _forward, activation_grads
 from grade.losses import entropy_at_last_position, response_cross_entropy
 from grade.prompts import format_prompt
 from grade.spectra import full_rank_in_float64, layer_spectrum, stable_rank, stable_ranks_fast
@@ -24,7 +24,7 @@ def capture_h_delta(lm, question, loss="pre"):
     with torch.enable_grad():
         capture, logits, _ = _forward(lm, ids, keep_hidden=False)
         value = entropy_at_last_position(logits)
-        deltas = _activation_grads(value, capture.outputs)
+        deltas = activation_grads(value, capture.outputs)
     return [h[0].double() for h in capture.hidden], [d[0].double() for d in deltas]
 
 
@@ -170,3 +170,27 @@ def test_float64_certificate_rejects_rank_deficient_and_near_cut_layers():
     assert not full_rank_in_float64(torch.cat([h, h[:1]]))  # a repeated token row: P != I
     assert not full_rank_in_float64(_ill_conditioned(gen, 30, 60, 1e-7))  # within the margin of the cut
     assert not full_rank_in_float64(torch.randn(50, 40, generator=gen))  # more tokens than width
+
+
+def test_uncertified_layers_take_the_exact_route():
+    """The fast route's fallback lives in grade.spectra: a layer whose h repeats a row (C_h singular, so
+    P != I) is recomputed exactly; a full-rank layer keeps its fast values."""
+    from grade.spectra import stable_ranks_checked, stable_ranks_prefixes_checked
+
+    gen = torch.Generator().manual_seed(0)
+    full = torch.randn(12, 64, generator=gen, dtype=torch.float64)
+    singular = full.clone()
+    singular[5] = singular[2]
+    hidden = [full.float(), singular.float()]
+    deltas = [torch.randn(12, 16, generator=gen).float() for _ in hidden]
+    checked = stable_ranks_checked(hidden, deltas, "pos", "pos")
+    assert set(checked.exact) == {1}
+    for layer, (h, d) in enumerate(zip(hidden, deltas)):
+        spec = layer_spectrum(h, d)
+        assert checked.srank_h[layer] == pytest.approx(stable_rank(spec.eig_h, "pos"), rel=1e-4)
+        assert checked.srank_g[layer] == pytest.approx(stable_rank(spec.eig_g, "pos"), rel=1e-4)
+    np.testing.assert_allclose(checked.rank_ratio, checked.srank_g / checked.srank_h)
+    # the same decision per prefix: the repeated row is inside the second prefix only
+    per_step = [torch.stack([torch.cat([d[:4], torch.zeros_like(d[4:])]), d]) for d in deltas]  # Δ_k zero past its end
+    steps = stable_ranks_prefixes_checked(hidden, per_step, [4, 12], "pos", "pos")
+    assert [set(s.exact) for s in steps] == [set(), {1}]

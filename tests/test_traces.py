@@ -252,7 +252,7 @@ def test_an_interrupted_run_resumes_and_ray_writes_the_same_rows(smollm, tmp_pat
     from grade.distributed import ClusterOptions, ModelSpec, connect
     from grade.traces import analyze_traces, analyze_traces_distributed
 
-    from grade.features import _write_part
+    from grade.features import FeatureStore
     from grade.traces import TOKEN_SCHEMA
 
     pytest.importorskip("ray")
@@ -268,7 +268,7 @@ def test_an_interrupted_run_resumes_and_ray_writes_the_same_rows(smollm, tmp_pat
     assert store.done_keys() == {"4:0"}
     # A kill between a chunk's two writes leaves tokens without their trace: not read, redone.
     orphan = store.tokens("4:0").assign(trace_id="5:0")
-    _write_part(store.tokens_dir, orphan.to_dict("records"), TOKEN_SCHEMA)
+    FeatureStore(store.tokens_dir).write(orphan.to_dict("records"), TOKEN_SCHEMA)
     assert set(store.tokens()["trace_id"]) == {"4:0"}
     report = analyze_traces(smollm, source, tmp_path / "local", chunk_size=1)
     assert (report.already, report.written) == (1, 1)  # the same single thread as each Ray worker (1 CPU)

@@ -21,8 +21,9 @@ def register(sub) -> None:
     group.add_argument("--generate", action="store_true", help="score the model's own greedy answer (pos)")
     p.add_argument("--steps", action="store_true", help="pos: one loss per punctuation-delimited step")
     p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
-    p.add_argument("--max-new-tokens", type=positive_int, default=64,
-                   help="--generate: answer length in tokens (default 64; at most what the context leaves)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help="--generate: answer length in tokens (default: the task's, as in its labels; at most "
+                        "what the context leaves)")
     p.add_argument("--max-tokens", type=positive_int, default=4096, help="refuse longer inputs (default 4096)")
     p.add_argument("--fast", action="store_true", help="stable ranks only (no spectra, no token scores)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -31,15 +32,15 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis import _validate_text, analyze
+    from ..analysis import analyze, validate_question
     from ..errors import InputError
     from ..io import check_output_file
 
     # Everything that can be checked without the model is checked before the slow load.
-    _validate_text(args.question)
+    validate_question(args.question)
     if args.loss == "pre" and (args.response is not None or args.generate or args.steps):
         raise InputError("--response, --generate and --steps score an answer: they need --loss pos")
-    if args.generate and args.max_new_tokens >= args.max_tokens:
+    if args.generate and args.max_new_tokens is not None and args.max_new_tokens >= args.max_tokens:
         raise InputError(f"--max-new-tokens {args.max_new_tokens} leaves no room for the prompt within "
                          f"--max-tokens {args.max_tokens}")
     if args.save:

@@ -18,7 +18,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a probe on feature files", description=__doc__)
     p.add_argument("--features", nargs="+", required=True, help="feature store folder(s) or Parquet file(s)")
     p.add_argument("--kind", choices=("mlp", "logreg"), default="mlp")
-    p.add_argument("--out", required=True, help="output path without extension, e.g. assets/probes/name")
+    p.add_argument("--out", required=True, help="output path without extension, e.g. runs/probes/name")
     p.add_argument("--seed", type=seed, default=42)
     p.add_argument("--val-fraction", type=open_fraction, default=0.15)
     p.add_argument("--test-fraction", type=open_fraction, default=0.15)

@@ -1,4 +1,4 @@
-"""The paper's evaluation protocol, run on cached features: GRADE next to the baselines.
+"""The benchmark's studies, run on cached features: GRADE next to the baselines.
 
 Everything here works from files, never from a model, so the tables regenerate in seconds:
 
@@ -6,8 +6,10 @@ Everything here works from files, never from a model, so the tables regenerate i
 * GRADE features: Parquet feature stores (:mod:`grade.features`), one per (dataset, variant, loss);
 * baseline scores: the per-question JSONL caches of :mod:`grade.baselines`.
 
-:func:`grade.commands.benchmark` fills the caches (that part needs the model) and then calls
-:func:`run_benchmark` here.
+:mod:`grade.benchmark` fills the caches (that part needs the model) and then calls :func:`run_studies`
+here; the metrics are :mod:`grade.metrics`'s, the figures :mod:`grade.report`'s. A
+:class:`BenchmarkResult` saves itself as CSV + JSON + Markdown and loads back (:meth:`BenchmarkResult.save`,
+:meth:`BenchmarkResult.load`); it draws nothing.
 
 Protocol (per model and dataset)
 --------------------------------
@@ -35,12 +37,14 @@ import logging
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from .baselines import SCORE_KEYS, VARIANTS, answer_key, decode_vector, read_cache
+from .baselines import SCORE_KEYS, decode_vector
 from .errors import InputError
+from .metrics import auroc, best_threshold, heldout_metrics
+from .tasks import answer_key
 
 log = logging.getLogger(__name__)
 
@@ -67,80 +71,10 @@ class Protocol:
     probe_epochs: int = 100  # the paper's maximum; the best validation epoch is kept
 
 
-# --------------------------------------------------------------------------------------------------
-# metrics
-
-
-def auroc(y: np.ndarray, s: np.ndarray) -> float:
-    """Area under the ROC curve (Mann-Whitney form, ties count one half); NaN with one class."""
-    y = np.asarray(y).astype(bool)
-    s = np.asarray(s, dtype=np.float64)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0 or not np.isfinite(s).all():
-        return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s))
-    sorted_s = s[order]
-    # average ranks of ties
-    boundaries = np.flatnonzero(np.diff(sorted_s)) + 1
-    starts = np.concatenate([[0], boundaries])
-    ends = np.concatenate([boundaries, [len(s)]])
-    for a, b in zip(starts, ends):
-        ranks[order[a:b]] = (a + b + 1) / 2.0
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def bootstrap_ci(y: np.ndarray, s: np.ndarray, metric: Callable[[np.ndarray, np.ndarray], float], *,
-                 n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``metric(y, s)``, resampling each class separately (so
-    every draw keeps the test set's class counts and AUROC stays defined)."""
-    y = np.asarray(y).astype(int)
-    s = np.asarray(s, dtype=np.float64)
-    if len(y) == 0 or not np.isfinite(s).all():
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
-    values = []
-    for _ in range(n_boot):
-        idx = np.concatenate([rng.choice(pos, len(pos)) if len(pos) else pos, rng.choice(neg, len(neg)) if len(neg) else neg])
-        values.append(metric(y[idx], s[idx]))
-    values = np.asarray(values)
-    values = values[np.isfinite(values)]
-    if not len(values):
-        return float("nan"), float("nan")
-    alpha = (1 - ci) / 2
-    return float(np.quantile(values, alpha)), float(np.quantile(values, 1 - alpha))
-
-
-def best_threshold(y: np.ndarray, s: np.ndarray) -> float:
-    """The cut (``score >= t`` = answerable) with the best accuracy on (y, s): midpoints of sorted
-    distinct scores, plus 'everything answerable' and 'nothing answerable'."""
-    s = np.asarray(s, dtype=np.float64)
-    y = np.asarray(y).astype(int)
-    ok = np.isfinite(s)
-    s, y = s[ok], y[ok]
-    if not len(s):
-        return 0.0
-    values = np.unique(s)
-    cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2, [values[-1] + 1.0]])
-    accs = [((s >= t).astype(int) == y).mean() for t in cuts]
-    return float(cuts[int(np.argmax(accs))])
-
-
 def metrics(y: np.ndarray, s: np.ndarray, threshold: float, protocol: Protocol, *, with_auroc: bool = True,
             seed: int = 0) -> dict[str, Any]:
-    """n, positives, accuracy at the threshold, AUROC and its bootstrap CI (NaN where undefined)."""
-    y = np.asarray(y).astype(int)
-    s = np.asarray(s, dtype=np.float64)
-    finite = np.isfinite(s)
-    pred = np.where(finite, s >= threshold, False).astype(int)
-    out = {"n": int(len(y)), "positives": int(y.sum()), "missing": int((~finite).sum()),
-           "acc": float((pred == y).mean()) if len(y) else float("nan"),
-           "auroc": float("nan"), "auroc_lo": float("nan"), "auroc_hi": float("nan")}
-    if with_auroc and finite.all():
-        out["auroc"] = auroc(y, s)
-        out["auroc_lo"], out["auroc_hi"] = bootstrap_ci(y, s, auroc, n_boot=protocol.n_boot, ci=protocol.ci, seed=seed)
-    return out
+    """:func:`grade.metrics.heldout_metrics` with the protocol's bootstrap settings."""
+    return heldout_metrics(y, s, threshold, with_auroc=with_auroc, n_boot=protocol.n_boot, ci=protocol.ci, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,12 +136,12 @@ def read_labels(path: str | Path) -> list[dict]:
 
 
 def confidently_wrong(row: dict) -> bool:
-    """All samples give the same (non-empty) answer and none is correct."""
+    """All samples give the same answer (:func:`grade.tasks.answer_key`) and none is correct."""
     samples = row.get("samples") or []
     if not samples or row.get("accuracy") is None or float(row["accuracy"]) > 0:
         return False
     keys = {answer_key(row.get("task") or "qa", s, row.get("choices")) for s in samples}
-    return len(keys) == 1 and "" not in keys
+    return len(keys) == 1 and None not in keys
 
 
 def select_rows(rows: list[dict], protocol: Protocol, dataset: str | None = None) -> tuple[list[dict], dict[str, Any]]:
@@ -681,6 +615,9 @@ def condition_transfer(study: str, first: Table, second: Table, protocol: Protoc
 
 @dataclass
 class BenchmarkResult:
+    """Every study of one benchmark run; saves itself as CSV + JSON + Markdown (:meth:`save`) and reads
+    back (:meth:`load`). Figures are drawn elsewhere (:mod:`grade.report`, the app)."""
+
     model: str
     protocol: dict
     datasets: dict[str, dict]  # per dataset: class counts, eligibility, split sizes, reason
@@ -692,8 +629,57 @@ class BenchmarkResult:
     notes: list[str] = field(default_factory=list)
     conditions: list[dict] = field(default_factory=list)  # with/without document, short/long document
 
+    #: CSV file per study (only studies with rows are written)
+    TABLES = ("main_table", "transfer", "robustness", "ablations", "confidently_wrong", "conditions")
 
-def run_benchmark(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
+    def _rows(self, name: str) -> list[dict]:
+        return getattr(self, "main" if name == "main_table" else name)
+
+    def save(self, out: str | Path) -> list[Path]:
+        """``main_table.{csv,md}``, ``transfer.csv``, ``robustness.csv``, ``ablations.csv``,
+        ``confidently_wrong.csv``, ``conditions.csv`` and ``summary.json`` under ``out``."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in self.TABLES:
+            rows = self._rows(name)
+            if rows:
+                write_csv(rows, out / f"{name}.csv")
+                written.append(out / f"{name}.csv")
+        (out / "main_table.md").write_text(main_markdown(self), encoding="utf-8")
+        written.append(out / "main_table.md")
+        summary = {"model": self.model, "protocol": self.protocol, "datasets": self.datasets, "notes": self.notes}
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+        written.append(out / "summary.json")
+        return written
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "BenchmarkResult":
+        """A result read back from a results folder (CSV + summary.json)."""
+        import pandas as pd
+
+        folder = Path(folder)
+        summary_path = folder / "summary.json"
+        if not summary_path.is_file():
+            raise InputError(f"{folder} holds no benchmark results (no summary.json)")
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+
+        def rows(name: str) -> list[dict]:
+            path = folder / f"{name}.csv"
+            if not path.is_file():
+                return []
+            frame = pd.read_csv(path)
+            return [{k: (float("nan") if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                    for r in frame.to_dict("records")]
+
+        return cls(model=summary.get("model", folder.name), protocol=summary.get("protocol", {}),
+                   datasets=summary.get("datasets", {}), main=rows("main_table"), transfer=rows("transfer"),
+                   robustness=rows("robustness"), ablations=rows("ablations"),
+                   confidently_wrong=rows("confidently_wrong"), notes=summary.get("notes", []),
+                   conditions=rows("conditions"))
+
+
+def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
                   dataset_info: dict[str, dict], protocol: Protocol, *, notes: list[str] | None = None,
                   studies: tuple[str, ...] = ("transfer", "robustness", "ablations", "confidently_wrong"),
                   condition_pairs: dict[str, tuple[Table, Table]] | None = None) -> BenchmarkResult:
@@ -730,7 +716,7 @@ def run_benchmark(model: str, tables: dict[str, Table], perturbed: dict[tuple[st
 # output
 
 
-def _fmt(x: float, digits: int = 3) -> str:
+def format_number(x: float, digits: int = 3) -> str:
     return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
 
 
@@ -752,9 +738,9 @@ def main_markdown(result: BenchmarkResult) -> str:
             if r is None:
                 parts += ["n/a", "n/a"]
                 continue
-            a = _fmt(r["auroc"])
-            ci = f" [{_fmt(r['auroc_lo'], 2)}, {_fmt(r['auroc_hi'], 2)}]" if math.isfinite(r["auroc"]) else ""
-            parts += [_fmt(r["acc"]), a + ci]
+            a = format_number(r["auroc"])
+            ci = f" [{format_number(r['auroc_lo'], 2)}, {format_number(r['auroc_hi'], 2)}]" if math.isfinite(r["auroc"]) else ""
+            parts += [format_number(r["acc"]), a + ci]
         lines.append(f"| {method} | " + " | ".join(parts) + " |")
     tests = ", ".join(f"{d}: n={cell[(d, next(m for m in METHOD_ORDER if (d, m) in cell))]['n']}"
                       f" ({cell[(d, next(m for m in METHOD_ORDER if (d, m) in cell))]['positives']} answerable)"
@@ -769,140 +755,3 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(path, index=False, float_format="%.4f")
-
-
-def write_results(result: BenchmarkResult, out: str | Path, *, figures: bool = True, png: bool = True) -> list[Path]:
-    """``main_table.{csv,md}``, ``transfer.csv``, ``robustness.csv``, ``ablations.csv``,
-    ``confidently_wrong.csv``, ``conditions.csv``, ``summary.json`` and figures (Plotly HTML, PNG when Kaleido can
-    render) under ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, rows in (("main_table", result.main), ("transfer", result.transfer), ("robustness", result.robustness),
-                       ("ablations", result.ablations), ("confidently_wrong", result.confidently_wrong),
-                       ("conditions", result.conditions)):
-        if rows:
-            write_csv(rows, out / f"{name}.csv")
-            written.append(out / f"{name}.csv")
-    (out / "main_table.md").write_text(main_markdown(result), encoding="utf-8")
-    written.append(out / "main_table.md")
-    summary = {"model": result.model, "protocol": result.protocol, "datasets": result.datasets, "notes": result.notes}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
-    written.append(out / "summary.json")
-    if figures:
-        written += write_figures(result, out, png=png)
-    return written
-
-
-def load_results(folder: str | Path) -> BenchmarkResult:
-    """A :class:`BenchmarkResult` read back from a results folder (CSV + summary.json), for the app."""
-    import pandas as pd
-
-    folder = Path(folder)
-    summary_path = folder / "summary.json"
-    if not summary_path.is_file():
-        raise InputError(f"{folder} holds no benchmark results (no summary.json)")
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
-
-    def rows(name: str) -> list[dict]:
-        path = folder / f"{name}.csv"
-        if not path.is_file():
-            return []
-        frame = pd.read_csv(path)
-        return [{k: (float("nan") if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                for r in frame.to_dict("records")]
-
-    return BenchmarkResult(model=summary.get("model", folder.name), protocol=summary.get("protocol", {}),
-                           datasets=summary.get("datasets", {}), main=rows("main_table"), transfer=rows("transfer"),
-                           robustness=rows("robustness"), ablations=rows("ablations"),
-                           confidently_wrong=rows("confidently_wrong"), notes=summary.get("notes", []),
-                           conditions=rows("conditions"))
-
-
-# --------------------------------------------------------------------------------------------------
-# figures
-
-
-def _save_figure(fig, out: Path, name: str, png: bool) -> list[Path]:
-    """HTML always (Plotly, JS from the CDN kept out: the file loads plotly.js once, inline-free);
-    PNG when Kaleido can render here (it needs a Chrome/Chromium; skipped silently otherwise)."""
-    paths = [out / f"{name}.html"]
-    fig.write_html(paths[0], include_plotlyjs="cdn", full_html=True)
-    if png:
-        try:
-            fig.write_image(out / f"{name}.png", scale=2)
-            paths.append(out / f"{name}.png")
-        except Exception:  # no Kaleido or no browser: the HTML is the figure
-            pass
-    return paths
-
-
-def figures(result: BenchmarkResult) -> dict[str, Any]:
-    """Plotly figures of a result: name -> figure (only those with data)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    figs: dict[str, Any] = {}
-    main = [r for r in result.main if math.isfinite(r["auroc"])]
-    if main:
-        fig = go.Figure()
-        for dataset in dict.fromkeys(r["dataset"] for r in main):
-            rows = [r for r in main if r["dataset"] == dataset]
-            fig.add_bar(name=dataset, x=[r["method"] for r in rows], y=[r["auroc"] for r in rows],
-                        error_y=dict(type="data", symmetric=False,
-                                     array=[r["auroc_hi"] - r["auroc"] for r in rows],
-                                     arrayminus=[r["auroc"] - r["auroc_lo"] for r in rows]))
-        fig.add_hline(y=0.5, line_dash="dot", line_color="grey")
-        fig.update_layout(title=f"{result.model}: test AUROC with 95% bootstrap CI", barmode="group",
-                          yaxis_title="AUROC", yaxis_range=[0, 1], template="plotly_white")
-        figs["auroc_bars"] = fig
-    methods = [m for m in SUPERVISED if any(r["method"] == m for r in result.transfer)]
-    if methods:
-        names = list(dict.fromkeys([r["train"] for r in result.transfer] + [r["test"] for r in result.transfer]))
-        fig = make_subplots(rows=1, cols=len(methods), subplot_titles=methods, horizontal_spacing=0.08)
-        for k, method in enumerate(methods, 1):
-            z = [[next((r["auroc"] for r in result.transfer if r["method"] == method and r["train"] == a and r["test"] == b), None)
-                  for b in names] for a in names]
-            text = [[_fmt(v, 2) if v is not None else "" for v in row] for row in z]
-            fig.add_trace(go.Heatmap(z=z, x=names, y=names, text=text, texttemplate="%{text}", zmin=0.3, zmax=1.0,
-                                     colorscale="RdBu", zmid=0.5, showscale=k == len(methods)), row=1, col=k)
-            fig.update_xaxes(title_text="test on", row=1, col=k)
-        fig.update_yaxes(title_text="train on", row=1, col=1)
-        fig.update_layout(title=f"{result.model}: transfer (AUROC, train on row, test on column)",
-                          height=380, width=max(600, 330 * len(methods)), template="plotly_white")
-        figs["transfer_heatmap"] = fig
-    rob = [r for r in result.robustness if math.isfinite(r["auroc_rel_change"])]
-    if rob:
-        fig = go.Figure()
-        for variant in dict.fromkeys(r["variant"] for r in rob):
-            for dataset in dict.fromkeys(r["dataset"] for r in rob):
-                rows = [r for r in rob if r["variant"] == variant and r["dataset"] == dataset]
-                if rows:
-                    fig.add_bar(name=f"{dataset}, {variant}", x=[r["method"] for r in rows],
-                                y=[100 * r["auroc_rel_change"] for r in rows])
-        fig.update_layout(title=f"{result.model}: relative AUROC change under harmless perturbations (%)",
-                          barmode="group", yaxis_title="change in AUROC (%)", template="plotly_white")
-        figs["robustness"] = fig
-    abl = [r for r in result.ablations if math.isfinite(r["auroc"])]
-    if abl:
-        fig = go.Figure()
-        for key in dict.fromkeys((r["dataset"], r["loss"]) for r in abl):
-            rows = [r for r in abl if (r["dataset"], r["loss"]) == key]
-            fig.add_bar(name=f"{key[0]}, GRADE_{key[1]}", y=[r["variant"] for r in rows], x=[r["auroc"] for r in rows],
-                        orientation="h", error_x=dict(type="data", symmetric=False,
-                                                      array=[r["auroc_hi"] - r["auroc"] for r in rows],
-                                                      arrayminus=[r["auroc"] - r["auroc_lo"] for r in rows]))
-        fig.add_vline(x=0.5, line_dash="dot", line_color="grey")
-        fig.update_layout(title=f"{result.model}: GRADE ablations (test AUROC)", barmode="group",
-                          xaxis_range=[0, 1], height=200 + 40 * len(abl) // max(1, len({(r['dataset'], r['loss']) for r in abl})) * 2,
-                          template="plotly_white", yaxis_autorange="reversed")
-        figs["ablations"] = fig
-    return figs
-
-
-def write_figures(result: BenchmarkResult, out: str | Path, *, png: bool = True) -> list[Path]:
-    out = Path(out)
-    written = []
-    for name, fig in figures(result).items():
-        written += _save_figure(fig, out, name, png)
-    return written
