@@ -334,10 +334,9 @@ class AlignP(Scorer):
 
 
 class SAPLMA(Scorer):
-    """SAPLMA (Azaria & Mitchell 2023): MLP 256-128-64, ReLU, sigmoid; Adam lr 1e-3, 5 epochs, batch
-    32, on hidden_states[-12] of the answer's last token. Inputs are standardised with the training
-    mean and standard deviation (hidden-state scales differ by orders of magnitude between models; the
-    original works on raw states of larger models)."""
+    """SAPLMA (Azaria & Mitchell 2023) on hidden_states[-12] of the answer's last token: the estimator
+    :class:`grade.detectors.SaplmaMLP` (MLP 256-128-64, Adam lr 1e-3, 5 epochs, batch 32, inputs
+    standardised on train)."""
 
     name = "SAPLMA"
 
@@ -345,39 +344,13 @@ class SAPLMA(Scorer):
         self.seed, self.epochs, self.batch_size, self.lr = seed, epochs, batch_size, lr
 
     def fit(self, table, train, val):
-        import torch
-        from torch import nn
+        from .detectors import SaplmaMLP
 
-        x = table.saplma[train].astype(np.float64)
-        self.mean, self.std = x.mean(0), x.std(0) + 1e-6
-        torch.manual_seed(self.seed)
-        rng = np.random.default_rng(self.seed)
-        d = x.shape[1]
-        self.net = nn.Sequential(nn.Linear(d, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                                 nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 1))
-        opt = torch.optim.Adam(self.net.parameters(), lr=self.lr)
-        xt = torch.tensor((x - self.mean) / self.std, dtype=torch.float32)
-        yt = torch.tensor(table.y[train], dtype=torch.float32)
-        loss_fn = nn.BCEWithLogitsLoss()
-        with torch.enable_grad():
-            self.net.train()
-            for _ in range(self.epochs):
-                order = rng.permutation(len(xt))
-                for start in range(0, len(order), self.batch_size):
-                    batch = order[start:start + self.batch_size]
-                    opt.zero_grad()
-                    loss = loss_fn(self.net(xt[batch]).squeeze(-1), yt[batch])
-                    loss.backward()
-                    opt.step()
-        self.net.eval()
+        self.model = SaplmaMLP(self.seed, self.epochs, self.batch_size, self.lr).fit(table.saplma[train], table.y[train])
         return self
 
     def score(self, table, rows):
-        import torch
-
-        x = torch.tensor((table.saplma[rows] - self.mean) / self.std, dtype=torch.float32)
-        with torch.no_grad():
-            return torch.sigmoid(self.net(x).squeeze(-1)).double().numpy()
+        return self.model.predict_proba(table.saplma[rows])[:, 1]
 
 
 class FixedScore(Scorer):
