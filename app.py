@@ -49,16 +49,18 @@ def _use_example() -> None:
 
 def _run_analysis(lm) -> None:
     probe, info, problem = session.active_probe(lm)
+    detectors, detectors_problem = session.active_detectors(lm)
     with st.status("Analyzing ...", expanded=True) as status:
         try:
             analysis = workflows.analyze_question(
                 lm, st.session_state.get("question", ""), context=st.session_state.get("context"),
                 task=st.session_state.get("task", "qa"), probe=probe, probe_info=info if probe is not None else None,
                 max_new_tokens=int(st.session_state.get("max_new_tokens", 48)), progress=status.write,
-                model_label=st.session_state["model_spec"].label, limits=session.limits(),
+                model_label=st.session_state["model_spec"].label, limits=session.limits(), detectors=detectors,
             )
             if analysis.probe_problem is None and probe is None:
                 analysis.probe_problem = problem
+            analysis.detectors_problem = detectors_problem
         except Exception as exc:  # shown in the page; the session stays usable
             status.update(label="Analysis failed", state="error", expanded=True)
             st.session_state.pop(session.ANALYSIS, None)
@@ -85,6 +87,27 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
                     f"loss `{verdict.loss}`")
 
 
+def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
+    with st.container(border=True, key="detectors"):
+        st.markdown("**Other detectors, same question**")
+        if not analysis.detector_verdicts:
+            st.info(f"No other detectors: {session.user_text(analysis.detectors_problem or 'none loaded.')}")
+            return
+        for v in analysis.detector_verdicts:
+            if v.probability is None:
+                st.markdown(f"**{v.title}**: no verdict ({session.user_text(v.problem or '')})")
+                continue
+            word = "can probably answer" if v.answerable else "probably cannot answer"
+            st.metric(v.title, f"{v.probability:.0%}", help=v.summary)
+            st.html(tokens.probability_bar_html(v.probability))
+            auroc = f"{v.auroc:.2f}" if v.auroc is not None else "not measured"
+            n = v.test.get("n")
+            st.markdown(f"The model **{word}**.  \nTest AUROC **{auroc}** on {n} held-out **{v.kind}** questions, "
+                        f"the training set closest to this question ({v.kind_reason}).")
+        if analysis.detectors_problem:
+            st.caption(session.user_text(analysis.detectors_problem))
+
+
 def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     result = analysis.result
     left, right = st.columns([3, 2], gap="large")
@@ -99,6 +122,9 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
         c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s")
     with right:
         _show_verdict(analysis)
+        _show_detectors(analysis)
+        if analysis.disagreement:
+            st.warning(analysis.disagreement, icon=":material/call_split:")
 
     lm = session.current_model()
     reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)

@@ -20,11 +20,13 @@ import numpy as np
 
 import grade
 from grade.errors import GradeError, ModelLoadError, ProbeError
+from grade.detectors import SHIPPED_DETECTORS_DIR
 from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
 
-# The shipped probes and reference set (package data); the environment can point elsewhere (e.g. a
-# freshly built set).
+# The shipped probes, detectors and reference set (package data); the environment can point elsewhere
+# (e.g. a freshly built set).
 PROBES_DIR = Path(os.environ.get("GRADE_PROBES_DIR") or SHIPPED_PROBES_DIR)
+DETECTORS_DIR = Path(os.environ.get("GRADE_DETECTORS_DIR") or SHIPPED_DETECTORS_DIR)
 REFERENCE_FEATURES = Path(os.environ.get("GRADE_REFERENCE_FEATURES") or SHIPPED_REFERENCE_FEATURES)
 
 
@@ -207,6 +209,37 @@ def probe_probability(probe, rank_ratio: np.ndarray) -> float:
     if not np.isfinite(value):
         raise ProbeError("the probe returned a non-finite probability")
     return value
+
+
+# -------------------------------------------------------------------------------------- detectors
+
+
+def load_detectors(model_name: str, folder: Path = DETECTORS_DIR) -> tuple[list, str | None]:
+    """(detectors, problem): the detectors shipped for ``model_name`` beside the probe, and a one-line
+    reason where there are none or one is broken (the others are still returned)."""
+    from grade.detectors import Detector, detectors_for, no_detectors_reason
+
+    paths = detectors_for(model_name, folder)
+    if not paths:
+        return [], no_detectors_reason(model_name, folder)
+    found, problems = [], []
+    for path in paths:
+        try:
+            detector = Detector.load(path)
+            detector.check_compatible(model_name)
+        except GradeError as exc:
+            problems.append(str(exc))
+            continue
+        found.append(detector)
+    return found, ("; ".join(problems) or None)
+
+
+def detectors_version(model_name: str, folder: Path = DETECTORS_DIR) -> int:
+    """Changes whenever one of ``model_name``'s detector files does (for caches keyed on it)."""
+    from grade.detectors import detectors_for
+
+    files = [f for p in detectors_for(model_name, folder) for f in (p, p.with_suffix(".json")) if f.exists()]
+    return sum(f.stat().st_mtime_ns + f.stat().st_size for f in files)
 
 
 # ---------------------------------------------------------------------------------------- datasets
