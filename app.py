@@ -12,7 +12,7 @@ import streamlit as st
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
 from studio import figures, session, tokens, workflows  # noqa: E402
-from studio.resources import load_questions, reference_set  # noqa: E402
+from studio.resources import load_questions, model_examples, reference_set  # noqa: E402
 
 TASKS = {
     "qa": "Short answer (facts)",
@@ -23,11 +23,14 @@ TASKS = {
 
 
 @st.cache_data(show_spinner=False)
-def _examples() -> dict[str, tuple[str, str | None, str]]:
-    """A few questions from the shipped datasets: label -> (question, context, task)."""
+def _examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
+    """A few questions from the shipped datasets, and the loaded model's own known / wrong ones (by its
+    labels): label -> (question, context, task)."""
     examples: dict[str, tuple[str, str | None, str]] = {
         "Capital of France (well known)": ("What is the capital of France?", None, "qa"),
     }
+    for row in model_examples(model) if model else []:
+        examples[row["label"]] = (row["question"], row.get("context"), row.get("task") or "qa")
     for row in load_questions("triviaqa", 3):
         examples[f"TriviaQA: {row['question'][:60]}"] = (row["question"], None, "qa")
     for row in load_questions("hotpotqa", 2):
@@ -41,7 +44,11 @@ def _use_example() -> None:
     label = st.session_state.get("example")
     if not label:
         return
-    question, context, task = _examples()[label]
+    lm = session.current_model()
+    found = _examples(lm.name if lm else None).get(label)
+    if found is None:  # an example of a model no longer loaded
+        return
+    question, context, task = found
     st.session_state["question"] = question
     st.session_state["context"] = context or ""
     st.session_state["task"] = task
@@ -157,7 +164,8 @@ def home() -> None:
     if lm is None:
         session.no_model_message()
 
-    st.selectbox("Try an example", [""] + list(_examples()), key="example", **session.KEEP, on_change=_use_example,
+    st.selectbox("Try an example", [""] + list(_examples(lm.name if lm else None)), key="example", **session.KEEP,
+                 on_change=_use_example,
                  format_func=lambda s: s or "(pick an example question)")
     st.text_area("Question", key="question", **session.KEEP, height=90, placeholder="Who wrote 'Pride and Prejudice'?")
     with st.expander("Document (optional): the model may use it to answer",

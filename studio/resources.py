@@ -13,6 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Callable
 
@@ -259,6 +260,20 @@ def load_questions(dataset: str, limit: int = 200) -> list[dict]:
     except (OSError, InputError):
         return []
     return rows
+
+
+def model_examples(model_name: str, path: Path | None = None) -> list[dict]:
+    """Home's examples for ``model_name``: questions it knows and gets wrong by its own labels, picked by
+    ``scripts/build_examples.py`` (its rule is written there); empty for a model without any."""
+    from grade.probe import _model_key
+
+    path = path or Path(str(resources.files("studio") / "examples.json"))
+    try:
+        examples = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = {_model_key(name): rows for name, rows in examples.items()} if isinstance(examples, dict) else {}
+    return [row for row in found.get(_model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
 
 
 # ------------------------------------------------------------------------------ reference features

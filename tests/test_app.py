@@ -126,6 +126,15 @@ def test_home_shows_the_other_detectors_and_says_when_they_disagree(analysed, sm
         assert name in side, (name, sentences[0])
 
 
+def test_home_offers_the_models_own_known_and_wrong_questions(analysed, smollm):
+    from studio.resources import model_examples
+
+    options = analysed.selectbox(key="example").options
+    own = [e["label"] for e in model_examples(smollm.name)]
+    assert own and set(own) <= set(options)
+    assert any("it knows" in o for o in own) and any("it gets wrong" in o for o in own)
+
+
 def test_spectra_page(analysed):
     at = analysed.switch_page("pages/spectra.py").run()
     _no_exception(at)
