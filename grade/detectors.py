@@ -537,8 +537,13 @@ def detectors_for(model: str, folder: str | Path = SHIPPED_DETECTORS_DIR) -> lis
 
 def no_detectors_reason(model: str, folder: str | Path = SHIPPED_DETECTORS_DIR) -> str:
     """One line: why ``model`` has no detector beside the probe."""
-    known = sorted({json.loads(p.read_text(encoding="utf-8")).get("model", "?") for p in Path(folder).glob("*.json")}
-                   if Path(folder).is_dir() else [])
+    known = set()
+    for path in Path(folder).glob("*.json") if Path(folder).is_dir() else []:
+        try:
+            known.add(str(json.loads(path.read_text(encoding="utf-8")).get("model")))
+        except (OSError, ValueError, AttributeError):  # a broken file names no model
+            continue
+    known = sorted(known - {"None"})
     where = f" (there are detectors for {', '.join(known)})" if known else ""
     return f"no other detector was trained for {model}{where}."
 
