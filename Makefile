@@ -7,7 +7,7 @@ PORT ?= 8501
 # `make serve` listens here: every interface by default (an explicit choice to serve to others)
 HOST ?= 0.0.0.0
 
-.PHONY: install run serve test test-fast bench probes browser screenshots clean-cache
+.PHONY: install run serve test test-fast bench probes detectors examples browser screenshots clean-cache
 
 install: $(STAMP)
 
@@ -54,6 +54,15 @@ bench: install
 
 probes: install
 	$(PY) scripts/build_probes.py
+
+# The detectors Home shows beside the probe's verdict, from the benchmark's caches (restored from history)
+detectors: install
+	bash scripts/restore_benchmark_caches.sh
+	$(PY) scripts/build_detectors.py
+
+# Home's per-model examples (known / wrong questions) from the models' labels
+examples: install
+	$(PY) scripts/build_examples.py
 
 clean-cache:
 	rm -rf $${GRADE_CACHE_DIR:-$$HOME/.cache/grade-studio}

@@ -12,7 +12,7 @@ import streamlit as st
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
 from studio import figures, session, tokens, workflows  # noqa: E402
-from studio.resources import load_questions, reference_set  # noqa: E402
+from studio.resources import load_questions, model_examples, reference_set  # noqa: E402
 
 TASKS = {
     "qa": "Short answer (facts)",
@@ -23,11 +23,14 @@ TASKS = {
 
 
 @st.cache_data(show_spinner=False)
-def _examples() -> dict[str, tuple[str, str | None, str]]:
-    """A few questions from the shipped datasets: label -> (question, context, task)."""
+def _examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
+    """A few questions from the shipped datasets, and the loaded model's own known / wrong ones (by its
+    labels): label -> (question, context, task)."""
     examples: dict[str, tuple[str, str | None, str]] = {
         "Capital of France (well known)": ("What is the capital of France?", None, "qa"),
     }
+    for row in model_examples(model) if model else []:
+        examples[row["label"]] = (row["question"], row.get("context"), row.get("task") or "qa")
     for row in load_questions("triviaqa", 3):
         examples[f"TriviaQA: {row['question'][:60]}"] = (row["question"], None, "qa")
     for row in load_questions("hotpotqa", 2):
@@ -41,7 +44,11 @@ def _use_example() -> None:
     label = st.session_state.get("example")
     if not label:
         return
-    question, context, task = _examples()[label]
+    lm = session.current_model()
+    found = _examples(lm.name if lm else None).get(label)
+    if found is None:  # an example of a model no longer loaded
+        return
+    question, context, task = found
     st.session_state["question"] = question
     st.session_state["context"] = context or ""
     st.session_state["task"] = task
@@ -49,16 +56,18 @@ def _use_example() -> None:
 
 def _run_analysis(lm) -> None:
     probe, info, problem = session.active_probe(lm)
+    detectors, detectors_problem = session.active_detectors(lm)
     with st.status("Analyzing ...", expanded=True) as status:
         try:
             analysis = workflows.analyze_question(
                 lm, st.session_state.get("question", ""), context=st.session_state.get("context"),
                 task=st.session_state.get("task", "qa"), probe=probe, probe_info=info if probe is not None else None,
                 max_new_tokens=int(st.session_state.get("max_new_tokens", 48)), progress=status.write,
-                model_label=st.session_state["model_spec"].label, limits=session.limits(),
+                model_label=st.session_state["model_spec"].label, limits=session.limits(), detectors=detectors,
             )
             if analysis.probe_problem is None and probe is None:
                 analysis.probe_problem = problem
+            analysis.detectors_problem = detectors_problem
         except Exception as exc:  # shown in the page; the session stays usable
             status.update(label="Analysis failed", state="error", expanded=True)
             st.session_state.pop(session.ANALYSIS, None)
@@ -85,6 +94,27 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
                     f"loss `{verdict.loss}`")
 
 
+def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
+    with st.container(border=True, key="detectors"):
+        st.markdown("**Other detectors, same question**")
+        if not analysis.detector_verdicts:
+            st.info(f"No other detectors: {session.user_text(analysis.detectors_problem or 'none loaded.')}")
+            return
+        for v in analysis.detector_verdicts:
+            if v.probability is None:
+                st.markdown(f"**{v.title}**: no verdict ({session.user_text(v.problem or '')})")
+                continue
+            word = "can probably answer" if v.answerable else "probably cannot answer"
+            st.metric(v.title, f"{v.probability:.0%}", help=v.summary)
+            st.html(tokens.probability_bar_html(v.probability))
+            auroc = f"{v.auroc:.2f}" if v.auroc is not None else "not measured"
+            n = v.test.get("n")
+            st.markdown(f"The model **{word}**.  \nTest AUROC **{auroc}** on {n} held-out **{v.kind}** questions, "
+                        f"the training set closest to this question ({v.kind_reason}).")
+        if analysis.detectors_problem:
+            st.caption(session.user_text(analysis.detectors_problem))
+
+
 def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     result = analysis.result
     left, right = st.columns([3, 2], gap="large")
@@ -99,6 +129,9 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
         c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s")
     with right:
         _show_verdict(analysis)
+        _show_detectors(analysis)
+        if analysis.disagreement:
+            st.warning(analysis.disagreement, icon=":material/call_split:")
 
     lm = session.current_model()
     reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
@@ -131,7 +164,8 @@ def home() -> None:
     if lm is None:
         session.no_model_message()
 
-    st.selectbox("Try an example", [""] + list(_examples()), key="example", **session.KEEP, on_change=_use_example,
+    st.selectbox("Try an example", [""] + list(_examples(lm.name if lm else None)), key="example", **session.KEEP,
+                 on_change=_use_example,
                  format_func=lambda s: s or "(pick an example question)")
     st.text_area("Question", key="question", **session.KEEP, height=90, placeholder="Who wrote 'Pride and Prejudice'?")
     with st.expander("Document (optional): the model may use it to answer",

@@ -351,6 +351,28 @@ def p_yes_matrix(lm: LoadedModel, prompt: str, n_tokens: int) -> np.ndarray:
     return torch.softmax(two, dim=-1)[..., 0].T.cpu().numpy()
 
 
+def answer_statistics(lm: LoadedModel, prompt_ids: list[int], greedy: Generation,
+                      config: BaselineConfig | None = None) -> dict:
+    """What one pass over a prompt and its greedy answer gives the baselines, as the cache stores it:
+    ``greedy_answer``, ``p_entropy``, ``coe_r`` / ``coe_c``, ``saplma_hidden`` (base64 float16,
+    hidden_states[-12] at the answer's last token) and ``align_hidden`` (layer -> base64 float16 vector
+    of the last prompt token). The benchmark's passes and the app's detectors both read these, so a
+    detector sees at run time exactly what it was trained on (float16 rounding included)."""
+    config = config or BaselineConfig()
+    with lm.lock:
+        passes = answer_states(lm, prompt_ids, [greedy], entropies=True)
+    states = passes.states[0]  # (n, L+1, d)
+    coe_r, coe_c = coe_scores(states.astype(np.float64).mean(axis=0))  # mean over tokens
+    return {
+        "greedy_answer": greedy.text,
+        "p_entropy": -passes.entropies[0],
+        "coe_r": coe_r,
+        "coe_c": coe_c,
+        "saplma_hidden": encode_vector(states[-1, -config.saplma_from_top]),
+        "align_hidden": {str(l): encode_vector(passes.prompt_states[l]) for l in align_layers(lm.n_layers, config)},
+    }
+
+
 PARTS = ("answer", "ic", "judge", "samples")
 
 
@@ -381,13 +403,7 @@ def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", co
         if "answer" in parts:  # greedy answer, all hidden states of its tokens
             t = time.perf_counter()
             (greedy,), = generate(lm, [prompt_ids], answer)
-            passes = answer_states(lm, prompt_ids, [greedy], entropies=True)
-            states = passes.states[0]  # (n, L+1, d)
-            record["greedy_answer"] = greedy.text
-            record["p_entropy"] = -passes.entropies[0]
-            record["coe_r"], record["coe_c"] = coe_scores(states.astype(np.float64).mean(axis=0))  # mean over tokens
-            record["saplma_hidden"] = encode_vector(states[-1, -config.saplma_from_top])
-            record["align_hidden"] = {str(l): encode_vector(passes.prompt_states[l]) for l in align_layers(n_layers, config)}
+            record.update(answer_statistics(lm, prompt_ids, greedy, config))
             timings["answer_s"] = time.perf_counter() - t
 
         if "ic" in parts:
@@ -491,7 +507,8 @@ def read_caches(paths: Iterable[str | Path]) -> dict[str, dict]:
 
 
 __all__ = [
-    "AnswerStates", "BaselineConfig", "METHODS", "PARTS", "SCORE_KEYS", "VARIANTS", "answer_states", "coe_scores",
+    "AnswerStates", "BaselineConfig", "METHODS", "PARTS", "SCORE_KEYS", "VARIANTS", "answer_states", "answer_statistics",
+    "coe_scores",
     "decode_vector",
     "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "read_caches", "score_items",
     "score_question", "self_consistency", "task_prompt",

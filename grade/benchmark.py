@@ -199,14 +199,47 @@ def two_way_split(y, train_share: float, seed: int):
     return split
 
 
+@dataclass
+class BenchmarkTables:
+    """What the studies read, assembled from the caches: one :class:`~grade.studies.Table` per benchmarked
+    dataset (``tables``; its ``split`` is the protocol's), the perturbed test questions, each dataset's
+    class counts and split (``info``), tables kept for the with/without-document study only (``aside``),
+    each row's document length (``lengths``) and notes for the summary."""
+
+    tables: dict = field(default_factory=dict)
+    perturbed: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    aside: dict = field(default_factory=dict)
+    lengths: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 def run_benchmark(config: BenchmarkConfig, load_model: Callable[[], LoadedModel],
                   say: Callable[[str], None] = log.info) -> BenchmarkResult:
     """Fill the missing caches (loading the model through ``load_model`` only if one is missing and the
     run is not offline) and run every study. Returns the :class:`~grade.studies.BenchmarkResult`."""
+    built = build_tables(config, load_model, say)
+    tables, info, notes = built.tables, built.info, built.notes
+    if not tables:  # still worth writing down: which datasets were looked at and why none qualified
+        from dataclasses import asdict
+
+        notes.append(f"No dataset has at least {config.protocol.min_per_class} labelled questions of each class for "
+                     f"{config.model}: nothing was benchmarked.")
+        return BenchmarkResult(config.model, asdict(config.protocol), info, [], [], [], [], [], notes)
+    pairs = condition_pairs(config, tables, built.aside, built.lengths, notes)
+    return run_studies(config.model, tables, built.perturbed, info, config.protocol, notes=notes, condition_pairs=pairs)
+
+
+def build_tables(config: BenchmarkConfig, load_model: Callable[[], LoadedModel] | None,
+                 say: Callable[[str], None] = log.info) -> BenchmarkTables:
+    """The benchmark's tables: label files read, rows selected and split by the protocol, the missing
+    caches filled (``load_model`` is called only then; None or ``config.offline``: never), everything
+    assembled per dataset. Other readers of the benchmark's questions and splits (the shipped
+    detectors, ``scripts/build_detectors.py``) start here too."""
     protocol, cache = config.protocol, config.cache_dir
     extra = load_features(config.features, hidden=False) if config.features else None
     baseline_config = BaselineConfig(n_samples=config.samples)
-    model = LazyModel(load_model, config.offline)
+    model = LazyModel(load_model, config.offline or load_model is None)
 
     tables, perturbed, info = {}, {}, {}
     aside: dict = {}  # tables built for the with/without-document study only (below min_per_class)
@@ -294,14 +327,7 @@ def run_benchmark(config: BenchmarkConfig, load_model: Callable[[], LoadedModel]
     skipped = [d for d, e in info.items() if not e.get("eligible")]
     if skipped:
         notes.append("Not benchmarked: " + "; ".join(f"{d} ({info[d].get('reason')})" for d in skipped) + ".")
-    if not tables:  # still worth writing down: which datasets were looked at and why none qualified
-        from dataclasses import asdict
-
-        notes.append(f"No dataset has at least {protocol.min_per_class} labelled questions of each class for "
-                     f"{config.model}: nothing was benchmarked.")
-        return BenchmarkResult(config.model, asdict(protocol), info, [], [], [], [], [], notes)
-    pairs = condition_pairs(config, tables, aside, lengths, notes)
-    return run_studies(config.model, tables, perturbed, info, protocol, notes=notes, condition_pairs=pairs)
+    return BenchmarkTables(tables, perturbed, info, aside, lengths, notes)
 
 
 def condition_pairs(config: BenchmarkConfig, tables: dict, aside: dict, lengths: dict, notes: list[str]) -> dict:

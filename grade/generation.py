@@ -366,6 +366,16 @@ def settings_for_task(task: str, max_new_tokens: int | None = None, **sampling) 
     return DecodeSettings(max_new_tokens=fmt.max_new_tokens, stop_strings=fmt.stop_strings, **sampling)
 
 
+def shorter_answer(tokenizer, generation: Generation, settings: DecodeSettings) -> Generation | None:
+    """The greedy answer ``settings`` would give, read off a greedy ``generation`` of the same prompt and
+    stop strings decoded with a longer (or equal) length limit: greedy decoding never looks ahead, so it
+    is the first ``settings.max_new_tokens`` tokens. None when ``generation`` was cut by its own, shorter
+    limit (what follows is unknown)."""
+    if len(generation.token_ids) >= settings.max_new_tokens:
+        return finish_row(tokenizer, generation.token_ids[: settings.max_new_tokens], settings)
+    return None if generation.finish == "length" else generation
+
+
 def greedy_answer(lm: LoadedModel, prompt: str | Sequence[int], *, task: str = "qa",
                   max_new_tokens: int | None = None) -> Generation:
     """The model's greedy answer to a prompt (text, encoded by :func:`encode_prompt`, or its ids), with

@@ -87,7 +87,8 @@ class Table:
 
     ``split``: "train" / "val" / "test" per row. ``grade[name]``: (n, L) arrays (``pre`` / ``pos``
     rank ratios, ``srank_g_pre`` ...). ``scores[method]``: (n,) training-free scores (NaN where not
-    computed). ``align[layer]``: (n, d) last prompt token states. ``saplma``: (n, d).
+    computed). ``align[layer]``: (n, d) last prompt token states. ``saplma``: (n, d). ``prompt_entropy``:
+    (n,) entropy after the prompt, the GRADE_pre loss (NaN where a row has no ``pre`` features).
     """
 
     dataset: str
@@ -101,6 +102,9 @@ class Table:
     saplma: np.ndarray | None = None
     confidently_wrong: np.ndarray | None = None
     source: np.ndarray | None = None  # each row's own dataset field (differs from ``dataset`` when pooled)
+    prompt_entropy: np.ndarray | None = None
+    task: np.ndarray | None = None  # each row's task ("qa", "mmlu", "gsm8k", ...)
+    has_context: np.ndarray | None = None  # whether the row's prompt carries a document
 
     def subset(self, rows: np.ndarray, name: str, split: np.ndarray) -> "Table":
         """The given rows as a table of their own, with a new split."""
@@ -110,7 +114,10 @@ class Table:
                      align={k: v[rows] for k, v in self.align.items()},
                      saplma=None if self.saplma is None else self.saplma[rows],
                      confidently_wrong=None if self.confidently_wrong is None else self.confidently_wrong[rows],
-                     source=None if self.source is None else self.source[rows])
+                     source=None if self.source is None else self.source[rows],
+                     prompt_entropy=None if self.prompt_entropy is None else self.prompt_entropy[rows],
+                     task=None if self.task is None else self.task[rows],
+                     has_context=None if self.has_context is None else self.has_context[rows])
 
     def rows(self, part: str | tuple[str, ...]) -> np.ndarray:
         parts = (part,) if isinstance(part, str) else part
@@ -201,6 +208,8 @@ def build_table(dataset: str, variant: str, rows: list[dict], split: np.ndarray,
                   np.asarray(split, dtype=object))
     table.confidently_wrong = np.array([confidently_wrong(r) for r in rows])
     table.source = np.array([str(r.get("dataset") or dataset) for r in rows], dtype=object)
+    table.task = np.array([str(r.get("task") or "qa") for r in rows], dtype=object)
+    table.has_context = np.array([bool(r.get("context")) for r in rows])
     for loss, frame in features.items():
         if frame is None:
             continue
@@ -209,6 +218,9 @@ def build_table(dataset: str, variant: str, rows: list[dict], split: np.ndarray,
             table.grade[loss] = arrays["rank_ratio"]
             table.grade[f"srank_g_{loss}"] = arrays["srank_g"]
             table.grade[f"srank_h_{loss}"] = arrays["srank_h"]
+        if loss == "pre" and "loss_value" in frame.columns:
+            entropy = frame.drop_duplicates("id").set_index("id")["loss_value"]
+            table.prompt_entropy = np.array([float(entropy[i]) if i in entropy.index else np.nan for i in ids])
     cache = baseline_cache or {}
     records = [cache.get(i) for i in ids]
     if any(r is not None for r in records):
@@ -322,10 +334,9 @@ class AlignP(Scorer):
 
 
 class SAPLMA(Scorer):
-    """SAPLMA (Azaria & Mitchell 2023): MLP 256-128-64, ReLU, sigmoid; Adam lr 1e-3, 5 epochs, batch
-    32, on hidden_states[-12] of the answer's last token. Inputs are standardised with the training
-    mean and standard deviation (hidden-state scales differ by orders of magnitude between models; the
-    original works on raw states of larger models)."""
+    """SAPLMA (Azaria & Mitchell 2023) on hidden_states[-12] of the answer's last token: the estimator
+    :class:`grade.detectors.SaplmaMLP` (MLP 256-128-64, Adam lr 1e-3, 5 epochs, batch 32, inputs
+    standardised on train)."""
 
     name = "SAPLMA"
 
@@ -333,39 +344,13 @@ class SAPLMA(Scorer):
         self.seed, self.epochs, self.batch_size, self.lr = seed, epochs, batch_size, lr
 
     def fit(self, table, train, val):
-        import torch
-        from torch import nn
+        from .detectors import SaplmaMLP
 
-        x = table.saplma[train].astype(np.float64)
-        self.mean, self.std = x.mean(0), x.std(0) + 1e-6
-        torch.manual_seed(self.seed)
-        rng = np.random.default_rng(self.seed)
-        d = x.shape[1]
-        self.net = nn.Sequential(nn.Linear(d, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                                 nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 1))
-        opt = torch.optim.Adam(self.net.parameters(), lr=self.lr)
-        xt = torch.tensor((x - self.mean) / self.std, dtype=torch.float32)
-        yt = torch.tensor(table.y[train], dtype=torch.float32)
-        loss_fn = nn.BCEWithLogitsLoss()
-        with torch.enable_grad():
-            self.net.train()
-            for _ in range(self.epochs):
-                order = rng.permutation(len(xt))
-                for start in range(0, len(order), self.batch_size):
-                    batch = order[start:start + self.batch_size]
-                    opt.zero_grad()
-                    loss = loss_fn(self.net(xt[batch]).squeeze(-1), yt[batch])
-                    loss.backward()
-                    opt.step()
-        self.net.eval()
+        self.model = SaplmaMLP(self.seed, self.epochs, self.batch_size, self.lr).fit(table.saplma[train], table.y[train])
         return self
 
     def score(self, table, rows):
-        import torch
-
-        x = torch.tensor((table.saplma[rows] - self.mean) / self.std, dtype=torch.float32)
-        with torch.no_grad():
-            return torch.sigmoid(self.net(x).squeeze(-1)).double().numpy()
+        return self.model.predict_proba(table.saplma[rows])[:, 1]
 
 
 class FixedScore(Scorer):

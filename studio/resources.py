@@ -13,6 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Callable
 
@@ -20,11 +21,13 @@ import numpy as np
 
 import grade
 from grade.errors import GradeError, ModelLoadError, ProbeError
+from grade.detectors import SHIPPED_DETECTORS_DIR
 from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
 
-# The shipped probes and reference set (package data); the environment can point elsewhere (e.g. a
-# freshly built set).
+# The shipped probes, detectors and reference set (package data); the environment can point elsewhere
+# (e.g. a freshly built set).
 PROBES_DIR = Path(os.environ.get("GRADE_PROBES_DIR") or SHIPPED_PROBES_DIR)
+DETECTORS_DIR = Path(os.environ.get("GRADE_DETECTORS_DIR") or SHIPPED_DETECTORS_DIR)
 REFERENCE_FEATURES = Path(os.environ.get("GRADE_REFERENCE_FEATURES") or SHIPPED_REFERENCE_FEATURES)
 
 
@@ -209,6 +212,37 @@ def probe_probability(probe, rank_ratio: np.ndarray) -> float:
     return value
 
 
+# -------------------------------------------------------------------------------------- detectors
+
+
+def load_detectors(model_name: str, folder: Path = DETECTORS_DIR) -> tuple[list, str | None]:
+    """(detectors, problem): the detectors shipped for ``model_name`` beside the probe, and a one-line
+    reason where there are none or one is broken (the others are still returned)."""
+    from grade.detectors import Detector, detectors_for, no_detectors_reason
+
+    paths = detectors_for(model_name, folder)
+    if not paths:
+        return [], no_detectors_reason(model_name, folder)
+    found, problems = [], []
+    for path in paths:
+        try:
+            detector = Detector.load(path)
+            detector.check_compatible(model_name)
+        except GradeError as exc:
+            problems.append(str(exc))
+            continue
+        found.append(detector)
+    return found, ("; ".join(problems) or None)
+
+
+def detectors_version(model_name: str, folder: Path = DETECTORS_DIR) -> int:
+    """Changes whenever one of ``model_name``'s detector files does (for caches keyed on it)."""
+    from grade.detectors import detectors_for
+
+    files = [f for p in detectors_for(model_name, folder) for f in (p, p.with_suffix(".json")) if f.exists()]
+    return sum(f.stat().st_mtime_ns + f.stat().st_size for f in files)
+
+
 # ---------------------------------------------------------------------------------------- datasets
 
 
@@ -226,6 +260,20 @@ def load_questions(dataset: str, limit: int = 200) -> list[dict]:
     except (OSError, InputError):
         return []
     return rows
+
+
+def model_examples(model_name: str, path: Path | None = None) -> list[dict]:
+    """Home's examples for ``model_name``: questions it knows and gets wrong by its own labels, picked by
+    ``scripts/build_examples.py`` (its rule is written there); empty for a model without any."""
+    from grade.probe import _model_key
+
+    path = path or Path(str(resources.files("studio") / "examples.json"))
+    try:
+        examples = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = {_model_key(name): rows for name, rows in examples.items()} if isinstance(examples, dict) else {}
+    return [row for row in found.get(_model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
 
 
 # ------------------------------------------------------------------------------ reference features

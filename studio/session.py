@@ -28,8 +28,11 @@ from .resources import (
     ModelRegistry,
     ModelSpec,
     ProbeInfo,
+    DETECTORS_DIR,
     default_probe,
+    detectors_version,
     list_probes,
+    load_detectors,
     load_probe,
     probe_metadata_path,
     read_probe_info,
@@ -283,6 +286,19 @@ def active_probe(lm: grade.LoadedModel | None) -> tuple[object | None, ProbeInfo
     except GradeError as exc:
         return None, info, user_message(exc)
     return probe, info, None
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _detectors_cached(model_name: str, folder: str, version: int):
+    return load_detectors(model_name, Path(folder))
+
+
+def active_detectors(lm: grade.LoadedModel | None) -> tuple[list, str | None]:
+    """(detectors, problem): the detectors shown beside the probe's verdict for the loaded model, loaded
+    once per version of their files; ``problem`` says in one line why some or all are missing."""
+    if lm is None:
+        return [], "no model loaded."
+    return _detectors_cached(lm.name, str(DETECTORS_DIR), detectors_version(lm.name, DETECTORS_DIR))
 
 
 # ------------------------------------------------------------------------------- errors, downloads

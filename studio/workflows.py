@@ -14,8 +14,16 @@ from typing import Callable
 import numpy as np
 
 import grade
+from grade.detectors import (
+    ANSWER_STATISTICS,
+    DetectorVerdict,
+    disagreement,
+    needed_statistics,
+    question_statistics,
+    verdicts,
+)
 from grade.errors import InputError, ProbeError
-from grade.generation import greedy_answer
+from grade.generation import greedy_answer, settings_for_task, shorter_answer
 from grade.tasks import answer_format
 
 from .resources import ProbeInfo, probe_probability
@@ -41,7 +49,7 @@ class Verdict:
 
 @dataclass
 class QuestionAnalysis:
-    """Home page result: the features, the model's answer and the probe's verdict."""
+    """Home page result: the features, the model's answer, the probe's verdict and the other detectors'."""
 
     result: grade.GradeResult  # features with spectra (loss = the probe's loss, else "pre")
     answer: str
@@ -49,6 +57,14 @@ class QuestionAnalysis:
     model_label: str
     seconds: dict[str, float] = field(default_factory=dict)
     probe_problem: str | None = None  # why there is no verdict (no probe, or it does not fit the model)
+    detector_verdicts: list[DetectorVerdict] = field(default_factory=list)
+    detectors_problem: str | None = None  # why some or all other detectors are missing
+
+    @property
+    def disagreement(self) -> str | None:
+        """One sentence when the probe and the other detectors do not all say the same, else None."""
+        votes = [("the GRADE probe", self.verdict.answerable)] if self.verdict is not None else []
+        return disagreement(votes + [(v.title, v.answerable) for v in self.detector_verdicts])
 
 
 def check_inputs(question: str, context: str | None, limits: Limits = LOCAL_LIMITS) -> tuple[str, str | None]:
@@ -82,8 +98,10 @@ def analyze_question(
     progress: Progress | None = None,
     model_label: str = "",
     limits: Limits = LOCAL_LIMITS,
+    detectors: list | None = None,
 ) -> QuestionAnalysis:
-    """Features (with spectra and hidden states), the greedy answer and the probe's verdict for one question.
+    """Features (with spectra and hidden states), the greedy answer, the probe's verdict and the verdicts
+    of ``detectors`` (:mod:`grade.detectors`, loaded for this model) for one question.
 
     The feature loss follows the probe (``pre`` if none). Under ``pre`` the answer is generated
     separately, only to show it; under ``pos`` it is the response the features are computed on. Either
@@ -95,6 +113,7 @@ def analyze_question(
     loss = probe_loss(probe_info)
     srank = str((probe_info.metadata.get("srank") if probe_info else None) or "paper")
     seconds: dict[str, float] = {}
+    shown = None  # the greedy answer as generated, where this function generated it
     if loss == "pos":
         say("Generating the answer and computing GRADE features (pos loss) ...")
         t = time.perf_counter()
@@ -109,7 +128,8 @@ def analyze_question(
         seconds["analysis_s"] = time.perf_counter() - t
         say("Generating the model's answer ...")
         t = time.perf_counter()
-        answer = greedy_answer(lm, result.prompt, task=task, max_new_tokens=max_new_tokens).text
+        shown = greedy_answer(lm, result.prompt, task=task, max_new_tokens=max_new_tokens)
+        answer = shown.text
         seconds["generation_s"] = time.perf_counter() - t
     verdict, problem = None, None
     if probe is not None and probe_info is not None:
@@ -118,8 +138,27 @@ def analyze_question(
             verdict = probe_verdict(probe, probe_info, lm, result)
         except ProbeError as exc:  # the features are still worth showing
             problem = f"probe {probe_info.name!r} does not fit: {exc}"
+    others: list[DetectorVerdict] = []
+    if detectors:
+        # The answer-based detectors read the answer at the task's length, as in their training data:
+        # a longer answer than the one shown is generated first.
+        say("Asking the other detectors (the answer at the task's length) ...")
+        t = time.perf_counter()
+        needed = needed_statistics(detectors, task, bool(context))
+        refused = {}
+        task_tokens = answer_format(task).max_new_tokens
+        # The app's cap on generated tokens holds for that answer too (an answer shown whole needs none).
+        if task_tokens > limits.answer_tokens and (
+                shown is None or shorter_answer(lm.tokenizer, shown, settings_for_task(task)) is None):
+            refused = {s: f"the answer it reads ({task_tokens} tokens) is longer than this app generates "
+                          f"({limits.answer_tokens})" for s in ANSWER_STATISTICS if s in needed}
+            needed = [s for s in needed if s not in refused]
+        values, missing = question_statistics(lm, result.prompt, task=task, result=result, shown_answer=shown,
+                                              statistics=needed) if needed else ({}, {})
+        others = verdicts(detectors, values, task=task, has_context=bool(context), missing={**missing, **refused})
+        seconds["detectors_s"] = time.perf_counter() - t
     return QuestionAnalysis(result=result, answer=answer, verdict=verdict, model_label=model_label, seconds=seconds,
-                            probe_problem=problem)
+                            probe_problem=problem, detector_verdicts=others)
 
 
 def probe_verdict(probe, probe_info: ProbeInfo, lm: grade.LoadedModel, result: grade.GradeResult) -> Verdict:

@@ -94,6 +94,47 @@ def test_home_shows_answer_and_the_probes_verdict(analysed, smollm, shipped_prob
     assert {"Features (CSV)", "Full result (JSON)"} <= downloads
 
 
+def test_home_shows_the_other_detectors_and_says_when_they_disagree(analysed, smollm, one_torch_thread):
+    """Beside the probe: each shipped detector's probability (the engine's own, on the same question), the
+    test AUROC of the kind of question asked, and one sentence because the verdicts differ here (the
+    hidden-state probe says the model knows the capital of France, the entropies say it does not)."""
+    import grade
+    from grade.detectors import DETECTORS, detectors_for, question_statistics, verdicts
+    from studio.resources import load_detectors
+
+    at = analysed
+    assert not at.error, [e.value for e in at.error]
+    detectors, problem = load_detectors(smollm.name)
+    assert len(detectors) == len(DETECTORS) == len(detectors_for(smollm.name)) and problem is None
+    result = grade.analyze(smollm, QUESTION, task="qa", loss="pre")
+    values, _ = question_statistics(smollm, result.prompt, task="qa", result=result,
+                                    statistics=[d.spec.statistic for d in detectors])
+    expected = verdicts(detectors, values, task="qa", has_context=False)
+    text = " ".join(m.value for m in at.markdown)
+    for verdict in expected:
+        shown = float(_metric(at, verdict.title).rstrip("%")) / 100
+        assert shown == pytest.approx(verdict.probability, abs=0.006)
+        assert f"Test AUROC **{verdict.auroc:.2f}** on {verdict.test['n']} held-out **triviaqa** questions" in text
+    probe = float(_metric(at, "Probability that the model can answer").rstrip("%")) / 100
+    votes = [probe >= 0.5] + [v.answerable for v in expected]
+    assert any(votes) and not all(votes), votes  # this question makes them disagree
+    sentences = [w.value for w in at.warning if w.value.startswith("The detectors disagree:")]
+    assert len(sentences) == 1 and sentences[0].count(".") == 1, sentences
+    for verdict in expected:
+        name = verdict.title if verdict.title[1] == "-" else verdict.title[0].lower() + verdict.title[1:]
+        side = sentences[0].split(";")[0 if verdict.answerable else 1]
+        assert name in side, (name, sentences[0])
+
+
+def test_home_offers_the_models_own_known_and_wrong_questions(analysed, smollm):
+    from studio.resources import model_examples
+
+    options = analysed.selectbox(key="example").options
+    own = [e["label"] for e in model_examples(smollm.name)]
+    assert own and set(own) <= set(options)
+    assert any("it knows" in o for o in own) and any("it gets wrong" in o for o in own)
+
+
 def test_spectra_page(analysed):
     at = analysed.switch_page("pages/spectra.py").run()
     _no_exception(at)

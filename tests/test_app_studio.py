@@ -200,3 +200,25 @@ def test_model_output_is_shown_verbatim_not_as_markdown():
     from studio.session import plain
 
     assert plain("# Title *x* $5$ a_b\nnext") == "\\# Title \\*x\\* \\$5\\$ a\\_b  \nnext"
+
+
+def test_home_examples_are_each_models_own_known_and_wrong_questions():
+    """Home's per-model examples (scripts/build_examples.py) say what the model's labels say: every sampled
+    answer right or none; Qwen has known and unknown ones, an easy capital among the known."""
+    from pathlib import Path
+
+    from grade.features import read_labelled
+    from studio.resources import model_examples
+
+    root = Path(__file__).resolve().parents[1]
+    qwen = model_examples("qwen2.5-coder-1.5b-instruct")
+    assert any("knows" in e["label"] for e in qwen) and any("gets wrong" in e["label"] for e in qwen)
+    assert "What is the capital of Kenya?" in [e["question"] for e in qwen]
+    for model in ("smollm2-135m-instruct", "gemma-3-270m", "qwen2.5-coder-1.5b-instruct"):
+        for example in model_examples(model):
+            rows = {r["id"]: r for r in read_labelled(root / "data" / "labels" / model / f"{example['dataset']}.jsonl.xz")}
+            row = rows[example["id"]]
+            assert row["question"] == example["question"] and row["n_correct"] == example["n_correct"]
+            assert row["accuracy"] == (1.0 if "knows" in example["label"] else 0.0)
+            assert f"({row['n_correct']}/{row['n_samples']} sampled answers right)" in example["label"]
+    assert model_examples("some-org/some-model") == []

@@ -176,6 +176,65 @@ def test_evaluate_reaches_the_model_with_a_sound_probe(logreg_probe, tmp_path):
     assert run_cli(["evaluate", "--probe", str(logreg_probe), "--questions", str(questions)])[0] == "model"
 
 
+def test_evaluate_takes_a_probe_or_a_detector_not_both(logreg_probe, tmp_path):
+    questions = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "What is 2 + 2?", "label": 1}])
+    assert_one_error(run_cli(["evaluate", "--probe", str(logreg_probe), "--detector", "p-entropy",
+                              "--questions", str(questions)]), "not allowed with")
+    assert_one_error(run_cli(["evaluate", "--questions", str(questions)]), "one of the arguments --probe --detector")
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["--detector", "entropy-of-everything"], "unknown detector 'entropy-of-everything'"),
+    (["--detector", "saplma", "--model", "some-org/some-model"], "no saplma detector for some-org/some-model"),
+    (["--detector", "does/not/exist.json"], "does not exist"),
+])
+def test_evaluate_refuses_a_detector_it_cannot_use_before_loading_a_model(tmp_path, argv, pattern):
+    questions = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "What is 2 + 2?", "label": 1}])
+    assert_one_error(run_cli(["evaluate", *argv, "--questions", str(questions)]), pattern)
+
+
+def test_evaluate_refuses_a_detector_of_another_model_and_a_corrupt_one(tmp_path):
+    from grade.detectors import detector_file
+
+    questions = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "What is 2 + 2?", "label": 1}])
+    shipped = detector_file("gemma-3-270m", "p-entropy")
+    assert_one_error(run_cli(["evaluate", "--detector", str(shipped), "--model", "smollm2-135m-instruct",
+                              "--questions", str(questions)]), "trained on gemma-3-270m, not smollm2-135m-instruct")
+    broken = tmp_path / shipped.name
+    broken.write_bytes(shipped.read_bytes()[:-8])
+    broken.with_suffix(".json").write_bytes(shipped.with_suffix(".json").read_bytes())
+    assert_one_error(run_cli(["evaluate", "--detector", str(broken), "--questions", str(questions)]), "checksum")
+
+
+@pytest.mark.slow
+def test_evaluate_scores_a_detector_on_labelled_questions(smollm, tmp_path):
+    """Six labelled TriviaQA rows of the embedded model (three it answers, three it does not): the same
+    output as --probe, and the AUROC of the detector's own probabilities on each row's GRADE_pre loss."""
+    import grade
+    from grade.detectors import Detector, detector_file
+    from grade.features import read_labelled
+    from grade.metrics import auroc
+
+    rows = read_labelled(Path(__file__).resolve().parents[1] / "data/labels/smollm2-135m-instruct/triviaqa.jsonl.xz")
+    six = [r for r in rows if r["label"] == 1][:3] + [r for r in rows if r["label"] == 0][:3]
+    questions = write_jsonl(tmp_path / "six.jsonl", six)
+    status, out, err = run_cli(["evaluate", "--detector", "prompt-entropy", "--questions", str(questions), "--json"],
+                               model=smollm)
+    assert status == 0, err
+    result = json.loads(out)
+    assert {k: result[k] for k in ("detector", "model", "statistic", "n", "positives", "skipped", "bad_rows")} == {
+        "detector": "prompt-entropy", "model": smollm.name, "statistic": "loss_value", "n": 6, "positives": 3,
+        "skipped": 0, "bad_rows": 0}
+    detector = Detector.load(detector_file(smollm.name, "prompt-entropy"))
+    loss = np.array([[grade.analyze(smollm, r["question"], task="qa", loss="pre").loss_value] for r in six])
+    p = detector.predict_proba(loss, ["triviaqa"] * 6)[:, 1]
+    assert result["auroc"] == pytest.approx(auroc([r["label"] for r in six], p))
+    assert result["accuracy"] == pytest.approx(np.mean((p >= 0.5) == np.array([r["label"] for r in six])))
+    status, text, _ = run_cli(["evaluate", "--detector", "prompt-entropy", "--questions", str(questions), "--limit", "2"],
+                              model=smollm)
+    assert status == 0 and text.startswith("detector prompt-entropy (Entropy after the prompt) on smollm2-135m-instruct")
+
+
 # --------------------------------------------------------------------------------- extract
 
 
