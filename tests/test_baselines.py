@@ -168,7 +168,7 @@ def test_answer_states_are_the_decoders_and_p_entropy_runs_entropy_sum(smol, mon
     assert passes.prompt_states.shape == (smol.n_layers + 1, smol.model.config.hidden_size)
     with torch.no_grad():
         full = smol.model(input_ids=torch.tensor([ids + answer.token_ids]), output_hidden_states=True)
-    plain = torch.stack(full.hidden_states, dim=1)[0].float().numpy()  # (T, L+1, d)
+    plain = torch.stack(full.hidden_states, dim=2)[0].float().numpy()  # (T, L+1, d)
     np.testing.assert_allclose(passes.states[0], plain[len(ids): len(ids) + n], atol=2e-3, rtol=1e-3)
     steps = full.logits[0, len(ids) - 1: len(ids) - 1 + answer.steps]
     assert passes.entropies[0] == pytest.approx(B.entropy_sum(steps), rel=1e-4)
@@ -489,3 +489,4 @@ def test_caps_per_dataset():
     kept, _ = E.select_rows(rows, protocol, "triviaqa")
     assert len(kept) == 20
     assert E.select_rows(rows, protocol, "triviaqa")[0] == kept  # seeded
+
