@@ -51,8 +51,12 @@ log = logging.getLogger(__name__)
 GRADE_METHODS = ("GRADE_pre", "GRADE_pos")
 SUPERVISED = ("GRADE_pre", "GRADE_pos", "Align-P", "SAPLMA")
 UNSUPERVISED = ("P-Entropy", "IC", "CoE-R", "CoE-C", "Self-consistency", "EigenScore")
+#: Length alone (tokens the loss is computed over: the prompt for pre, prompt + response for pos), a
+#: threshold whose direction is fitted on train: GRADE's features grow with the input, so every table shows
+#: how much of a detector's AUROC length alone already gives (on GSM8K it is a strong confound).
+LENGTH_METHODS = ("Length_pre", "Length_pos")
 METHOD_ORDER = ("GRADE_pre", "GRADE_pos", "P-Entropy", "Judge", "IC", "Align-P", "SAPLMA", "CoE-R", "CoE-C",
-                "Self-consistency", "EigenScore")
+                "Self-consistency", "EigenScore", *LENGTH_METHODS)
 
 
 @dataclass
@@ -190,12 +194,15 @@ def _grade_arrays(frame, ids: list[str]) -> dict[str, np.ndarray]:
         return {}
     sub = frame.loc[present]
     out = {}
+    where = [{i: k for k, i in enumerate(ids)}[i] for i in present]
     for column in ("rank_ratio", "srank_g", "srank_h"):
         values = feature_matrix(sub, column)
         full = np.full((len(ids), values.shape[1]), np.nan)
-        where = {i: k for k, i in enumerate(ids)}
-        full[[where[i] for i in present]] = values
+        full[where] = values
         out[column] = full
+    if "n_tokens" in sub.columns:
+        out["n_tokens"] = np.full(len(ids), np.nan)
+        out["n_tokens"][where] = sub["n_tokens"].to_numpy(dtype=float)
     return out
 
 
@@ -218,6 +225,8 @@ def build_table(dataset: str, variant: str, rows: list[dict], split: np.ndarray,
             table.grade[loss] = arrays["rank_ratio"]
             table.grade[f"srank_g_{loss}"] = arrays["srank_g"]
             table.grade[f"srank_h_{loss}"] = arrays["srank_h"]
+            if "n_tokens" in arrays:
+                table.scores[f"Length_{loss}"] = arrays["n_tokens"]
         if loss == "pre" and "loss_value" in frame.columns:
             entropy = frame.drop_duplicates("id").set_index("id")["loss_value"]
             table.prompt_entropy = np.array([float(entropy[i]) if i in entropy.index else np.nan for i in ids])
@@ -307,6 +316,26 @@ class LayerThreshold(Scorer):
         return self.sign * self._s(table, rows)
 
 
+class LengthScorer(Scorer):
+    """Length alone: the number of tokens the loss was computed over; the direction (longer = more or less
+    answerable) is chosen on train, the cut on train + val, as :class:`LayerThreshold` does."""
+
+    def __init__(self, method: str):
+        self.name = method
+
+    def fit(self, table, train, val):
+        s = table.scores[self.name]
+        ok = np.isfinite(s[train])
+        self.sign = 1.0 if not (auroc(table.y[train][ok], s[train][ok]) < 0.5) else -1.0
+        both = np.concatenate([train, val])
+        both = both[np.isfinite(s[both])]
+        self.threshold = best_threshold(table.y[both], self.sign * s[both])
+        return self
+
+    def score(self, table, rows):
+        return self.sign * table.scores[self.name][rows]
+
+
 class AlignP(Scorer):
     """Align-P: logistic regression (scikit-learn, standardised, C chosen on validation) on the last
     prompt token's hidden state; the layer (middle to late) is chosen on validation AUROC."""
@@ -379,6 +408,8 @@ def make_scorer(method: str, protocol: Protocol) -> Scorer:
         return AlignP(seed=protocol.seed)
     if method == "SAPLMA":
         return SAPLMA(seed=protocol.seed)
+    if method in LENGTH_METHODS:
+        return LengthScorer(method)
     return FixedScore(method)
 
 

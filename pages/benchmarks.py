@@ -15,7 +15,7 @@ import streamlit as st
 
 from grade.errors import GradeError
 from grade.report import figures
-from grade.studies import BenchmarkResult
+from grade.studies import METHOD_ORDER, BenchmarkResult
 from studio import session
 
 RESULTS_DIR = Path(os.environ.get("GRADE_RESULTS_DIR") or Path(__file__).resolve().parent.parent / "results")
@@ -75,12 +75,12 @@ main["AUROC [95% CI]"] = [
 ]
 main["Acc"] = [_num(a) for a in main["acc"]]
 wide = main.pivot(index="method", columns="dataset", values=["Acc", "AUROC [95% CI]"])
-order = [m for m in ("GRADE_pre", "GRADE_pos", "P-Entropy", "Judge", "IC", "Align-P", "SAPLMA", "CoE-R", "CoE-C",
-                     "Self-consistency", "EigenScore") if m in wide.index]
+order = [m for m in METHOD_ORDER if m in wide.index]
 wide = wide.loc[order]
 wide.columns = [f"{dataset} {metric}" for metric, dataset in wide.columns]
 st.dataframe(wide[sorted(wide.columns)], width="stretch")
-st.caption("Judge gives a yes/no answer: accuracy only. Training-free scores use the accuracy-maximising threshold "
+st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone "
+           "(prompt; prompt + response), the confound every feature carries. Training-free scores use the accuracy-maximising threshold "
            "of the training + validation questions; probes use 0.5.")
 
 figs = figures(result)

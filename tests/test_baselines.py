@@ -490,3 +490,25 @@ def test_caps_per_dataset():
     assert len(kept) == 20
     assert E.select_rows(rows, protocol, "triviaqa")[0] == kept  # seeded
 
+
+def test_length_alone_is_a_row_of_every_table():
+    """Length_pre (prompt tokens of the GRADE_pre store) is scored beside every method, its direction fitted
+    on train: here shorter questions are the answerable ones, so its test AUROC is that of -n_tokens."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    n = 120
+    y = (np.arange(n) % 2).astype(int)
+    n_tokens = np.where(y == 1, rng.integers(10, 40, n), rng.integers(30, 60, n))
+    rows = [{"id": f"q{i}", "label": int(y[i]), "question": f"question {i}"} for i in range(n)]
+    frame = pd.DataFrame({"id": [r["id"] for r in rows], "n_tokens": n_tokens,
+                          "rank_ratio": [rng.normal(size=4) for _ in range(n)],
+                          "srank_g": [rng.random(4) for _ in range(n)], "srank_h": [rng.random(4) for _ in range(n)]})
+    split = E.assign_splits([r["id"] for r in rows], y, E.Protocol(n_boot=20))
+    table = E.build_table("d", "original", rows, split, features={"pre": frame}, baseline_cache=None)
+    assert np.array_equal(table.scores["Length_pre"], n_tokens.astype(float))
+    main, _ = E.main_table({"d": table}, E.Protocol(n_boot=20), methods=("Length_pre",))
+    test = table.rows("test")
+    assert [r["method"] for r in main] == ["Length_pre"]
+    assert main[0]["auroc"] == pytest.approx(M.auroc(y[test], -n_tokens[test].astype(float)))
+    assert main[0]["auroc"] > 0.8
