@@ -7,7 +7,9 @@ PORT ?= 8501
 # `make serve` listens here: every interface by default (an explicit choice to serve to others)
 HOST ?= 0.0.0.0
 
-.PHONY: install run serve test test-fast bench probes detectors examples browser screenshots clean-cache
+FAST_STAMP := $(VENV)/.installed-fast
+
+.PHONY: install install-fast run serve test test-fast bench probes detectors examples browser screenshots clean-cache
 
 install: $(STAMP)
 
@@ -21,6 +23,15 @@ $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
+# llama.cpp for fast generation in the app (requirements-fast.txt). A failed build is not fatal: the app then
+# generates with torch; the message says so and the next `make run` tries again.
+install-fast: $(FAST_STAMP)
+
+$(FAST_STAMP): requirements-fast.txt $(STAMP)
+	@echo "Installing llama-cpp-python (built from source the first time: about 5 minutes on 2 cores) ..."
+	@if $(PY) -m pip install --quiet --disable-pip-version-check -r requirements-fast.txt; then touch $(FAST_STAMP); \
+	else echo "llama-cpp-python did not install: the app will generate with torch (slower)."; fi
+
 # Headless Chromium for the end-to-end browser test (Debian packages).
 browser:
 	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
@@ -28,13 +39,13 @@ browser:
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null; fi; }
 
 # This machine only: the app listens on the loopback address.
-run: install
+run: install install-fast
 	$(PY) -m streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT)
 
 # Served to a class or a team: other browsers can reach it, so the studio runs in served mode
 # (studio/served.py: embedded models and GRADE_MODEL_DIRS only, caps per request, probes per user,
 # no error details). Put it behind an authenticating proxy with TLS when it leaves a trusted network.
-serve: install
+serve: install install-fast
 	GRADE_SERVED=1 $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
 	  --server.maxUploadSize 8 --client.showErrorDetails none --server.enableXsrfProtection true
 
