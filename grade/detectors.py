@@ -303,6 +303,7 @@ class SaplmaMLP:
         self.net: SaplmaNet | None = None
         self.mean: np.ndarray | None = None  # (d,)
         self.std: np.ndarray | None = None  # (d,)
+        self.half = False  # weights rounded to (and stored in) float16
 
     def fit(self, X, y) -> "SaplmaMLP":
         x = np.asarray(X, dtype=np.float64)
@@ -327,6 +328,17 @@ class SaplmaMLP:
         self.net.eval()
         return self
 
+    def half_precision(self) -> "SaplmaMLP":
+        """Round the network's weights to float16 (computing stays float32). A shipped detector is stored
+        so: its first layer is most of the file (1536 x 256 weights for Qwen), the hidden states it reads
+        are float16 already, and rounding before the test metrics are measured makes the saved detector
+        exactly the measured one."""
+        with torch.no_grad():
+            for param in self.net.parameters():
+                param.copy_(param.half().float())
+        self.half = True
+        return self
+
     def predict_proba(self, X, kinds=None) -> np.ndarray:
         if self.net is None:
             raise ProbeError("this detector is not fitted yet")
@@ -344,7 +356,9 @@ class SaplmaMLP:
                 "selection": "none (fixed recipe)", "inputs": "standardised with the training mean and std"}
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {**{f"net.{k}": v.detach().clone().contiguous() for k, v in self.net.state_dict().items()},
+        dtype = torch.float16 if self.half else torch.float32
+        return {**{f"net.{k}": v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous()
+                   for k, v in self.net.state_dict().items()},
                 "scaler_mean": torch.tensor(self.mean, dtype=torch.float64),
                 "scaler_std": torch.tensor(self.std, dtype=torch.float64)}
 
@@ -356,9 +370,12 @@ class SaplmaMLP:
         if model.mean.shape != (n_inputs,) or model.std.shape != (n_inputs,) or not (model.std > 0).all():
             raise ValueError(f"the scaler does not fit {n_inputs} inputs")
         net = SaplmaNet(n_inputs)
-        net.load_state_dict({k.removeprefix("net."): v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
+        # float16 weights (a shipped detector) are read into the float32 network exactly
+        net.load_state_dict({k.removeprefix("net."): v.float() if v.is_floating_point() else v
+                             for k, v in tensors.items() if k.startswith("net.")}, strict=True)
         net.eval()
         model.net = net
+        model.half = any(v.dtype == torch.float16 for k, v in tensors.items() if k.startswith("net."))
         return model
 
 
@@ -727,7 +744,7 @@ def fit_detector(name: str, tables: dict, *, model: str, seed: int = 42, n_boot:
     if spec.estimator == "kind-logistic":
         estimator = KindLogistic(sorted(kinds), seed).fit(X, k, y, Xv, kv, yv)
     else:
-        estimator = SaplmaMLP(seed).fit(X, y)  # the fixed recipe selects nothing on validation
+        estimator = SaplmaMLP(seed).fit(X, y).half_precision()  # the fixed recipe selects nothing on validation
     detector = Detector(spec, estimator, {"name": name, "model": model, "input_dim": int(X.shape[1]), "seed": seed,
                                           "kinds": kinds, "training": estimator.training,
                                           "training_data": training_data or {}})
