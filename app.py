@@ -55,7 +55,7 @@ def _use_example() -> None:
 
 
 def _run_analysis(lm) -> None:
-    probe, info, problem = session.active_probe(lm)
+    probe, info, problem = session.active_probe(lm, task=st.session_state.get("task", "qa"))
     detectors, detectors_problem = session.active_detectors(lm)
     with st.status("Analyzing ...", expanded=True) as status:
         try:

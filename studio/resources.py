@@ -168,11 +168,16 @@ def list_probes(folder: Path = PROBES_DIR) -> list[ProbeInfo]:
     return sorted(found, key=lambda p: -(p.auroc if p.auroc is not None else -1.0))
 
 
-def default_probe(model_name: str, probes: list[ProbeInfo], loss: str = "pre") -> ProbeInfo | None:
-    """The shipped probe to use for ``model_name``: same model, preferring ``loss``, best AUROC."""
+def default_probe(model_name: str, probes: list[ProbeInfo], loss: str = "pre", task: str | None = None) -> ProbeInfo | None:
+    """The shipped probe to use for ``model_name`` on questions of ``task``: same model, preferring
+    ``loss``; among those, a probe trained for that task's kind of question (metadata ``tasks``), else a
+    general one. A probe trained for other tasks only is never the default."""
     same_model = [p for p in probes if p.model and Path(str(p.model)).name.lower() == Path(model_name).name.lower()]
     preferred = [p for p in same_model if p.loss == loss] or same_model
-    return preferred[0] if preferred else None
+    for_task = [p for p in preferred if task and task in (p.metadata.get("tasks") or ())]
+    general = [p for p in preferred if not p.metadata.get("tasks")]
+    chosen = for_task or general
+    return chosen[0] if chosen else None
 
 
 def load_probe(path: str | Path):

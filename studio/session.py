@@ -264,8 +264,9 @@ def no_model_message() -> None:
 # --------------------------------------------------------------------------------------- probes
 
 
-def active_probe(lm: grade.LoadedModel | None) -> tuple[object | None, ProbeInfo | None, str | None]:
-    """(probe, info, problem): the user's probe if they picked one, else the best shipped one for the model.
+def active_probe(lm: grade.LoadedModel | None, task: str | None = None) -> tuple[object | None, ProbeInfo | None, str | None]:
+    """(probe, info, problem): the user's probe if they picked one, else the shipped one for the model and
+    the kind of question (``task``).
 
     ``problem`` is a one-line reason when there is no usable probe (nothing fits, or the file is broken).
     """
@@ -276,7 +277,7 @@ def active_probe(lm: grade.LoadedModel | None) -> tuple[object | None, ProbeInfo
     if chosen:
         info = read_probe_info(chosen) or ProbeInfo(Path(chosen), {})
     elif lm is not None:
-        info = default_probe(lm.name, list_probes())
+        info = default_probe(lm.name, list_probes(), task=task)
         if info is None:
             return None, None, f"no shipped probe fits {lm.name}; train or load one on the Probes page."
     else:

@@ -137,6 +137,20 @@ def test_probes_on_disk_are_listed_chosen_and_loaded(tmp_path):
     assert p == pytest.approx(probe.predict_proba(X[:1])[0, 1])
 
 
+def test_the_default_probe_follows_the_kind_of_question():
+    """Qwen ships a general GRADE_pre probe and one trained on GSM8K only: GSM8K questions get the math probe,
+    every other task the general one (never a probe trained for other tasks only)."""
+    probes = list_probes()
+    model = "qwen2.5-coder-1.5b-instruct"
+    general = default_probe(model, probes, task="qa")
+    math = default_probe(model, probes, task="gsm8k")
+    assert general.name == f"{model}-pre" and not general.metadata.get("tasks")
+    assert math.name == f"{model}-pre-math" and "gsm8k" in math.metadata["tasks"]
+    assert default_probe(model, probes, task="math").name == f"{model}-pre"  # no MATH rows behind the math probe
+    assert default_probe(model, probes, loss="pos", task="gsm8k").name == f"{model}-pos-math"
+    assert default_probe("smollm2-135m-instruct", probes, task="gsm8k").name == "smollm2-135m-instruct-pre"
+
+
 def test_a_corrupt_or_missing_probe_raises_probe_error(tmp_path):
     path, _ = _train_probe(tmp_path)
     path.write_bytes(b"garbage" * 20)
