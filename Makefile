@@ -24,12 +24,17 @@ $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	touch $(STAMP)
 
 # llama.cpp for fast generation in the app (requirements-fast.txt). A failed build is not fatal: the app then
-# generates with torch; the message says so and the next `make run` tries again.
+# generates with torch; the message says so and the next `make run` tries again. Built for AVX2, not for this
+# CPU (llama.cpp's default): the native build used AMX on the 2-core Xeon VM we develop on and crashed with a
+# segmentation fault at the first generated token; the AVX2 build runs on any x86-64 CPU since 2013.
+# --no-cache-dir: pip would otherwise reuse a wheel built earlier with other flags.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF
 install-fast: $(FAST_STAMP)
 
 $(FAST_STAMP): requirements-fast.txt $(STAMP)
 	@echo "Installing llama-cpp-python (built from source the first time: about 5 minutes on 2 cores) ..."
-	@if $(PY) -m pip install --quiet --disable-pip-version-check -r requirements-fast.txt; then touch $(FAST_STAMP); \
+	@if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check \
+	    -r requirements-fast.txt; then touch $(FAST_STAMP); \
 	else echo "llama-cpp-python did not install: the app will generate with torch (slower)."; fi
 
 # Headless Chromium for the end-to-end browser test (Debian packages).

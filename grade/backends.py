@@ -128,6 +128,35 @@ def llama_cpp_available() -> bool:
     return True
 
 
+_SMOKE = """
+import sys, llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, n_threads_batch=1, verbose=False)
+print(next(llm.generate(llm.tokenize(b"1, 2, 3,"), reset=True, temp=0.0)))
+"""
+_runs: dict[str, bool] = {}
+
+
+def llama_cpp_runs(gguf_path: str | Path) -> bool:
+    """Whether this llama.cpp build generates a token from ``gguf_path`` without crashing, tried once per
+    file and process in a child process. Why: a llama.cpp built for another CPU's instructions (a native
+    build that used AMX on our Xeon VM) dies with a segmentation fault at the first token, which would take
+    the whole app down with it; then the torch loop generates instead."""
+    import subprocess
+    import sys
+
+    key = str(Path(gguf_path).resolve())
+    if key not in _runs:
+        try:
+            done = subprocess.run([sys.executable, "-c", _SMOKE, key], capture_output=True, timeout=120)
+            _runs[key] = done.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _runs[key] = False
+        if not _runs[key]:
+            log.warning("llama.cpp crashed generating one token from %s (a build for another CPU?): the torch "
+                        "loop generates instead; rebuild llama-cpp-python with `make install-fast`", Path(key).name)
+    return _runs[key]
+
+
 def llama_cpp_backend(gguf_path: str | Path, n_threads: int | None = None) -> LlamaCppBackend:
     """One llama.cpp model per (file, thread count) per process: loading maps the file and allocates
     the KV cache, so it is done once."""
@@ -162,5 +191,7 @@ def fast_backend(lm: LoadedModel) -> LlamaCppGenerator | None:
             _warned.add(lm.name)
             log.warning("llama_cpp is not importable: %s generates with torch on the CPU (several times slower); "
                         "`make install` builds llama-cpp-python", lm.name)
+        return None
+    if not llama_cpp_runs(entry.locate_gguf()):
         return None
     return llama_cpp_generator(lm)

@@ -180,3 +180,19 @@ def test_llama_cpp_generates_under_the_same_stop_rules(smollm):
     first = generate(lm, [prompt], sampling, [[5, 6]])[0]
     again = generate(lm, [prompt], sampling, [[5, 6]])[0]
     assert [g.token_ids for g in first] == [g.token_ids for g in again] and len(first) == 2
+
+
+def test_a_llama_cpp_that_cannot_generate_leaves_generation_to_torch(tmp_path, caplog):
+    """The llama.cpp check runs in a child process, so a build that crashes (a native build used AMX on our
+    VM and died with a segmentation fault at the first token) or a file it cannot read costs a warning and the
+    torch loop, never the app."""
+    import logging
+
+    from grade import backends
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with caplog.at_level(logging.WARNING, logger="grade.backends"):
+        assert backends.llama_cpp_runs(broken) is False
+        assert backends.llama_cpp_runs(broken) is False  # asked once per file and process
+    assert sum("torch loop generates instead" in r.message for r in caplog.records) == 1
