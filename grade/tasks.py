@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from .errors import InputError
+from .hf_datasets import hf_dataset, is_hf_name
 from .io import find_jsonl, iter_jsonl, jsonl_stem
 
 Matcher = Literal["strict", "lenient"]
@@ -180,10 +181,13 @@ def sample_datasets() -> list[str]:
 
 
 def resolve_dataset(name_or_path: str | os.PathLike) -> tuple[str, Path]:
-    """``(dataset name, JSONL path)`` for a shared dataset name, a ``sample_data`` name or a path."""
+    """``(dataset name, JSONL path)`` for a shared dataset name, a ``sample_data`` name, a full split
+    from the Hugging Face Hub (``hf:gsm8k``, ``hf:mmlu:test``: :mod:`grade.hf_datasets`) or a path."""
     text = str(name_or_path).strip()
     if not text:
         raise InputError("no dataset given")
+    if is_hf_name(text):
+        return hf_dataset(text)
     if text in DATASET_TASKS:
         path = find_jsonl(datasets_dir() / text, "dev")
         if path is None:
@@ -198,7 +202,8 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> tuple[str, Path]:
     if path.is_file():
         return jsonl_stem(path), path
     known = ", ".join(list(DATASETS) + sample_datasets())
-    raise InputError(f"unknown dataset {text!r}: use one of {known}, or the path of a JSONL file")
+    raise InputError(f"unknown dataset {text!r}: use one of {known}, hf:<name>[:<split>] (the full split from "
+                     "the Hugging Face Hub), or the path of a JSONL file")
 
 
 def infer_task(row: dict, dataset: str | None = None) -> str:

@@ -32,7 +32,9 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(p)
     p.add_argument("--dataset", required=True,
-                   help="triviaqa, nq_open, hotpotqa, mmlu, gsm8k, math, a sample_data set (facts_known, ...) or a JSONL path")
+                   help="triviaqa, nq_open, hotpotqa, mmlu, gsm8k, math, a sample_data set (facts_known, ...), "
+                        "hf:<name>[:<split>] (the full split from the Hugging Face Hub: needs the hf extra and "
+                        "network once) or a JSONL path")
     p.add_argument("--out", required=True, help="labels file (JSONL); an existing file is resumed")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N questions (after --offset)")
     p.add_argument("--offset", type=non_negative_int, default=0, help="skip the first N questions of the dataset")

@@ -29,7 +29,7 @@ def register(sub) -> None:
     src = p.add_argument_group("traces")
     src.add_argument("--samples", default=None,
                      help="lm-evaluation-harness samples_<task>_<date>.jsonl, or a JSONL of question/response/correct")
-    src.add_argument("--dataset", default=None, help="with --generate: gsm8k, math or a JSONL of problems")
+    src.add_argument("--dataset", default=None, help="with --generate: gsm8k, math, hf:gsm8k, hf:math or a JSONL of problems")
     src.add_argument("--generate", type=int_range(1, 1000), default=None, metavar="N",
                      help="sample N traces per problem of --dataset with the model itself")
     src.add_argument("--task", choices=("gsm8k", "math"), default=None,
