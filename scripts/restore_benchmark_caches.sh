@@ -26,7 +26,22 @@ for model in smollm2-135m-instruct gemma-3-270m; do
   paths+=("data/benchmark/$model/features" "data/benchmark/$model/baselines")
 done
 restore b11607c "${paths[@]}"
+# The robustness study's GRADE_pos stores whose rows scored another response than the original rows
+# (grade/benchmark.py now scores the labeller's majority answer there too): rescored on the 2-core CPU,
+# kept in the tree of one later commit (found by its message, so that a rebase does not lose it).
+rescored=()
+for store in gemma-3-270m/features/facts.{reworded,irrelevant}.pos.parquet \
+             smollm2-135m-instruct/features/hotpotqa.{reworded,irrelevant}.pos.parquet; do
+  rescored+=("data/benchmark/$store")
+done
+rm -rf "${rescored[@]}"
+restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history' || true)" "${rescored[@]}"
 qwen=qwen2.5-coder-1.5b-instruct
 restore "$(git log --format=%H -1 --grep='^Qwen caches in history' || true)" \
   "data/benchmark/$qwen/features" "data/benchmark/$qwen/baselines" "data/probe_features/$qwen"
+# Qwen's GSM8K caches as finished on a second GPU lease (the same later commit as the rescored stores)
+finished=("data/benchmark/$qwen/baselines/gsm8k.jsonl" "data/benchmark/$qwen/baselines/gsm8k.samples.jsonl"
+          "data/benchmark/$qwen/features/gsm8k.pre.parquet" "data/benchmark/$qwen/features/gsm8k.pos.parquet")
+rm -rf "${finished[@]}"
+restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history' || true)" "${finished[@]}"
 du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*
