@@ -45,13 +45,16 @@ def test_home_analysis_of_an_easy_fact(qwen):
 
 
 def test_reasoning_trace_of_its_own_gsm8k_answer(qwen):
-    """One of Qwen's own sampled GSM8K answers from its labels (the first problem it always solved),
-    analysed step by step as the Reasoning trace page does; the math probe is the default for GSM8K."""
+    """Qwen's own greedy trace of a GSM8K problem it always solved when labelled (cut at 64 tokens to keep the
+    test short), analysed step by step as the Reasoning trace page does; the math probe is the default there."""
     info = default_probe(qwen.name, list_probes(), task="gsm8k")
     assert info is not None and "gsm8k" in info.metadata.get("tasks", [])
     with open_text(LABELS / "gsm8k.jsonl.xz") as f:
-        row = next(r for r in map(json.loads, f) if r["label"] == 1 and len(r["majority"]) < 160)
-    trace = workflows.analyze_trace(qwen, row["question"], row["majority"], title="own", gold=row["answers"])
+        row = next(r for r in map(json.loads, f) if r["accuracy"] == 1.0)
+    response = workflows.generate_cot(qwen, row["question"], max_new_tokens=64)
+    assert len(response.split()) > 10
+    trace = workflows.analyze_trace(qwen, row["question"], response, title="own", gold=row["answers"])
     steps = trace.result.steps
-    assert len(steps) >= 1 and all(np.isfinite(s.rank_ratio).all() for s in steps)
+    assert len(steps) >= 2 and all(np.isfinite(s.rank_ratio).all() for s in steps)
     assert steps[-1].end == len(trace.result.input_ids)
+    assert len(trace.display_tokens) == len(trace.result.input_ids) - trace.result.response_start
