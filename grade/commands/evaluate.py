@@ -118,14 +118,7 @@ def run_detector(args: argparse.Namespace) -> int:
     result = _with_metrics({"detector": detector.name, "model": lm.name, "statistic": detector.spec.statistic,
                             "skipped": len(skipped), "bad_rows": len(bad_rows)},
                            y, p, [str(usable[i]["dataset"]) for i in kept], detector.metadata.get("threshold", 0.5))
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    print(f"detector {detector.name} ({detector.spec.title}) on {lm.name}")
-    _print_metrics(result)
-    if skipped:
-        print(f"skipped {len(skipped)} question(s): first: {skipped[0][2]}", file=sys.stderr)
-    return 0
+    return _report(args, result, f"detector {detector.name} ({detector.spec.title}) on {lm.name}", skipped)
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -154,10 +147,15 @@ def run_probe(args: argparse.Namespace) -> int:
     result = _with_metrics({"probe": str(args.probe), "model": lm.name, "loss": meta.get("loss"),
                             "skipped": len(skipped), "bad_rows": len(bad_rows)},
                            y, p, df["dataset"].astype(str).to_numpy(), probe.threshold)
+    return _report(args, result, f"probe {args.probe} ({probe.kind}, GRADE_{meta.get('loss')}) on {lm.name}", skipped)
+
+
+def _report(args: argparse.Namespace, result: dict, header: str, skipped: list) -> int:
+    """One JSON object (``--json``), else a header line, the metrics and what was skipped (stderr)."""
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"probe {args.probe} ({probe.kind}, GRADE_{meta.get('loss')}) on {lm.name}")
+    print(header)
     _print_metrics(result)
     if skipped:
         print(f"skipped {len(skipped)} question(s): first: {skipped[0][2]}", file=sys.stderr)
