@@ -115,3 +115,16 @@ def class_balance(y) -> dict[str, Any]:
     y = np.asarray(y).astype(int)
     return {"n": int(len(y)), "answerable": int(y.sum()), "unanswerable": int(len(y) - y.sum()),
             "answerable_share": round(float(y.mean()), 4) if len(y) else None}
+
+
+def cross_validated_auroc(x, y, seed: int = 0, folds: int = 5) -> float:
+    """AUROC of out-of-fold predictions of a logistic regression on standardised ``x`` (n, k) for 0/1 ``y``
+    (n,), stratified ``folds``-fold: how much a feature set says about answerability, before any probe."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
+    split = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    return auroc(y, cross_val_predict(model, x, y, cv=split, method="predict_proba")[:, 1])

@@ -21,22 +21,14 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedKFold, cross_val_predict
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
-from grade.metrics import auroc
+from grade.metrics import cross_validated_auroc
 from grade.features import feature_matrix, load_features
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cv_auroc(x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
-    """5-fold cross-validated AUROC of a logistic regression on ``x`` (n, k)."""
-    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
-    folds = StratifiedKFold(5, shuffle=True, random_state=seed)
-    return auroc(y, cross_val_predict(model, x, y, cv=folds, method="predict_proba")[:, 1])
+cv_auroc = cross_validated_auroc
 
 
 def main() -> int:
