@@ -26,16 +26,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from grade.baselines import cache_path
+from grade.benchmark import build_tables, feature_store
+from grade.benchmark_runs import RUNS  # the benchmark's runs: one place for which files each model uses
+from grade.cli import build_parser
+from grade.commands.benchmark import config_from_args
+from grade.detectors import DETECTORS, SHIPPED_DETECTORS_DIR, Detector, detector_file, fit_detector
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from run_benchmark import RUNS  # noqa: E402  the benchmark's runs: one place for which files each model uses
-
-from grade.baselines import cache_path  # noqa: E402
-from grade.benchmark import build_tables, feature_store  # noqa: E402
-from grade.cli import build_parser  # noqa: E402
-from grade.commands.benchmark import config_from_args  # noqa: E402
-from grade.detectors import DETECTORS, SHIPPED_DETECTORS_DIR, Detector, detector_file, fit_detector  # noqa: E402
 
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m", "qwen2.5-coder-1.5b-instruct")
 

@@ -5,8 +5,11 @@
 # tracked tree (so that it stays small enough to travel to a GPU machine beside model weights), but
 # every clone with full history still holds them: no network is needed.
 #
-#   scripts/restore_benchmark_caches.sh            # both embedded models
+#   scripts/restore_benchmark_caches.sh            # into this checkout (data/ is ignored by git)
+#   scripts/restore_benchmark_caches.sh DEST       # into DEST/data/... instead (a test's temporary folder)
 set -euo pipefail
+dest=$(realpath -m "${1:-$(dirname "$0")/..}")
+mkdir -p "$dest"
 cd "$(dirname "$0")/.."
 #
 # The commits whose trees held the caches: SmolLM2's and Gemma's were filled on an H100 and the 2-core
@@ -19,7 +22,7 @@ restore() {  # commit, paths...
     echo "error: commit $commit is not in this clone (a shallow clone?); run 'git fetch --unshallow' or recompute the caches with 'python scripts/run_benchmark.py'" >&2
     exit 2
   fi
-  git archive "$commit" "$@" | tar -x
+  git archive "$commit" "$@" | tar -x -C "$dest"
 }
 paths=()
 for model in smollm2-135m-instruct gemma-3-270m; do
@@ -34,7 +37,7 @@ for store in gemma-3-270m/features/facts.{reworded,irrelevant}.pos.parquet \
              smollm2-135m-instruct/features/hotpotqa.{reworded,irrelevant}.pos.parquet; do
   rescored+=("data/benchmark/$store")
 done
-rm -rf "${rescored[@]}"
+(cd "$dest" && rm -rf "${rescored[@]}")
 restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history' || true)" "${rescored[@]}"
 qwen=qwen2.5-coder-1.5b-instruct
 restore "$(git log --format=%H -1 --grep='^Qwen caches in history' || true)" \
@@ -42,6 +45,6 @@ restore "$(git log --format=%H -1 --grep='^Qwen caches in history' || true)" \
 # Qwen's GSM8K caches as finished on a second GPU lease (the same later commit as the rescored stores)
 finished=("data/benchmark/$qwen/baselines/gsm8k.jsonl" "data/benchmark/$qwen/baselines/gsm8k.samples.jsonl"
           "data/benchmark/$qwen/features/gsm8k.pre.parquet" "data/benchmark/$qwen/features/gsm8k.pos.parquet")
-rm -rf "${finished[@]}"
+(cd "$dest" && rm -rf "${finished[@]}")
 restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history' || true)" "${finished[@]}"
-du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*
+(cd "$dest" && du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*)
