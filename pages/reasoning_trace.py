@@ -10,7 +10,7 @@ import streamlit as st
 
 from grade.errors import InputError
 from studio import figures, session, tokens, workflows
-from studio.resources import load_questions
+from studio.resources import load_questions, trace_examples
 
 TRACES = ("A", "B")
 OWN = "(type your own problem)"
@@ -34,7 +34,10 @@ def _problems() -> list[dict]:
     return load_questions("gsm8k", 40)
 
 
-problems = {f"{row['question'][:90]}": row for row in _problems()}
+# The loaded model's own right and wrong problems first (by its sampled labels), then the dev set's first 40.
+own = {f"{lm.name.split('/')[-1]} {row['label']}": row for row in trace_examples(lm.name)}
+dev = {f"{row['question'][:90]}": row for row in _problems()}
+problems = {**own, **dev}
 
 
 def _load_problem() -> None:
@@ -61,11 +64,11 @@ for key in TRACES:
         st.session_state[f"rt_text_{key}"] = pending
 
 if "rt_question" not in st.session_state and problems:
-    st.session_state["rt_choice"] = next(iter(problems))
+    st.session_state["rt_choice"] = next(iter(dev or problems))
     _load_problem()
 st.session_state.setdefault("rt_max_tokens", 128)
 
-st.selectbox("Math problem (GSM8K dev set)", [OWN] + list(problems), key="rt_choice", **session.KEEP, on_change=_load_problem)
+st.selectbox("Math problem (the model's own solved / failed ones, then the GSM8K dev set)", [OWN] + list(problems), key="rt_choice", **session.KEEP, on_change=_load_problem)
 q_col, g_col = st.columns([4, 1])
 q_col.text_area("Problem", key="rt_question", **session.KEEP, height=90)
 g_col.text_input("Gold answer (optional)", key="rt_gold", **session.KEEP, help="Numbers separated by commas; marks a trace correct or wrong")

@@ -13,7 +13,9 @@ A known question whose majority answer is right only on a gold answer the questi
 out: the lenient matcher counts an answer that repeats the question as right ("What is Iggy Pop's real
 name?" -> "Iggy Pop's real name is Iggy Pop.").
 Writes ``studio/examples.json``: model -> list of {label, question, context, task, dataset, id,
-n_correct, n_samples}.
+n_correct, n_samples}; and ``studio/trace_examples.json`` for the Reasoning trace page: model -> the
+:data:`TRACE_PROBLEMS` shortest GSM8K problems every sampled answer solved and as many none solved, with their
+gold answers and worked solutions (a right and a wrong trace of the model's own to set side by side).
 
 Usage: ``python scripts/build_examples.py``.
 """
@@ -26,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studio" / "examples.json"
+TRACE_OUT = ROOT / "studio" / "trace_examples.json"
+TRACE_PROBLEMS = 4  # per outcome
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m", "qwen2.5-coder-1.5b-instruct")
 #: dataset -> (display name, questions per class)
 SOURCES = {"triviaqa": ("TriviaQA", 3), "gsm8k": ("GSM8K", 1)}
@@ -70,9 +74,35 @@ def examples_for(model: str) -> list[dict]:
     return out
 
 
+def trace_problems_for(model: str) -> list[dict]:
+    """GSM8K problems the model always solved and never solved when its answers were sampled."""
+    from grade.features import read_labelled
+    from grade.io import find_jsonl
+    from grade.tasks import load_questions
+
+    path = find_jsonl(ROOT / "data" / "labels" / model, "gsm8k")
+    if path is None:
+        return []
+    rows = read_labelled(path)
+    solutions = {q.id: q.solution for q in load_questions("gsm8k")}
+    out = []
+    for accuracy, verdict in ((1.0, "solved"), (0.0, "failed")):
+        for row in pick(rows, accuracy, TRACE_PROBLEMS):
+            right, total = int(row["n_correct"]), int(row["n_samples"])
+            out.append({"label": f"{verdict} {right}/{total} when sampled: {row['question'][:70]}",
+                        "question": row["question"], "answers": list(row["answers"]),
+                        "solution": solutions.get(str(row["id"])), "id": str(row["id"]),
+                        "n_correct": right, "n_samples": total})
+    return out
+
+
 def main() -> int:
     examples = {model: found for model in MODELS if (found := examples_for(model))}
     OUT.write_text(json.dumps(examples, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    traces = {model: found for model in MODELS if (found := trace_problems_for(model))}
+    TRACE_OUT.write_text(json.dumps(traces, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for model, found in traces.items():
+        print(f"{model}: {len(found)} trace problems", file=sys.stderr)
     for model, found in examples.items():
         print(f"{model}: {len(found)} examples", file=sys.stderr)
     print(OUT)

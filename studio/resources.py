@@ -281,6 +281,20 @@ def model_examples(model_name: str, path: Path | None = None) -> list[dict]:
     return [row for row in found.get(_model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
 
 
+def trace_examples(model_name: str, path: Path | None = None) -> list[dict]:
+    """The Reasoning trace page's problems for ``model_name``: GSM8K problems it always solved and never
+    solved when its answers were sampled (``scripts/build_examples.py``); empty for a model without any."""
+    from grade.probe import _model_key
+
+    path = path or Path(str(resources.files("studio") / "trace_examples.json"))
+    try:
+        examples = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = {_model_key(name): rows for name, rows in examples.items()} if isinstance(examples, dict) else {}
+    return [row for row in found.get(_model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
+
+
 # ------------------------------------------------------------------------------ reference features
 
 

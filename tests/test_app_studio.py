@@ -236,3 +236,24 @@ def test_home_examples_are_each_models_own_known_and_wrong_questions():
             assert row["accuracy"] == (1.0 if "knows" in example["label"] else 0.0)
             assert f"({row['n_correct']}/{row['n_samples']} sampled answers right)" in example["label"]
     assert model_examples("some-org/some-model") == []
+
+
+def test_trace_problems_are_each_models_own_solved_and_failed_gsm8k_problems():
+    """The Reasoning trace page offers the loaded model's own right and wrong GSM8K problems first
+    (scripts/build_examples.py): their sample counts are those of the model's label file."""
+    import json
+    from pathlib import Path
+
+    from grade.io import open_text
+    from studio.resources import trace_examples
+
+    model = "qwen2.5-coder-1.5b-instruct"
+    problems = trace_examples(model)
+    labels = Path(__file__).resolve().parents[1] / "data" / "labels" / model / "gsm8k.jsonl.xz"
+    with open_text(labels) as f:
+        rows = {r["id"]: r for r in map(json.loads, f)}
+    assert {p["n_correct"] for p in problems} == {0, 5} and all(p["solution"] for p in problems)
+    for p in problems:
+        row = rows[p["id"]]
+        assert (p["question"], p["n_correct"], p["answers"]) == (row["question"], row["n_correct"], row["answers"])
+    assert trace_examples("some-org/some-model") == []
