@@ -28,9 +28,6 @@ from grade.features import feature_matrix, load_features
 ROOT = Path(__file__).resolve().parents[1]
 
 
-cv_auroc = cross_validated_auroc
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
@@ -59,7 +56,7 @@ def main() -> int:
             "late": ratio[:, thirds[2]],
             "length": np.log(df[["n_tokens"]].to_numpy(dtype=float)),
         }
-        cells = " | ".join(f"{cv_auroc(inputs[c], y):.3f}" for c in columns)
+        cells = " | ".join(f"{cross_validated_auroc(inputs[c], y):.3f}" for c in columns)
         print(f"| {store.stem} | {len(y)} ({int(y.sum())}) | {cells} |")
     return 0
 

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from grade.features import feature_matrix, load_features
-from grade.metrics import cross_validated_auroc as cv_auroc
+from grade.metrics import cross_validated_auroc
 
 
 def main(argv: list[str]) -> int:
@@ -25,9 +25,9 @@ def main(argv: list[str]) -> int:
     for name, frame in frames.items():
         frame = frame[frame["id"].isin(ids)].drop_duplicates("id").sort_values("id")
         y = frame["label"].to_numpy().astype(int)
-        ratio = np.mean([cv_auroc(feature_matrix(frame), y, seed) for seed in range(3)])
+        ratio = np.mean([cross_validated_auroc(feature_matrix(frame), y, seed) for seed in range(3)])
         parts = np.c_[np.log(feature_matrix(frame, "srank_h")), np.log(feature_matrix(frame, "srank_g"))]
-        apart = np.mean([cv_auroc(parts, y, seed) for seed in range(3)])
+        apart = np.mean([cross_validated_auroc(parts, y, seed) for seed in range(3)])
         print(f"| {name} | {len(y)} ({int(y.sum())}) | {ratio:.3f} | {apart:.3f} |")
     return 0
 

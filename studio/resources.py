@@ -267,32 +267,29 @@ def load_questions(dataset: str, limit: int = 200) -> list[dict]:
     return rows
 
 
-def model_examples(model_name: str, path: Path | None = None) -> list[dict]:
-    """Home's examples for ``model_name``: questions it knows and gets wrong by its own labels, picked by
-    ``scripts/build_examples.py`` (its rule is written there); empty for a model without any."""
+def _examples(model_name: str, path: Path) -> list[dict]:
+    """The rows of ``model_name`` in an examples file written by ``scripts/build_examples.py`` (model ->
+    rows); empty for a model without any, or a file that cannot be read."""
     from grade.probe import _model_key
 
-    path = path or Path(str(resources.files("studio") / "examples.json"))
     try:
         examples = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     found = {_model_key(name): rows for name, rows in examples.items()} if isinstance(examples, dict) else {}
     return [row for row in found.get(_model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
+
+
+def model_examples(model_name: str, path: Path | None = None) -> list[dict]:
+    """Home's examples for ``model_name``: questions it knows and gets wrong by its own labels, picked by
+    ``scripts/build_examples.py`` (its rule is written there); empty for a model without any."""
+    return _examples(model_name, path or Path(str(resources.files("studio") / "examples.json")))
 
 
 def trace_examples(model_name: str, path: Path | None = None) -> list[dict]:
     """The Reasoning trace page's problems for ``model_name``: GSM8K problems it always solved and never
     solved when its answers were sampled (``scripts/build_examples.py``); empty for a model without any."""
-    from grade.probe import _model_key
-
-    path = path or Path(str(resources.files("studio") / "trace_examples.json"))
-    try:
-        examples = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    found = {_model_key(name): rows for name, rows in examples.items()} if isinstance(examples, dict) else {}
-    return [row for row in found.get(_model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
+    return _examples(model_name, path or Path(str(resources.files("studio") / "trace_examples.json")))
 
 
 # ------------------------------------------------------------------------------ reference features
