@@ -482,16 +482,27 @@ def extract_features(
             seen.add(key)
             todo.append(row)
 
+    rows_out = feature_rows(lm, todo, loss=loss, srank=srank, keep_hidden=keep_hidden, skipped=report.skipped,
+                            prompt_for=prompt_for)
+    write_in_chunks(store, ((row["id"], record) for row, record in rows_out), total=len(todo),
+                    chunk_size=chunk_size, report=report, progress=progress, desc=f"features {loss}", unit="q",
+                    callback=callback)
+    return report
+
+
+def write_in_chunks(store, results, *, total: int, chunk_size: int, report, progress: bool = False,
+                    desc: str = "", unit: str = "q", callback: ProgressCallback | None = None) -> None:
+    """Write ``(key, record or None)`` pairs from ``results`` to ``store`` (``store.write(list)``) every
+    ``chunk_size`` records, and whatever is left when the loop ends or is interrupted, so a stopped run keeps
+    what it computed; ``report.written`` counts the records, ``callback(done, total, key)`` each pair."""
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(todo), desc=f"features {loss}", unit="q", file=sys.stderr)
+        bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
     buffer: list[dict[str, Any]] = []
     try:
-        rows_out = feature_rows(lm, todo, loss=loss, srank=srank, keep_hidden=keep_hidden, skipped=report.skipped,
-                                prompt_for=prompt_for)
-        for count, (row, record) in enumerate(rows_out, 1):
+        for count, (key, record) in enumerate(results, 1):
             if record is not None:
                 buffer.append(record)
             if len(buffer) >= chunk_size:
@@ -501,14 +512,13 @@ def extract_features(
             if bar is not None:
                 bar.update(1)
             if callback is not None:
-                callback(count, len(todo), row["id"])
+                callback(count, total, key)
     finally:
         if buffer:
             store.write(buffer)
             report.written += len(buffer)
         if bar is not None:
             bar.close()
-    return report
 
 
 def features_of_rows(lm, rows: list[dict[str, Any]], *, loss: str = "pre", srank: str = "paper",

@@ -45,7 +45,6 @@ import logging
 import math
 import os
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -813,31 +812,19 @@ def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "pa
         elif item.trace_id not in seen:
             seen.add(item.trace_id)
             todo.append(item)
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=len(todo), desc="traces", unit="trace", file=sys.stderr)
-    buffer: list[dict] = []
-    try:
-        for count, (item, result) in enumerate(_analysed(lm, todo, srank, report.skipped), 1):
+    from .features import write_in_chunks
+
+    def analysed():
+        for item, result in _analysed(lm, todo, srank, report.skipped):
             if result is not None:
-                buffer.append(result)
                 report.busy_seconds += result["trace"]["seconds"]
-            if len(buffer) >= chunk_size:
-                store.write(buffer)
-                report.written += len(buffer)
-                buffer = []
-            if bar is not None:
-                bar.update(1)
-            if callback is not None:
-                callback(count, len(todo), item.trace_id)
+            yield item.trace_id, result
+
+    try:
+        write_in_chunks(store, analysed(), total=len(todo), chunk_size=chunk_size, report=report, progress=progress,
+                        desc="traces", unit="trace", callback=callback)
     finally:
-        if buffer:
-            store.write(buffer)
-            report.written += len(buffer)
-        if bar is not None:
-            bar.close()
         report.seconds = time.perf_counter() - t0
     return report
 
