@@ -469,24 +469,10 @@ class Detector:
     @classmethod
     def load(cls, path: str | Path) -> "Detector":
         """Load a detector saved by :meth:`save`; any problem raises ProbeError with one clear line."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        from .probe import _sha256
+        from .probe import read_metadata, read_weights
 
         weights, meta_path = detector_paths(path)
-        for file in (meta_path, weights):
-            if not file.is_file():
-                raise ProbeError(f"detector file {file} does not exist")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            raise ProbeError(f"detector metadata {meta_path} is not valid JSON ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != "grade-detector":
-            raise ProbeError(f"{meta_path} is not a GRADE detector description")
-        if meta.get("format_version") != DETECTOR_FORMAT:
-            raise ProbeError(f"{meta_path} has detector format {meta.get('format_version')}; this version reads "
-                             f"{DETECTOR_FORMAT}")
+        meta = read_metadata(weights, meta_path, "detector", DETECTOR_FORMAT)
         spec = DETECTORS.get(meta.get("name"))
         if spec is None or meta.get("statistic") != spec.statistic or meta.get("estimator") != spec.estimator:
             raise ProbeError(f"{meta_path} names no known detector (name {meta.get('name')!r}, statistic "
@@ -499,16 +485,7 @@ class Detector:
             raise ProbeError(f"{meta_path}: 'kinds' must describe the datasets the detector was trained on")
         if not isinstance(model, str) or not model:
             raise ProbeError(f"{meta_path}: 'model' must name the model the detector was trained on")
-        if meta.get("weights_sha256") != _sha256(weights):
-            raise ProbeError(f"detector weights {weights} are corrupt or do not belong to {meta_path.name} "
-                             "(checksum mismatch)")
-        try:
-            tensors = load_file(str(weights))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise ProbeError(f"detector weights {weights} are unreadable ({exc})") from None
-        bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
-        if bad:
-            raise ProbeError(f"detector weights {weights} hold NaN or infinite values (in {', '.join(sorted(bad))})")
+        tensors = read_weights(weights, meta_path, meta, "detector", digest_required=True)
         try:
             if spec.estimator == "kind-logistic":
                 if dim != 1:

@@ -392,21 +392,8 @@ class Probe:
     @classmethod
     def load(cls, path: str | Path) -> "Probe":
         """Load a probe saved by :meth:`save`; any problem raises ProbeError with one clear line."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         weights, meta_path = probe_paths(path)
-        for file in (meta_path, weights):
-            if not file.is_file():
-                raise ProbeError(f"probe file {file} does not exist")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            raise ProbeError(f"probe metadata {meta_path} is not valid JSON ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != "grade-probe":
-            raise ProbeError(f"{meta_path} is not a GRADE probe description")
-        if meta.get("format_version") != PROBE_FORMAT:
-            raise ProbeError(f"{meta_path} has probe format {meta.get('format_version')}; this version reads {PROBE_FORMAT}")
+        meta = read_metadata(weights, meta_path, "probe", PROBE_FORMAT)
         kind, n_layers = meta.get("kind"), meta.get("n_layers")
         if kind not in KINDS or not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
             raise ProbeError(f"{meta_path} names no valid probe kind and layer count")
@@ -418,16 +405,7 @@ class Probe:
         for key in ("model", "loss", "srank"):
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise ProbeError(f"{meta_path}: {key!r} must be text, not {meta[key]!r}")
-        digest = meta.get("weights_sha256")
-        if digest and digest != _sha256(weights):
-            raise ProbeError(f"probe weights {weights} are corrupt or do not belong to {meta_path.name} (checksum mismatch)")
-        try:
-            tensors = load_file(str(weights))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise ProbeError(f"probe weights {weights} are unreadable ({exc})") from None
-        bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
-        if bad:
-            raise ProbeError(f"probe weights {weights} hold NaN or infinite values (in {', '.join(sorted(bad))})")
+        tensors = read_weights(weights, meta_path, meta, "probe", digest_required=False)
         probe = cls(kind, threshold=float(threshold), seed=seed)
         probe.n_features_in_ = n_layers
         probe.metadata = meta
@@ -477,6 +455,42 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def read_metadata(weights: Path, meta_path: Path, what: str, version: int) -> dict:
+    """The JSON half of a saved ``what`` ("probe", "detector"): both files exist, the JSON parses, its
+    ``format`` is ``grade-<what>`` at ``version``; any problem raises ProbeError with one clear line."""
+    for file in (meta_path, weights):
+        if not file.is_file():
+            raise ProbeError(f"{what} file {file} does not exist")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ProbeError(f"{what} metadata {meta_path} is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != f"grade-{what}":
+        raise ProbeError(f"{meta_path} is not a GRADE {what} description")
+    if meta.get("format_version") != version:
+        raise ProbeError(f"{meta_path} has {what} format {meta.get('format_version')}; this version reads {version}")
+    return meta
+
+
+def read_weights(weights: Path, meta_path: Path, meta: dict, what: str, *, digest_required: bool) -> dict:
+    """The safetensors half: its SHA-256 is the one ``meta`` records (a probe from before checksums may
+    have none, unless ``digest_required``), it reads, and it holds only finite values."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    digest = meta.get("weights_sha256")
+    if (digest or digest_required) and digest != _sha256(weights):
+        raise ProbeError(f"{what} weights {weights} are corrupt or do not belong to {meta_path.name} (checksum mismatch)")
+    try:
+        tensors = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise ProbeError(f"{what} weights {weights} are unreadable ({exc})") from None
+    bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
+    if bad:
+        raise ProbeError(f"{what} weights {weights} hold NaN or infinite values (in {', '.join(sorted(bad))})")
+    return tensors
 
 
 def _jsonable(value):
