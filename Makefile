@@ -9,7 +9,7 @@ HOST ?= 0.0.0.0
 
 FAST_STAMP := $(VENV)/.installed-fast
 
-.PHONY: install install-fast run serve test test-fast bench probes detectors examples browser screenshots clean-cache
+.PHONY: FORCE install install-fast run serve test test-fast bench probes detectors examples browser screenshots clean-cache
 
 install: $(STAMP)
 
@@ -24,18 +24,44 @@ $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	touch $(STAMP)
 
 # llama.cpp for fast generation in the app (requirements-fast.txt). A failed build is not fatal: the app then
-# generates with torch; the message says so and the next `make run` tries again. Built for AVX2, not for this
-# CPU (llama.cpp's default): the native build used AMX on the 2-core Xeon VM we develop on and crashed with a
-# segmentation fault at the first generated token; the AVX2 build runs on any x86-64 CPU since 2013.
+# generates with torch; the message says so and the next `make run` tries again. Built for the instructions this
+# CPU lists in /proc/cpuinfo, AMX never: AVX-512 (with VNNI, VBMI and BF16 where listed) on a CPU with AVX-512,
+# else AVX2, because llama.cpp's default native build used AMX on the 2-core Xeon VM we develop on and crashed
+# with a segmentation fault at the first generated token, while its AVX-512 build without AMX ran there, and on
+# the 2-core AMD EPYC (Zen 4) VM it evaluates the prompt faster than AVX2 (bench/RESULTS.md, section 7).
+# The AVX2 build runs on any x86-64 CPU since 2013; the app's one-token check in a child process
+# (grade/backends.py) falls back to torch if a build does not run on the CPU it is moved to.
+# Set LLAMA_CMAKE_ARGS to choose the flags yourself. A change of the flags rebuilds (.llama-cmake-args).
 # --no-cache-dir: pip would otherwise reuse a wheel built earlier with other flags.
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF
+LLAMA_CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
+llama_has = $(filter $(1),$(LLAMA_CPU_FLAGS))
+LLAMA_AVX2_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+LLAMA_NO_AMX_ARGS := -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+ifeq ($(words $(call llama_has,avx2 fma f16c bmi2 avx512f avx512cd avx512vl avx512dq avx512bw)),9)
+LLAMA_CMAKE_ARGS ?= $(LLAMA_AVX2_ARGS) -DGGML_BMI2=ON -DGGML_AVX512=ON \
+  -DGGML_AVX512_VNNI=$(if $(call llama_has,avx512_vnni),ON,OFF) -DGGML_AVX512_VBMI=$(if $(call llama_has,avx512vbmi),ON,OFF) \
+  -DGGML_AVX512_BF16=$(if $(call llama_has,avx512_bf16),ON,OFF) $(LLAMA_NO_AMX_ARGS)
+else
+LLAMA_CMAKE_ARGS ?= $(LLAMA_AVX2_ARGS) -DGGML_AVX512=OFF $(LLAMA_NO_AMX_ARGS)
+endif
+LLAMA_ARGS_STAMP := $(VENV)/.llama-cmake-args
 install-fast: $(FAST_STAMP)
 
-$(FAST_STAMP): requirements-fast.txt $(STAMP)
+# Rewritten only when the flags change, so that a change (another CPU, LLAMA_CMAKE_ARGS) rebuilds llama.cpp
+$(LLAMA_ARGS_STAMP): FORCE
+	@test -d $(VENV) || mkdir -p $(VENV)
+	@echo '$(LLAMA_CMAKE_ARGS)' | cmp -s - $@ || echo '$(LLAMA_CMAKE_ARGS)' > $@
+
+# Uninstalled first: pip keeps an installed llama-cpp-python of the pinned version, whatever its flags.
+$(FAST_STAMP): requirements-fast.txt $(LLAMA_ARGS_STAMP) | $(STAMP)
 	@echo "Installing llama-cpp-python (built from source the first time: about 5 minutes on 2 cores) ..."
+	@echo "CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)"
+	@$(PY) -m pip uninstall --quiet --yes llama-cpp-python >/dev/null 2>&1 || true
 	@if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check \
 	    -r requirements-fast.txt; then touch $(FAST_STAMP); \
 	else echo "llama-cpp-python did not install: the app will generate with torch (slower)."; fi
+
+FORCE:
 
 # Headless Chromium for the end-to-end browser test (Debian packages).
 browser:

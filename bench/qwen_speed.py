@@ -16,7 +16,11 @@ Every ratio is measured side by side in one process; the report names the CPU an
 (the development machine's 2 cores are shared, so absolute times move with other people's work; the
 process CPU seconds beside each time show how much of the machine the run got).
 
-    python -m bench.qwen_speed [--threads 2] [--repeats 3] [--new-tokens 64] [--out bench/results/qwen_cpu]
+Part 1 also splits llama.cpp's wall time into the prompt's evaluation (time to the first token) and the
+decoding after it (``llama_cpp_decode_only``: the rate ``llama-bench``'s ``tg`` test and most reports quote).
+``--only generation`` runs part 1 alone (a minute or two: for comparing llama.cpp builds).
+
+    python -m bench.qwen_speed [--threads 2] [--repeats 3] [--new-tokens 64] [--only generation] [--out bench/results/qwen_cpu]
 """
 
 from __future__ import annotations
@@ -123,7 +127,38 @@ def generation(models, backend, prompt_ids, stop_ids, new_tokens: int, repeats: 
     ref = outputs["torch_float32"]
     for name, out in outputs.items():
         rows[name]["same_ids_as_torch_float32_until"] = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), min(len(ref), len(out)))
+    split = llama_decode_split(backend, prompt_ids, new_tokens, repeats, log)
+    rows["llama_cpp"]["first_token_s"] = split["first_token_s"]
+    rows["llama_cpp_decode_only"] = split["row"]
     return rows
+
+
+def llama_decode_split(backend, prompt_ids, new_tokens: int, repeats: int, log) -> dict:
+    """llama.cpp's greedy run again, timed in two parts: the prompt's evaluation up to the first token, then
+    the decoding of the other ``new_tokens - 1`` (one forward pass each). The same sampler options as
+    :meth:`grade.backends.LlamaCppBackend.generate_row` uses for greedy decoding."""
+    llm = backend._llama
+    options = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0)
+    firsts, decodes, cpus = [], [], []
+    for _ in range(repeats):
+        llm.reset()
+        t, c = time.perf_counter(), time.process_time()
+        first, n = None, 0
+        for _token in llm.generate(list(prompt_ids), reset=True, **options):
+            n += 1
+            if first is None:
+                first, c_first = time.perf_counter(), time.process_time()
+            if n == new_tokens:
+                break
+        end = time.perf_counter()
+        firsts.append(first - t)
+        decodes.append(end - first)
+        cpus.append(time.process_time() - c_first)
+        log(f"[generate] llama_cpp split: first token after {firsts[-1]:.2f} s, then {n - 1} tokens in {decodes[-1]:.2f} s")
+    d = float(np.median(decodes))
+    return {"first_token_s": float(np.median(firsts)),
+            "row": {"tokens": new_tokens - 1, "median_s": d, "tokens_per_s": (new_tokens - 1) / d,
+                    "process_cpu_s": float(np.median(cpus)), "runs_s": decodes}}
 
 
 def grade_pre(models, question: str, repeats: int, log) -> dict:
@@ -196,6 +231,23 @@ def trace(models, backend, question: str, stop_ids, new_tokens: int, log) -> dic
     return out
 
 
+def header(payload: dict, args, prompt_tokens: int) -> list[str]:
+    """The report's machine line and part 1 (generation)."""
+    m, gen = payload["machine"], payload["generation"]
+    return [f"# Qwen2.5-Coder-1.5B-Instruct on the CPU: today's path beside the new one", "",
+            f"CPU: {m['cpu']}, {m['cpu_count']} cores, {args.threads} threads; load average at start "
+            f"{', '.join(f'{x:.1f}' for x in m['load_average'])}, at end {', '.join(f'{x:.1f}' for x in payload['load_average_at_end'])}; "
+            f"torch {m['torch']}, transformers {m.get('transformers')}, llama-cpp-python {payload['llama_cpp_version']}"
+            + (f" (built with {payload['llama_cmake_args']})" if payload.get("llama_cmake_args") else ""), "",
+            f"## Generation, greedy, {prompt_tokens}-token GSM8K prompt (target >= {TARGETS['tokens_per_s']:g} tokens/s)", "",
+            table([{"backend": k, **v} for k, v in gen.items()],
+                  ["backend", "tokens", "median_s", "tokens_per_s", "process_cpu_s", "same_ids_as_torch_float32_until"]), "",
+            f"llama.cpp / torch float32: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['torch_float32']['tokens_per_s'])}x**, "
+            f"llama.cpp / torch bfloat16: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['torch_bfloat16']['tokens_per_s'])}x** "
+            f"(wall clock, the prompt's evaluation included: first token after {fmt(gen['llama_cpp']['first_token_s'])} s); "
+            f"llama.cpp decoding alone: **{fmt(gen['llama_cpp_decode_only']['tokens_per_s'])} tokens/s**", ""]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.qwen_speed", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "qwen_cpu")
@@ -203,6 +255,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated in part 1")
     parser.add_argument("--trace-tokens", type=int, default=160, help="token budget of the GSM8K trace in part 3")
+    parser.add_argument("--only", choices=("all", "generation"), default="all",
+                        help="'generation': part 1 alone (comparing llama.cpp builds or settings)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     lines: list[str] = []
@@ -219,7 +273,8 @@ def main(argv=None) -> int:
 
     from .cpu import dataset_questions, question_with_prompt_tokens
 
-    payload: dict = {"machine": machine(), "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    payload: dict = {"machine": machine(), "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "llama_cmake_args": os.environ.get("LLAMA_CMAKE_ARGS")}
     models = load(log)
     lm = models["float32"]
     t = time.perf_counter()
@@ -234,6 +289,15 @@ def main(argv=None) -> int:
 
     payload["generation"] = generation(models, backend, prompt_ids, stop_ids, args.new_tokens, args.repeats, log)
     write_json(args.out / "qwen_speed.json", payload)
+    if args.only == "generation":
+        payload["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        payload["load_average_at_end"] = os.getloadavg()
+        write_json(args.out / "qwen_speed.json", payload)
+        text = "\n".join(header(payload, args, len(prompt_ids)))
+        (args.out / "qwen_speed.md").write_text(text + "\n")
+        (args.out / "qwen_speed_log.txt").write_text("\n".join(lines) + "\n")
+        print(text)
+        return 0
     question, _ = question_with_prompt_tokens(lm, 64)
     payload["grade_pre"] = grade_pre(models, question, args.repeats, log)
     write_json(args.out / "qwen_speed.json", payload)
@@ -242,17 +306,8 @@ def main(argv=None) -> int:
     payload["load_average_at_end"] = os.getloadavg()
     write_json(args.out / "qwen_speed.json", payload)
 
-    m = payload["machine"]
-    gen, pre, tr = payload["generation"], payload["grade_pre"], payload["trace"]
-    report = [f"# Qwen2.5-Coder-1.5B-Instruct on the CPU: today's path beside the new one", "",
-              f"CPU: {m['cpu']}, {m['cpu_count']} cores, {args.threads} threads; load average at start "
-              f"{', '.join(f'{x:.1f}' for x in m['load_average'])}, at end {', '.join(f'{x:.1f}' for x in payload['load_average_at_end'])}; "
-              f"torch {m['torch']}, transformers {m.get('transformers')}, llama-cpp-python {payload['llama_cpp_version']}", "",
-              f"## Generation, greedy, {len(prompt_ids)}-token GSM8K prompt (target >= {TARGETS['tokens_per_s']:g} tokens/s)", "",
-              table([{"backend": k, **v} for k, v in gen.items()],
-                    ["backend", "tokens", "median_s", "tokens_per_s", "process_cpu_s", "same_ids_as_torch_float32_until"]), "",
-              f"llama.cpp / torch float32: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['torch_float32']['tokens_per_s'])}x**, "
-              f"llama.cpp / torch bfloat16: **{fmt(gen['llama_cpp']['tokens_per_s'] / gen['torch_bfloat16']['tokens_per_s'])}x**", "",
+    pre, tr = payload["grade_pre"], payload["trace"]
+    report = header(payload, args, len(prompt_ids)) + [
               f"## GRADE_pre, {pre['prompt_tokens']}-token question, exact spectra (target <= {TARGETS['grade_pre_s']:g} s)", "",
               table([{"path": k, "median_s": v["median_s"], "process_cpu_s": v["median_process_cpu_s"], "spread": v["spread"],
                       "max_rel_diff_vs_today": pre["max_rel_diff_vs_today"][k]} for k, v in pre["timings"].items()],
