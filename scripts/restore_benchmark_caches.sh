@@ -47,4 +47,7 @@ finished=("data/benchmark/$qwen/baselines/gsm8k.jsonl" "data/benchmark/$qwen/bas
           "data/benchmark/$qwen/features/gsm8k.pre.parquet" "data/benchmark/$qwen/features/gsm8k.pos.parquet")
 (cd "$dest" && rm -rf "${finished[@]}")
 restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history' || true)" "${finished[@]}"
+# Qwen's MATH feature stores (GRADE_pre of every labelled question, GRADE_pos of the first 160), from an H100
+restore "$(git log --format=%H -1 --grep='^Qwen MATH caches in history' || true)" \
+  "data/probe_features/$qwen/pre/math.parquet" "data/probe_features/$qwen/pos/math.parquet"
 (cd "$dest" && du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*)
