@@ -1,4 +1,7 @@
-"""Probes: per-layer rank ratios in, P(answerable) out.
+"""Probes: one question's GRADE features in, P(answerable) out.
+
+What a probe reads is named by its ``inputs`` (:data:`INPUTS`, saved with the probe): the per-layer rank
+ratios, as in the paper, or the two stable ranks per layer apart plus the loss they come from.
 
 Two kinds, one estimator API (``fit`` / ``predict_proba`` / ``predict`` / ``score``):
 
@@ -45,6 +48,17 @@ FEATURE_DEFINITION = (
     "C_h = h h^T of the down projection input h, C_g from the gradient of the loss w.r.t. the MLP output"
 )
 
+#: What a probe can read from one question's GRADE pass, by name: the definition written into the probe's
+#: metadata. :func:`probe_inputs` is the one place that turns a feature table or a result into these numbers.
+INPUTS = {
+    "rank_ratio": FEATURE_DEFINITION,
+    "sranks_loss": (
+        "log srank(C_h) per layer (layer 0 first), then log srank(C_g) per layer, then the value of the loss whose "
+        "gradient was taken: 2L+1 numbers. The rank ratio is the difference of the two logs; kept apart, a probe can "
+        "weigh them differently, and the loss carries what the entropy knows (results/README.md measures both)"
+    ),
+}
+
 EpochCallback = Callable[[int, int, dict[str, float]], None]  # (epoch, max epochs, metrics)
 
 #: Package data (importlib.resources, so an installed package finds them too): the shipped probes
@@ -52,6 +66,49 @@ EpochCallback = Callable[[int, int, dict[str, float]], None]  # (epoch, max epoc
 #: set the app draws its bands and projections from.
 SHIPPED_PROBES_DIR = Path(str(resources.files("grade") / "assets" / "probes"))
 SHIPPED_REFERENCE_FEATURES = Path(str(resources.files("grade") / "assets" / "reference_features.parquet"))
+
+
+def input_width(inputs: str, n_layers: int) -> int:
+    """How many numbers ``inputs`` makes of a model with ``n_layers`` layers."""
+    _check_inputs(inputs)
+    return n_layers if inputs == "rank_ratio" else 2 * n_layers + 1
+
+
+def _layers_of(inputs: str, width: int) -> int | None:
+    """The layer count behind ``width`` numbers of ``inputs`` (None where no layer count gives that width)."""
+    if inputs == "rank_ratio":
+        return width
+    return (width - 1) // 2 if width >= 3 and width % 2 == 1 else None
+
+
+def _check_inputs(inputs) -> None:
+    if inputs not in INPUTS:
+        raise ProbeError(f"unknown probe inputs {inputs!r}; use {' or '.join(INPUTS)}")
+
+
+def probe_inputs(source, inputs: str = "rank_ratio") -> np.ndarray:
+    """(n, width) float64 probe inputs from a feature table (columns ``rank_ratio``, ``srank_h``, ``srank_g``,
+    ``loss_value``: :mod:`grade.features`) or, as one row, from a :class:`~grade.result.GradeResult`."""
+    from .errors import InputError
+    from .features import feature_matrix
+
+    _check_inputs(inputs)
+    table = hasattr(source, "columns")
+    needed = ("rank_ratio",) if inputs == "rank_ratio" else ("srank_h", "srank_g", "loss_value")
+    missing = [c for c in needed if (c not in source.columns if table else getattr(source, c, None) is None)]
+    if missing:
+        raise InputError(f"probe inputs {inputs!r} need {', '.join(missing)}, which these features lack")
+
+    def per_layer(name):
+        return feature_matrix(source, name) if table else np.asarray(getattr(source, name), dtype=np.float64)[None, :]
+
+    if inputs == "rank_ratio":
+        return per_layer("rank_ratio")
+    loss = (source["loss_value"].to_numpy(dtype=np.float64) if table
+            else np.array([source.loss_value], dtype=np.float64))[:, None]
+    # a layer whose gradient vanished has stable rank 0: a floor keeps its log finite (and very low)
+    return np.hstack([np.log(np.maximum(per_layer("srank_h"), 1e-6)), np.log(np.maximum(per_layer("srank_g"), 1e-6)),
+                      loss])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,6 +184,8 @@ class Probe:
     seed : seeds weight init, batch order, dropout and the internal validation split.
     epochs, batch_size, lr, weight_decay : MLP training settings (paper defaults).
     threshold : decision threshold for :meth:`predict`.
+    inputs : what the probe reads of a question (:data:`INPUTS`); ``fit`` takes X of shape (n, width)
+        with width = :func:`input_width` of the model's layer count (L for ``rank_ratio``).
 
     After :meth:`fit`, ``metadata`` holds what :meth:`save` writes to JSON; the caller adds model,
     loss and data descriptions through ``fit(..., info=...)`` or by updating ``metadata``.
@@ -134,10 +193,12 @@ class Probe:
 
     def __init__(self, kind: str = "mlp", *, seed: int = 42, epochs: int = 100, batch_size: int = 64,
                  lr: float = 5e-3, weight_decay: float = 1e-5, threshold: float = 0.5,
-                 validation_fraction: float = 0.15):
+                 validation_fraction: float = 0.15, inputs: str = "rank_ratio"):
         if kind not in KINDS:
             raise ProbeError(f"unknown probe kind {kind!r}; use {' or '.join(KINDS)}")
+        _check_inputs(inputs)
         self.kind = kind
+        self.inputs = inputs
         self.seed = seed
         self.epochs = epochs
         self.batch_size = batch_size
@@ -150,7 +211,7 @@ class Probe:
         self.intercept_: float | None = None
         self.mean_: np.ndarray | None = None  # logreg scaler: (L,)
         self.scale_: np.ndarray | None = None
-        self.n_features_in_: int | None = None
+        self.n_features_in_: int | None = None  # input width (= layer count for rank ratios)
         self.history: TrainingHistory | None = None
         self.metadata: dict[str, Any] = {}
 
@@ -170,6 +231,8 @@ class Probe:
             X_val, y_val = self._check_xy(X_val, y_val)
         if len(np.unique(y)) < 2:
             raise ProbeError("the training data holds one class only; a probe needs answerable and unanswerable rows")
+        if _layers_of(self.inputs, X.shape[1]) is None:
+            raise ProbeError(f"{X.shape[1]} numbers per row are not {self.inputs!r} inputs of any layer count")
         self.n_features_in_ = X.shape[1]
         if self.kind == "mlp":
             self._fit_mlp(X, y, X_val, y_val, callback)
@@ -178,7 +241,8 @@ class Probe:
         self.metadata = {
             **(info or {}),
             "kind": self.kind,
-            "n_layers": self.n_features_in_,
+            "inputs": self.inputs,
+            "n_layers": self.n_layers,
             "threshold": self.threshold,
             "seed": self.seed,
             "train_balance": class_balance(y),
@@ -270,6 +334,11 @@ class Probe:
 
     # ---- predicting ----------------------------------------------------------------------------
 
+    @property
+    def n_layers(self) -> int | None:
+        """The model depth this probe reads (None before fitting)."""
+        return None if self.n_features_in_ is None else _layers_of(self.inputs, self.n_features_in_)
+
     def _check_fitted(self):
         if self.n_features_in_ is None:
             raise ProbeError("this probe is not trained yet (call fit or Probe.load)")
@@ -283,7 +352,9 @@ class Probe:
         if not np.isfinite(X).all():
             raise ProbeError("features contain NaN or inf")
         if self.n_features_in_ is not None and X.shape[1] != self.n_features_in_:
-            raise ProbeError(f"this probe expects {self.n_features_in_} layers, the features have {X.shape[1]}")
+            expected = (f"{self.n_layers} layers" if self.inputs == "rank_ratio"
+                        else f"{self.n_features_in_} numbers ({self.inputs} of {self.n_layers} layers)")
+            raise ProbeError(f"this probe expects {expected}, the features have {X.shape[1]}")
         if y is None:
             return X
         y = np.asarray(y).astype(int)
@@ -321,7 +392,7 @@ class Probe:
     def predict_result(self, result) -> float:
         """P(answerable) for one :class:`~grade.result.GradeResult`, after checking it fits this probe."""
         self.check_compatible(result.model, result.n_layers, result.loss, srank=result.srank)
-        return float(self.predict_proba(np.asarray(result.rank_ratio)[None, :])[0, 1])
+        return float(self.predict_proba(probe_inputs(result, self.inputs))[0, 1])
 
     # ---- compatibility -------------------------------------------------------------------------
 
@@ -340,8 +411,8 @@ class Probe:
         trained = meta.get("model")
         if name is not None and trained and _model_key(name) != _model_key(trained):
             raise ProbeError(f"this probe was trained on {trained}, not {name}")
-        if n_layers is not None and int(n_layers) != self.n_features_in_:
-            raise ProbeError(f"this probe expects {self.n_features_in_} layers, the model has {n_layers}")
+        if n_layers is not None and int(n_layers) != self.n_layers:
+            raise ProbeError(f"this probe expects {self.n_layers} layers, the model has {n_layers}")
         if loss is not None and meta.get("loss") and loss != meta["loss"]:
             raise ProbeError(f"this probe was trained on GRADE_{meta['loss']} features, not GRADE_{loss}")
         if srank is not None and meta.get("srank") and srank != meta["srank"]:
@@ -381,9 +452,10 @@ class Probe:
             "format": "grade-probe",
             "format_version": PROBE_FORMAT,
             "kind": self.kind,
-            "n_layers": self.n_features_in_,
+            "inputs": self.inputs,
+            "n_layers": self.n_layers,
             "threshold": self.threshold,
-            "feature_definition": self.metadata.get("feature_definition", FEATURE_DEFINITION),
+            "feature_definition": INPUTS[self.inputs],
             "package_version": __version__,
             "weights_file": weights_name,
             "weights_sha256": digest,
@@ -397,6 +469,10 @@ class Probe:
         kind, n_layers = meta.get("kind"), meta.get("n_layers")
         if kind not in KINDS or not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
             raise ProbeError(f"{meta_path} names no valid probe kind and layer count")
+        inputs = meta.get("inputs", "rank_ratio")  # probes from before inputs were named read rank ratios
+        if inputs not in INPUTS:
+            raise ProbeError(f"{meta_path}: unknown probe inputs {inputs!r}; this version reads {', '.join(INPUTS)}")
+        width = input_width(inputs, n_layers)
         threshold, seed = meta.get("threshold", 0.5), meta.get("seed", 42)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise ProbeError(f"{meta_path}: 'threshold' must be a number from 0 to 1, not {threshold!r}")
@@ -406,12 +482,12 @@ class Probe:
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise ProbeError(f"{meta_path}: {key!r} must be text, not {meta[key]!r}")
         tensors = read_weights(weights, meta_path, meta, "probe", digest_required=False)
-        probe = cls(kind, threshold=float(threshold), seed=seed)
-        probe.n_features_in_ = n_layers
+        probe = cls(kind, threshold=float(threshold), seed=seed, inputs=inputs)
+        probe.n_features_in_ = width
         probe.metadata = meta
         try:
             if kind == "mlp":
-                net = MLPNet(n_layers)
+                net = MLPNet(width)
                 net.load_state_dict(tensors, strict=True)
                 net.eval()
                 probe.net = net
@@ -420,7 +496,7 @@ class Probe:
                 probe.intercept_ = float(tensors["intercept"][0])
                 probe.mean_ = tensors["scaler_mean"].double().numpy()
                 probe.scale_ = tensors["scaler_scale"].double().numpy()
-                if not (probe.coef_.shape == probe.mean_.shape == probe.scale_.shape == (n_layers,)):
+                if not (probe.coef_.shape == probe.mean_.shape == probe.scale_.shape == (width,)):
                     raise ValueError("coefficient shapes do not match the layer count")
                 if not (probe.scale_ > 0).all():  # fitting never writes one (a constant feature gets 1)
                     raise ValueError("a scaler scale is zero or negative")
@@ -431,7 +507,8 @@ class Probe:
 
     def __repr__(self) -> str:
         model = self.metadata.get("model", "?")
-        return f"Probe(kind={self.kind!r}, model={model!r}, loss={self.metadata.get('loss')!r}, n_layers={self.n_features_in_})"
+        return (f"Probe(kind={self.kind!r}, inputs={self.inputs!r}, model={model!r}, loss={self.metadata.get('loss')!r}, "
+                f"n_layers={self.n_layers})")
 
 
 def probe_paths(path: str | Path) -> tuple[Path, Path]:
@@ -526,6 +603,7 @@ def train_from_features(
     max_per_class: int | None = None,
     callback: EpochCallback | None = None,
     sources: list[str] | None = None,
+    inputs: str = "rank_ratio",
 ) -> tuple[Probe, dict[str, Any]]:
     """Train a probe on a feature table (see :mod:`grade.features`) and measure it.
 
@@ -533,14 +611,14 @@ def train_from_features(
     rows of one question (or of one ``group``, where the table has that column) together. Datasets in
     ``holdout_datasets`` are kept out of all three and scored separately: the probe never sees them,
     which measures transfer to a new kind of question. ``max_per_class`` caps each class (random,
-    seeded), as the reference does with 1000.
+    seeded), as the reference does with 1000. ``inputs`` names what the probe reads (:data:`INPUTS`).
 
     Returns the fitted probe (metadata filled in, metrics included) and the report dict that is
     also stored under ``metadata["metrics"]``.
     """
     from .errors import InputError
-    from .features import feature_matrix
 
+    _check_inputs(inputs)
     if df.empty:
         raise InputError("no feature rows to train on")
     for column, what in (("model", "models"), ("loss", "loss variants"), ("srank", "stable-rank variants")):
@@ -562,7 +640,7 @@ def train_from_features(
             idx = pool[df["label"].to_numpy()[pool] == cls]
             keep.extend(rng.permutation(idx)[:max_per_class].tolist() if len(idx) > max_per_class else idx.tolist())
         pool = np.array(sorted(keep), dtype=int)
-    X = feature_matrix(df)
+    X = probe_inputs(df, inputs)
     y = df["label"].to_numpy().astype(int)
     # Split whole questions: one asked with and without its document lands in one part only; a
     # ``group`` column (e.g. one fact in several wordings) groups rows further.
@@ -586,7 +664,7 @@ def train_from_features(
         "model": df["model"].iloc[0],
         "loss": df["loss"].iloc[0],
         "srank": df["srank"].iloc[0],
-        "feature_definition": FEATURE_DEFINITION,
+        "feature_definition": INPUTS[inputs],
         "training_data": {
             "sources": sources or [],
             "datasets": {
@@ -599,7 +677,7 @@ def train_from_features(
             "max_per_class": max_per_class,
         },
     }
-    probe = Probe(kind, seed=seed).fit(X[tr], y[tr], X[va], y[va], callback=callback, info=info)
+    probe = Probe(kind, seed=seed, inputs=inputs).fit(X[tr], y[tr], X[va], y[va], callback=callback, info=info)
 
     def by_dataset(rows):
         out = {}

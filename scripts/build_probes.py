@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -50,12 +51,33 @@ CHECK_SETS = ("check_facts", "check_arithmetic")
 #: Probes for one kind of question: trained on those datasets only, named ``<model>-<loss>-<kind>``, and
 #: picked by the app for the kind's tasks (metadata ``tasks``). Why: on Qwen2.5-Coder-1.5B the probe trained
 #: on every dataset ranked GSM8K's test questions at AUROC 0.61 (pre), one trained on GSM8K alone at 0.77
-#: (pre) and 0.80 (pos): trivia and arithmetic rows pull the same layers in different directions.
-KINDS = {"math": ("gsm8k", "math")}
-#: (model, loss, kind): kind None = every labelled dataset of the model (the default probe of every task).
-CONFIGS = (("smollm2-135m-instruct", "pre", None), ("smollm2-135m-instruct", "pos", None), ("gemma-3-270m", "pre", None),
-           ("qwen2.5-coder-1.5b-instruct", "pre", None), ("qwen2.5-coder-1.5b-instruct", "pos", None),
-           ("qwen2.5-coder-1.5b-instruct", "pre", "math"), ("qwen2.5-coder-1.5b-instruct", "pos", "math"))
+#: (pre) and 0.80 (pos): trivia and arithmetic rows pull the same layers in different directions. MATH stays
+#: out of the math probe: adding Qwen's 494 labelled MATH rows lowered its GSM8K test AUROC from 0.800 to
+#: 0.787 (GRADE_pre, mean of six split seeds), so MATH questions get the general probe, which trains on them.
+KINDS = {"math": ("gsm8k",)}
+class Config(NamedTuple):
+    """One shipped probe. ``kind``: None = every labelled dataset of the model (the default probe of every
+    task), else a key of :data:`KINDS`. ``inputs``: what the probe reads (:data:`grade.probe.INPUTS`).
+    ``estimator``: the shipped probe's kind; the other kind is trained on the same split for comparison."""
+
+    model: str
+    loss: str
+    kind: str | None = None
+    inputs: str = "rank_ratio"
+    estimator: str = "mlp"
+
+
+QWEN = "qwen2.5-coder-1.5b-instruct"
+#: Qwen's probes read the two stable ranks apart and the loss (``sranks_loss``): trained on every dataset,
+#: its GRADE_pre probe ranked TriviaQA's test questions at AUROC 0.81-0.83 with them against 0.53-0.64 with the
+#: ratios alone (three split seeds). On GSM8K alone, mean test AUROC over six split seeds: GRADE_pre 0.800
+#: (logistic regression) / 0.781 (MLP) against 0.761 / 0.744 with the ratios; GRADE_pos 0.839 / 0.832
+#: against 0.807 / 0.793. Logistic regression wins there: ~600 training rows are few for a 4-layer MLP.
+#: (results/README.md; scripts/probe_inputs.py repeats the comparison.)
+CONFIGS = (Config("smollm2-135m-instruct", "pre"), Config("smollm2-135m-instruct", "pos"), Config("gemma-3-270m", "pre"),
+           Config(QWEN, "pre", inputs="sranks_loss"), Config(QWEN, "pos", inputs="sranks_loss"),
+           Config(QWEN, "pre", "math", inputs="sranks_loss", estimator="logreg"),
+           Config(QWEN, "pos", "math", inputs="sranks_loss", estimator="logreg"))
 REFERENCE_ROWS = 300  # per (model, loss) in the reference feature set
 MIN_TRANSFER_ROWS = 20  # a held-out dataset needs this many rows (and both classes) to be scored
 
@@ -95,10 +117,12 @@ def slim(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if k != "roc"}
 
 
-def build_config(model: str, loss: str, stores: list[tuple[Path, set]], out_dir: Path, *, transfer_runs: bool = True,
-                 kind: str | None = None) -> dict:
-    """Transfer runs, the shipped probe and its logreg comparison; returns a summary for the README."""
+def build_config(config: Config, stores: list[tuple[Path, set]], out_dir: Path, *, transfer_runs: bool = True) -> dict:
+    """Transfer runs, the shipped probe and the other estimator's comparison; returns a summary for the README."""
     from grade.probe import train_from_features
+
+    model, loss, kind, inputs = config.model, config.loss, config.kind, config.inputs
+    other = "logreg" if config.estimator == "mlp" else "mlp"
 
     df = current_rows(stores, hidden=False)
     if kind:
@@ -111,40 +135,42 @@ def build_config(model: str, loss: str, stores: list[tuple[Path, set]], out_dir:
         if len(usable_datasets(rest)) == 0 or rest["label"].nunique() < 2:
             continue
         runs = {}
-        for kind in ("mlp", "logreg"):
-            _, report = train_from_features(df, kind=kind, holdout_datasets=(held,), max_per_class=MAX_PER_CLASS)
-            runs[kind] = slim(report["holdout"])
+        for estimator in ("mlp", "logreg"):
+            _, report = train_from_features(df, kind=estimator, holdout_datasets=(held,), max_per_class=MAX_PER_CLASS,
+                                            inputs=inputs)
+            runs[estimator] = slim(report["holdout"])
         transfer[held] = runs
         log(f"  transfer -> {held}: mlp AUROC {runs['mlp']['auroc']:.3f}, logreg {runs['logreg']['auroc']:.3f} "
             f"(n {runs['mlp']['n']}, answerable {runs['mlp']['positives']})")
 
-    probe, report = train_from_features(df, kind="mlp", max_per_class=MAX_PER_CLASS, sources=sources)
-    _, lr_report = train_from_features(df, kind="logreg", max_per_class=MAX_PER_CLASS, sources=sources)
+    probe, report = train_from_features(df, kind=config.estimator, max_per_class=MAX_PER_CLASS, sources=sources,
+                                        inputs=inputs)
+    _, other_report = train_from_features(df, kind=other, max_per_class=MAX_PER_CLASS, sources=sources, inputs=inputs)
     probe.metadata["transfer_leave_one_dataset_out"] = transfer
-    probe.metadata["logreg_comparison"] = {"test": slim(lr_report["test"]),
-                                           "test_by_dataset": lr_report["test_by_dataset"]}
+    probe.metadata["comparison"] = {"kind": other, "test": slim(other_report["test"]),
+                                    "test_by_dataset": other_report["test_by_dataset"]}
     if kind:
         probe.metadata["kind_of_question"] = kind
         probe.metadata["tasks"] = sorted(set(df["task"]))
     name = probe_name(model, loss, kind)
     probe.save(out_dir / name)
     log(f"  {name}: test AUROC {report['test']['auroc']:.3f}, accuracy {report['test']['accuracy']:.3f} "
-        f"(logreg AUROC {lr_report['test']['auroc']:.3f})")
+        f"({other} AUROC {other_report['test']['auroc']:.3f})")
     return {"name": name, "model": model, "loss": loss, "datasets": datasets, "probe": probe,
-            "report": report, "logreg": lr_report, "transfer": transfer}
+            "report": report, "comparison": probe.metadata["comparison"], "transfer": transfer}
 
 
 def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool) -> dict:
     """Scores of the finished probe on the check sets (labelled like the training data, never trained
     on): per set and pooled."""
-    from grade.features import feature_matrix
     from grade.metrics import binary_metrics
+    from grade.probe import probe_inputs
 
     stores = extract_all(model, loss, [CHECK_LABELS_DIR], features_dir / "check", compute=compute)
     if not stores:
         return {}
     df = current_rows(stores, hidden=False)
-    p = probe.predict_proba(feature_matrix(df))[:, 1]
+    p = probe.predict_proba(probe_inputs(df, probe.inputs))[:, 1]
     y = df["label"].to_numpy().astype(int)
     from grade.metrics import auroc, bootstrap_ci
 
@@ -183,6 +209,14 @@ def reference_rows(model: str, loss: str, stores: list[tuple[Path, set]], seed: 
     return out
 
 
+def saved_reference_rows(path: Path, model: str, loss: str) -> pd.DataFrame:
+    """The rows of (model, loss) in the reference set already at ``path`` (none if there is no file)."""
+    if not path.exists():
+        return pd.DataFrame()
+    old = pd.read_parquet(path)
+    return old[(old["model"] == model) & (old["loss"] == loss)]
+
+
 def fmt(value) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -198,7 +232,9 @@ def saved_summary(model: str, loss: str, out_dir: Path, kind: str | None = None)
     probe = Probe.load(out_dir / name)
     meta = probe.metadata
     return {"name": name, "model": model, "loss": loss, "probe": probe, "report": meta["metrics"],
-            "logreg": meta["logreg_comparison"], "transfer": meta.get("transfer_leave_one_dataset_out", {}),
+            # probes built before the comparison was named compared with logreg
+            "comparison": meta.get("comparison") or {"kind": "logreg", **meta["logreg_comparison"]},
+            "transfer": meta.get("transfer_leave_one_dataset_out", {}),
             "check": meta.get("unseen_check") or {}}
 
 
@@ -212,13 +248,16 @@ def write_readme(summaries: list[dict], path: Path) -> None:
         "(model, loss, stable-rank variant, layer count, feature definition, training data with class",
         "balance, metrics, package version). Load with `grade.probe.Probe.load(grade.probe.SHIPPED_PROBES_DIR / 'NAME')`.",
         "",
-        "Input: the per-layer rank ratios `srank(C_g)/srank(C_h)` of one question (GRADE_pre: entropy of the",
-        "next-token distribution after the prompt; GRADE_pos: cross-entropy of the most frequent sampled answer).",
-        "Probe: the paper's MLP (L→256→128→64→32→1, BatchNorm, LeakyReLU 0.01, Dropout 0.5; Adam lr 5e-3,",
+        "Input (`inputs` in the JSON, one per probe): `rank_ratio` = the per-layer rank ratios",
+        "`srank(C_g)/srank(C_h)` of one question, the paper's input; `sranks_loss` = log srank(C_h) and log",
+        "srank(C_g) per layer apart, then the loss value (2L+1 numbers). GRADE_pre: entropy of the next-token",
+        "distribution after the prompt; GRADE_pos: cross-entropy of the most frequent sampled answer.",
+        "Probe `mlp`: the paper's MLP (inputs→256→128→64→32→1, BatchNorm, LeakyReLU 0.01, Dropout 0.5; Adam lr 5e-3,",
         "weight decay 1e-5, batch 64, ≤100 epochs, ReduceLROnPlateau 0.75/5, seed 42), weights of the epoch",
-        f"with the best validation AUROC. Each class capped at {MAX_PER_CLASS} rows; seeded 70/15/15 split",
+        "with the best validation AUROC; `logreg`: standardised logistic regression, C picked on validation.",
+        f"Each class capped at {MAX_PER_CLASS} rows; seeded 70/15/15 split",
         "stratified by dataset and label. Labels: sample accuracy of the model itself (see the label files);",
-        "label 1 = answerable.",
+        "label 1 = answerable. The other estimator is trained on the same split for comparison.",
         "",
         "Transfer (leave one dataset out): a probe trained on the other datasets, scored on the held-out one,",
         "which it never saw. This is the honest number for new kinds of questions.",
@@ -232,7 +271,8 @@ def write_readme(summaries: list[dict], path: Path) -> None:
             f"## {s['name']}",
             "",
             f"Model `{s['model']}`, GRADE_{s['loss']}, {meta['n_layers']} layers, srank `{meta['srank']}`, "
-            f"best epoch {meta['training']['best_epoch']}."
+            f"inputs `{meta.get('inputs', 'rank_ratio')}`, probe `{meta['kind']}`, "
+            + (f"best epoch {meta['training']['best_epoch']}." if meta["kind"] == "mlp" else f"C {meta['training']['C']}.")
             + (f" Trained for {meta['kind_of_question']} questions only (tasks {', '.join(meta['tasks'])}): the app "
                "uses it for those tasks and the model's general probe for the others." if meta.get("tasks") else ""),
             "",
@@ -240,11 +280,12 @@ def write_readme(summaries: list[dict], path: Path) -> None:
             f"validation {split['validation']['n']} ({split['validation']['answerable']}), "
             f"test {split['test']['n']} ({split['test']['answerable']}).",
             "",
-            "| dataset | rows (answerable / unanswerable) | with document | test n | test acc | test AUROC | logreg AUROC | transfer AUROC (mlp / logreg) |",
+            f"| dataset | rows (answerable / unanswerable) | with document | test n | test acc | test AUROC | "
+            f"{s['comparison']['kind']} AUROC | transfer AUROC (mlp / logreg) |",
             "|---|---|---|---|---|---|---|---|",
         ]
         test_by = s["report"]["test_by_dataset"]
-        lr_by = s["logreg"]["test_by_dataset"]
+        lr_by = s["comparison"]["test_by_dataset"]
         for name, bal in data["datasets"].items():
             t = test_by.get(name, {})
             tr = s["transfer"].get(name)
@@ -258,7 +299,7 @@ def write_readme(summaries: list[dict], path: Path) -> None:
         lines += [
             f"| **all** | {split['train']['answerable'] + split['validation']['answerable'] + split['test']['answerable']} / "
             f"{split['train']['unanswerable'] + split['validation']['unanswerable'] + split['test']['unanswerable']} | | "
-            f"{test['n']} | {fmt(test['accuracy'])} | {fmt(test['auroc'])} | {fmt(s['logreg']['test']['auroc'])} | |",
+            f"{test['n']} | {fmt(test['accuracy'])} | {fmt(test['auroc'])} | {fmt(s['comparison']['test']['auroc'])} | |",
             "",
             f"Accuracy is at threshold 0.5; the test split's answerable share is {test['positives'] / max(test['n'], 1):.2f} "
             f"(a constant guess of the majority class scores {max(test['positives'], test['n'] - test['positives']) / max(test['n'], 1):.3f}).",
@@ -303,15 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     summaries, reference = [], []
     labelled: set[str] = set()
-    for model, loss, kind in CONFIGS:
+    for config in CONFIGS:
+        model, loss, kind = config.model, config.loss, config.kind
         name = probe_name(model, loss, kind)
         if args.only and name not in args.only:
             kept = saved_summary(model, loss, args.out_dir, kind)
             if kept:
                 summaries.append(kept)
-                if args.reference.exists() and not kind:
-                    old = pd.read_parquet(args.reference)
-                    reference.append(old[(old["model"] == model) & (old["loss"] == loss)])
+                if not kind:
+                    reference.append(saved_reference_rows(args.reference, model, loss))
             continue
         log(f"{name}:")
         if not args.skip_label and not args.skip_extract and model not in labelled:
@@ -324,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         if not stores:
             log(f"  no labelled data for {model} in {', '.join(str(d / model) for d in args.labels_dir)}: {name} not built")
             continue
-        summary = build_config(model, loss, stores, args.out_dir, transfer_runs=not args.no_transfer, kind=kind)
+        summary = build_config(config, stores, args.out_dir, transfer_runs=not args.no_transfer)
         # the check sets are world facts: they say nothing about a probe for another kind of question
         check = {} if kind else unseen_check(model, loss, summary["probe"], args.features_dir, compute=not args.skip_extract)
         if check:
@@ -335,12 +376,17 @@ def main(argv: list[str] | None = None) -> int:
         summary["check"] = check
         summaries.append(summary)
         if not kind:  # the reference set holds each (model, loss) once
-            reference.append(reference_rows(model, loss, stores))
+            rows = reference_rows(model, loss, stores)
+            # stores written without hidden states (Qwen's, from a GPU run) cannot make new rows: keep the old ones
+            reference.append(rows if not rows.empty else saved_reference_rows(args.reference, model, loss))
     if not summaries:
         log("nothing built")
         return 1
     write_readme(summaries, args.out_dir / "README.md")
-    ref = pd.concat([r for r in reference if not r.empty], ignore_index=True)
+    reference = [r for r in reference if not r.empty]
+    if not reference:  # only probes for one kind of question were built, into a folder of their own
+        return 0
+    ref = pd.concat(reference, ignore_index=True)
     ref.to_parquet(args.reference, compression="zstd", index=False)
     size = args.reference.stat().st_size
     log(f"reference features: {len(ref)} rows, {size / 1e6:.2f} MB -> {args.reference}")

@@ -206,9 +206,10 @@ def store_uploaded_probe(weights: bytes, metadata: bytes, name: str, folder: Pat
     return store_upload(weights, metadata, name, folder or user_data_dir() / "uploaded-probes", quota=quota)
 
 
-def probe_probability(probe, rank_ratio: np.ndarray) -> float:
-    """P(answerable) for one feature vector (L,), whatever shape ``predict_proba`` returns."""
-    proba = np.asarray(probe.predict_proba(np.asarray(rank_ratio, dtype=np.float32)[None, :]), dtype=float)
+def probe_probability(probe, inputs: np.ndarray) -> float:
+    """P(answerable) for one input vector (width,) (:func:`grade.probe.probe_inputs`), whatever shape
+    ``predict_proba`` returns."""
+    proba = np.asarray(probe.predict_proba(np.asarray(inputs, dtype=np.float32)[None, :]), dtype=float)
     if proba.ndim == 2 and proba.shape[1] == 2:  # scikit-learn style: (n, [P(no), P(yes)])
         proba = proba[:, 1]
     value = float(proba.reshape(-1)[0])

@@ -23,6 +23,7 @@ from grade.detectors import (
     verdicts,
 )
 from grade.errors import InputError, ProbeError
+from grade.probe import probe_inputs
 from grade.generation import greedy_answer, settings_for_task, shorter_answer
 from grade.tasks import answer_format
 
@@ -164,7 +165,8 @@ def analyze_question(
 def probe_verdict(probe, probe_info: ProbeInfo, lm: grade.LoadedModel, result: grade.GradeResult) -> Verdict:
     """P(answerable) from the probe, after its own check that model, depth, loss and srank variant fit."""
     probe.check_compatible(lm, result.n_layers, result.loss, srank=result.srank)
-    return Verdict(probability=probe_probability(probe, result.rank_ratio), probe_name=probe_info.name,
+    return Verdict(probability=probe_probability(probe, probe_inputs(result, probe.inputs)[0]),
+                   probe_name=probe_info.name,
                    auroc=probe_info.auroc, loss=probe_loss(probe_info))
 
 

@@ -192,3 +192,73 @@ def test_held_out_questions_are_not_trained_on_in_another_wording():
     split = probe.metadata["training_data"]["split"]
     assert sum(split[s]["n"] for s in ("train", "validation", "test")) == 10
     assert report["holdout"]["n"] == 80
+
+
+def _stable_rank_frame(n=200, seed=11):
+    """Feature rows whose label lives in srank(C_h) and the loss while the rank ratio stays the same for
+    every row: only a probe that reads the two stable ranks apart (or the loss) can tell the classes."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    srank_h = rng.lognormal(1.0, 0.2, size=(n, L)) * (1.0 + 0.6 * y[:, None])
+    ratio = np.full((n, L), 0.8)
+    return pd.DataFrame({"id": [f"q{i}" for i in range(n)], "dataset": "facts", "label": y, "has_context": False,
+                         "model": INFO["model"], "loss": "pre", "srank": "paper", "rank_ratio": list(ratio),
+                         "srank_h": list(srank_h), "srank_g": list(srank_h * ratio),
+                         "loss_value": rng.normal(1.0, 0.1, n) - 0.3 * y})
+
+
+def test_probe_inputs_of_a_table_and_of_a_result_agree():
+    from types import SimpleNamespace
+
+    from grade.errors import InputError
+    from grade.probe import input_width, probe_inputs
+
+    df = _stable_rank_frame(5)
+    X = probe_inputs(df, "sranks_loss")
+    assert X.shape == (5, input_width("sranks_loss", L)) == (5, 2 * L + 1)
+    assert np.allclose(X[:, :L], np.log(np.stack(df["srank_h"])))
+    assert np.allclose(X[:, L:2 * L], np.log(np.stack(df["srank_g"])))
+    assert np.allclose(X[:, -1], df["loss_value"])
+    row = df.iloc[2]
+    result = SimpleNamespace(rank_ratio=np.asarray(row["rank_ratio"]), srank_h=np.asarray(row["srank_h"]),
+                             srank_g=np.asarray(row["srank_g"]), loss_value=float(row["loss_value"]))
+    assert np.allclose(probe_inputs(result, "sranks_loss"), X[2:3])
+    assert np.allclose(probe_inputs(result), np.asarray(row["rank_ratio"])[None, :])
+    with pytest.raises(InputError, match="srank_h, srank_g, loss_value"):
+        probe_inputs(df[["rank_ratio"]], "sranks_loss")
+    with pytest.raises(ProbeError, match="unknown probe inputs"):
+        probe_inputs(df, "eigenvalues")
+
+
+@pytest.mark.parametrize("kind", ["mlp", "logreg"])
+def test_a_probe_reading_the_stable_ranks_apart_saves_its_inputs(kind, tmp_path):
+    df = _stable_rank_frame()
+    ratio_only, report_ratio = train_from_features(df, kind="logreg", seed=3)
+    probe, report = train_from_features(df, kind=kind, seed=3, inputs="sranks_loss")
+    assert report["test"]["auroc"] > 0.9 and report_ratio["test"]["auroc"] < 0.7
+    assert probe.n_layers == L and probe.n_features_in_ == 2 * L + 1
+    probe.save(tmp_path / "p")
+    meta = json.loads((tmp_path / "p.json").read_text())
+    assert meta["inputs"] == "sranks_loss" and meta["n_layers"] == L and "log srank(C_h)" in meta["feature_definition"]
+    loaded = Probe.load(tmp_path / "p")
+    from grade.probe import probe_inputs
+
+    X = probe_inputs(df, "sranks_loss")
+    assert loaded.inputs == "sranks_loss" and np.allclose(loaded.predict_proba(X), probe.predict_proba(X))
+    loaded.check_compatible(INFO["model"], L, "pre", srank="paper")
+    with pytest.raises(ProbeError, match="expects 61 numbers \\(sranks_loss of 30 layers\\), the features have 30"):
+        loaded.predict_proba(np.stack(df["rank_ratio"]))
+    meta["inputs"] = "eigenvalues"
+    (tmp_path / "p.json").write_text(json.dumps(meta))
+    with pytest.raises(ProbeError, match="unknown probe inputs 'eigenvalues'"):
+        Probe.load(tmp_path / "p")
+
+
+def test_shipped_probes_from_before_inputs_were_named_read_rank_ratios(fitted, tmp_path):
+    probe = fitted[0]["logreg"]
+    probe.save(tmp_path / "old")
+    meta = json.loads((tmp_path / "old.json").read_text())
+    del meta["inputs"]
+    (tmp_path / "old.json").write_text(json.dumps(meta))
+    old = Probe.load(tmp_path / "old")
+    assert old.inputs == "rank_ratio" and old.n_layers == L

@@ -40,8 +40,21 @@ def test_home_analysis_of_an_easy_fact(qwen):
     assert result.rank_ratio.shape == (28,) and np.isfinite(result.rank_ratio).all()
     assert analysis.verdict is not None and 0.0 <= analysis.verdict.probability <= 1.0
     assert analysis.detector_verdicts, "Qwen ships detectors: each gives a verdict beside the probe's"
-    # The easiest fact there is: the entropy after the prompt is near zero.
+    # The easiest fact there is: the entropy after the prompt is near zero, and the shipped probe says it knows
+    # (issue 13's check: at least 50 %; the paper's rank-ratio probe said 48 % here).
     assert result.loss_value < 0.5
+    assert analysis.verdict.probability >= 0.5
+
+
+def test_home_verdict_on_a_trivia_question_it_always_gets_wrong(qwen):
+    """A TriviaQA question Qwen answered wrongly in 10 of 10 samples when labelled: the verdict is under 50 %."""
+    with open_text(LABELS / "triviaqa.jsonl.xz") as f:
+        row = next(r for r in map(json.loads, f) if r["question"].startswith("What was the name of Drew Barrymore's"))
+    assert row["n_correct"] == 0 and row["n_samples"] == 10
+    info = default_probe(qwen.name, list_probes(), task="qa")
+    analysis = workflows.analyze_question(qwen, row["question"], task="qa", probe=load_probe(info.path),
+                                          probe_info=info, detectors=None)
+    assert analysis.verdict.probability < 0.5
 
 
 def test_reasoning_trace_of_its_own_gsm8k_answer(qwen):

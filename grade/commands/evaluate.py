@@ -123,9 +123,9 @@ def run_detector(args: argparse.Namespace) -> int:
 
 def run_probe(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..features import feature_matrix, features_of_rows
+    from ..features import features_of_rows
     from ..models import load_model
-    from ..probe import Probe
+    from ..probe import Probe, probe_inputs
 
     probe = Probe.load(args.probe)
     meta = probe.metadata
@@ -142,7 +142,7 @@ def run_probe(args: argparse.Namespace) -> int:
                                    progress=not quiet)
     if df.empty:
         raise InputError("no question could be analysed")
-    p = probe.predict_proba(feature_matrix(df))[:, 1]
+    p = probe.predict_proba(probe_inputs(df, probe.inputs))[:, 1]
     y = df["label"].to_numpy().astype(int)
     result = _with_metrics({"probe": str(args.probe), "model": lm.name, "loss": meta.get("loss"),
                             "skipped": len(skipped), "bad_rows": len(bad_rows)},

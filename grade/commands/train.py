@@ -18,6 +18,8 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a probe on feature files", description=__doc__)
     p.add_argument("--features", nargs="+", required=True, help="feature store folder(s) or Parquet file(s)")
     p.add_argument("--kind", choices=("mlp", "logreg"), default="mlp")
+    p.add_argument("--inputs", choices=("rank_ratio", "sranks_loss"), default="rank_ratio",
+                   help="what the probe reads: the rank ratios (the paper), or log srank(C_h), log srank(C_g) and the loss")
     p.add_argument("--out", required=True, help="output path without extension, e.g. runs/probes/name")
     p.add_argument("--seed", type=seed, default=42)
     p.add_argument("--val-fraction", type=open_fraction, default=0.15)
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     probe, report = train_from_features(
         df, kind=args.kind, seed=args.seed, fractions=fractions, holdout_datasets=tuple(args.holdout_dataset),
         max_per_class=args.max_per_class, callback=progress, sources=[str(f) for f in args.features],
+        inputs=args.inputs,
     )
     weights, meta = probe.save(args.out)
     if args.json:
