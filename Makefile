@@ -69,15 +69,20 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null; fi; }
 
+# The model the app opens on: Qwen2.5-Coder-1.5B, the embedded model whose verdicts pass the README's checks
+# (the capital of France known, questions it always gets wrong not); `make run START_MODEL=smollm2-135m-instruct`
+# opens on the small one.
+START_MODEL ?= qwen2.5-coder-1.5b-instruct
+
 # This machine only: the app listens on the loopback address.
 run: install install-fast
-	$(PY) -m streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT)
+	GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT)
 
 # Served to a class or a team: other browsers can reach it, so the studio runs in served mode
 # (studio/served.py: embedded models and GRADE_MODEL_DIRS only, caps per request, probes per user,
 # no error details). Put it behind an authenticating proxy with TLS when it leaves a trusted network.
 serve: install install-fast
-	GRADE_SERVED=1 $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
+	GRADE_SERVED=1 GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
 	  --server.maxUploadSize 8 --client.showErrorDetails none --server.enableXsrfProtection true
 
 test: install browser

@@ -271,11 +271,21 @@ with train_tab:
         datasets = sorted(rows["dataset"].unique())
         chosen = st.multiselect("Datasets", datasets, default=datasets, key="train_datasets")
         rows = rows[rows["dataset"].isin(chosen)]
-        c1, c2, c3 = st.columns(3)
+        c1, c2, c3, c4 = st.columns(4)
         kind = c1.radio("Probe", ["mlp", "logreg"], key="train_kind", horizontal=True,
                         help="mlp: the paper's probe; logreg: standardised logistic regression")
-        seed = c2.number_input("Seed", 0, 10_000, 42, key="train_seed")
-        c3.metric("Rows (answerable / unanswerable)", f"{int(rows['label'].sum())} / {int((1 - rows['label']).sum())}")
+        # the shipped reference set keeps rank ratios only; feature files from `grade extract` have the rest
+        has_sranks = {"srank_h", "srank_g", "loss_value"} <= set(rows.columns)
+        inputs = c2.radio("Inputs", ["rank_ratio", "sranks_loss"], key="train_inputs", disabled=not has_sranks,
+                          format_func={"rank_ratio": "rank ratios", "sranks_loss": "stable ranks + loss"}.get,
+                          help="rank ratios: the paper's input; stable ranks + loss: log srank(C_h), log srank(C_g) "
+                               "per layer and the loss value, which on Qwen2.5-Coder-1.5B rank short trivia far better"
+                               + ("" if has_sranks else ". These features hold rank ratios only: use a feature file "
+                                  "from `python -m grade extract` for the other inputs."))
+        if not has_sranks:
+            inputs = "rank_ratio"
+        seed = c3.number_input("Seed", 0, 10_000, 42, key="train_seed")
+        c4.metric("Rows (answerable / unanswerable)", f"{int(rows['label'].sum())} / {int((1 - rows['label']).sum())}")
         if st.button("Train", key="train_probe", type="primary", disabled=rows.empty):
             from grade.probe import train_from_features
 
@@ -287,7 +297,7 @@ with train_tab:
 
             try:
                 trained, report = train_from_features(rows, kind=kind, seed=int(seed), callback=on_epoch,
-                                                      sources=["app"])
+                                                      sources=["app"], inputs=inputs)
                 st.session_state["trained"] = (trained, report)
             except GradeError as exc:
                 session.show_error(exc, "Training failed")

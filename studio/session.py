@@ -184,13 +184,26 @@ def _device_options() -> list[str]:
     return options
 
 
+#: The model the picker starts on: ``$GRADE_START_MODEL`` (an embedded model's name; ``make run`` sets it),
+#: else the package's default. Tests leave it unset and get the small default model.
+START_MODEL_VARIABLE = "GRADE_START_MODEL"
+
+
+def start_model() -> str:
+    wanted = os.environ.get(START_MODEL_VARIABLE, "").strip()
+    if wanted and wanted not in grade.EMBEDDED_MODELS:
+        st.warning(f"{START_MODEL_VARIABLE}={wanted!r} is not an embedded model "
+                   f"({', '.join(grade.EMBEDDED_MODELS)}); starting on {grade.DEFAULT_MODEL}.")
+    return wanted if wanted in grade.EMBEDDED_MODELS else grade.DEFAULT_MODEL
+
+
 def model_picker() -> ModelSpec | None:
     """Sidebar widgets; returns what the user asked for (None while a custom path is still empty)."""
     with st.sidebar:
         st.subheader("Model")
         names = list(grade.EMBEDDED_MODELS) + [OTHER_MODEL]
         choice = st.selectbox(
-            "Model", names, key="model_choice",
+            "Model", names, key="model_choice", index=names.index(start_model()),
             format_func=lambda n: f"{n} (embedded)" if n in grade.EMBEDDED_MODELS
             else "Other: folder, .gguf file or hub id",
             help="The embedded models work offline. A hub id needs a network or a filled Hugging Face cache.",

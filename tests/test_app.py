@@ -164,9 +164,13 @@ def test_probes_page_lists_shipped_probes_and_trains_one(analysed, shipped_probe
     _no_exception(at)
     assert shipped_probe.name in " ".join(m.value for m in at.markdown)
     at.radio(key="train_kind").set_value("logreg")
+    # the reference set holds rank ratios only: the stable-rank inputs are offered for extracted features alone
+    assert at.radio(key="train_inputs").disabled
     at.button(key="train_probe").click().run()
     _no_exception(at)
     assert not at.error, [e.value for e in at.error]
+    trained, _ = at.session_state["trained"]
+    assert trained.inputs == "rank_ratio" and trained.n_features_in_ == trained.n_layers
     auroc = _metric(at, "Test AUROC")
     assert auroc == "n/a" or 0.0 <= float(auroc) <= 1.0
     assert 0.0 <= float(_metric(at, "Test accuracy")) <= 1.0
