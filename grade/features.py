@@ -204,10 +204,11 @@ def given_response(row: dict[str, Any]) -> str | None:
 
 
 def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True,
-                prompt: str | None = None):
+                prompt: str | None = None, spectra: bool = False):
     """``grade.analyze`` of one labelled row with the fast path. Under ``pos`` the response is
     :func:`given_response`, else the model's greedy answer (the row's answer length, else the task's).
     ``prompt`` replaces the row's own prompt (a perturbed wording, see :func:`grade.baselines.task_prompt`).
+    ``spectra`` asks for every eigenvalue (the exact route) instead of the fast path's features alone.
 
     Chain-of-thought tasks (GSM8K, MATH: :attr:`grade.tasks.TaskSpec.stepwise`) are scored step-wise
     under ``pos``: one loss per step, and the row's rank ratios are the mean of the step ratios (the
@@ -226,7 +227,7 @@ def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "pap
         response=response,
         generate=loss == "pos" and response is None,
         srank=srank,
-        spectra=False,
+        spectra=spectra,
         keep_hidden=keep_hidden,
         steps=loss == "pos" and scored_stepwise(task),
         max_new_tokens=row.get("max_new_tokens"),
