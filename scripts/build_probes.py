@@ -52,8 +52,8 @@ CHECK_SETS = ("check_facts", "check_arithmetic")
 #: picked by the app for the kind's tasks (metadata ``tasks``). Why: on Qwen2.5-Coder-1.5B the probe trained
 #: on every dataset ranked GSM8K's test questions at AUROC 0.61 (pre), one trained on GSM8K alone at 0.77
 #: (pre) and 0.80 (pos): trivia and arithmetic rows pull the same layers in different directions. MATH stays
-#: out of the math probe: adding Qwen's 494 labelled MATH rows lowered its GSM8K test AUROC from 0.800 to
-#: 0.787 (GRADE_pre, mean of six split seeds), so MATH questions get the general probe, which trains on them.
+#: out of the math probe: adding Qwen's 742 labelled MATH rows lowered its GSM8K test AUROC from 0.800 to
+#: 0.758 (GRADE_pre, mean of six split seeds), so MATH questions get the general probe, which trains on them.
 KINDS = {"math": ("gsm8k",)}
 class Config(NamedTuple):
     """One shipped probe. ``kind``: None = every labelled dataset of the model (the default probe of every
@@ -68,12 +68,11 @@ class Config(NamedTuple):
 
 
 QWEN = "qwen2.5-coder-1.5b-instruct"
-#: Qwen's probes read the two stable ranks apart and the loss (``sranks_loss``): trained on every dataset,
-#: its GRADE_pre probe ranked TriviaQA's test questions at AUROC 0.81-0.83 with them against 0.53-0.64 with the
-#: ratios alone (three split seeds). On GSM8K alone, mean test AUROC over six split seeds: GRADE_pre 0.800
-#: (logistic regression) / 0.781 (MLP) against 0.761 / 0.744 with the ratios; GRADE_pos 0.839 / 0.832
-#: against 0.807 / 0.793. Logistic regression wins there: ~600 training rows are few for a 4-layer MLP.
-#: (results/README.md; scripts/probe_inputs.py repeats the comparison.)
+#: Qwen's probes read the two stable ranks apart and the loss (``sranks_loss``). Mean test AUROC over six split
+#: seeds (scripts/probe_inputs.py, results/README.md): trained on every dataset, the GRADE_pre MLP ranks TriviaQA
+#: at 0.848 with them against 0.608 with the ratios alone, all test rows at 0.875 against 0.803; on GSM8K alone
+#: GRADE_pre 0.800 (logistic regression) / 0.781 (MLP) against 0.761 / 0.744 with the ratios, GRADE_pos 0.839 /
+#: 0.832 against 0.807 / 0.793. Logistic regression wins there: ~600 training rows are few for a 4-layer MLP.
 CONFIGS = (Config("smollm2-135m-instruct", "pre"), Config("smollm2-135m-instruct", "pos"), Config("gemma-3-270m", "pre"),
            Config(QWEN, "pre", inputs="sranks_loss"), Config(QWEN, "pos", inputs="sranks_loss"),
            Config(QWEN, "pre", "math", inputs="sranks_loss", estimator="logreg"),

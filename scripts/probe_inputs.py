@@ -24,7 +24,7 @@ from grade.features import load_features
 from grade.probe import INPUTS, train_from_features
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ("gsm8k", "triviaqa", "nq_open", "hotpotqa")
+DATASETS = ("gsm8k", "math", "triviaqa", "nq_open", "hotpotqa")
 
 
 def main() -> int:
