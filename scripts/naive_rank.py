@@ -37,12 +37,14 @@ def naive_rank(eig: np.ndarray, threshold: float) -> np.ndarray:
 
 
 def pick(rows: list[dict], per_class: int, seed: int) -> list[dict]:
+    """At most ``per_class`` seeded rows of each label (as many of each), alternating answerable and unanswerable, so that a run stopped
+    early (a time limit) still holds both classes."""
     rng = np.random.default_rng(seed)
-    out = []
+    groups = []
     for label in (1, 0):
         group = [r for r in rows if r.get("label") == label]
-        out += [group[i] for i in sorted(rng.permutation(len(group))[:per_class])]
-    return out
+        groups.append([group[i] for i in sorted(rng.permutation(len(group))[:per_class])])
+    return [row for pair in zip(*groups) for row in pair]
 
 
 def main() -> int:
