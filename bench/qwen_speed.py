@@ -135,10 +135,9 @@ def generation(models, backend, prompt_ids, stop_ids, new_tokens: int, repeats: 
 
 def llama_decode_split(backend, prompt_ids, new_tokens: int, repeats: int, log) -> dict:
     """llama.cpp's greedy run again, timed in two parts: the prompt's evaluation up to the first token, then
-    the decoding of the other ``new_tokens - 1`` (one forward pass each). The same sampler options as
-    :meth:`grade.backends.LlamaCppBackend.generate_row` uses for greedy decoding."""
+    the decoding of the other ``new_tokens - 1`` (one forward pass each), with the backend's greedy sampler."""
     llm = backend._llama
-    options = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0)
+    options = backend.GREEDY_OPTIONS
     firsts, decodes, cpus = [], [], []
     for _ in range(repeats):
         llm.reset()

@@ -61,6 +61,9 @@ class LlamaCppBackend:
         self.n_threads = threads
         self._lock = threading.Lock()
 
+    #: llama.cpp's sampler settings that make it greedy (every other sampler switched off)
+    GREEDY_OPTIONS = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0)
+
     def generate_row(self, prompt_ids: Sequence[int], settings: DecodeSettings, seed: int | None, *,
                      stop_ids: Collection[int] = (), tokenizer=None) -> list[int]:
         """One answer's ids: cut before the first of ``stop_ids`` (not returned), ended once the text
@@ -70,7 +73,7 @@ class LlamaCppBackend:
             raise InputError(f"the prompt's {len(prompt)} tokens and {settings.max_new_tokens} new ones exceed "
                              f"llama.cpp's context of {self.n_ctx} tokens")
         stop = set(stop_ids)
-        options = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0)
+        options = dict(self.GREEDY_OPTIONS)
         if not settings.greedy:
             options.update(temp=settings.temperature, top_p=settings.top_p, top_k=settings.top_k or 0)
         out: list[int] = []

@@ -59,6 +59,9 @@ INPUTS = {
     ),
 }
 
+#: The feature-table columns (or result attributes) each of :data:`INPUTS` is made of.
+INPUT_COLUMNS = {"rank_ratio": ("rank_ratio",), "sranks_loss": ("srank_h", "srank_g", "loss_value")}
+
 EpochCallback = Callable[[int, int, dict[str, float]], None]  # (epoch, max epochs, metrics)
 
 #: Package data (importlib.resources, so an installed package finds them too): the shipped probes
@@ -94,8 +97,7 @@ def probe_inputs(source, inputs: str = "rank_ratio") -> np.ndarray:
 
     _check_inputs(inputs)
     table = hasattr(source, "columns")
-    needed = ("rank_ratio",) if inputs == "rank_ratio" else ("srank_h", "srank_g", "loss_value")
-    missing = [c for c in needed if (c not in source.columns if table else getattr(source, c, None) is None)]
+    missing = [c for c in INPUT_COLUMNS[inputs] if (c not in source.columns if table else getattr(source, c, None) is None)]
     if missing:
         raise InputError(f"probe inputs {inputs!r} need {', '.join(missing)}, which these features lack")
 

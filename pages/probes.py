@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from grade.errors import GradeError, InputError
+from grade.probe import INPUT_COLUMNS, INPUTS
 from studio import figures, session
 from studio import served as served_mode
 from studio.resources import (
@@ -275,8 +276,8 @@ with train_tab:
         kind = c1.radio("Probe", ["mlp", "logreg"], key="train_kind", horizontal=True,
                         help="mlp: the paper's probe; logreg: standardised logistic regression")
         # the shipped reference set keeps rank ratios only; feature files from `grade extract` have the rest
-        has_sranks = {"srank_h", "srank_g", "loss_value"} <= set(rows.columns)
-        inputs = c2.radio("Inputs", ["rank_ratio", "sranks_loss"], key="train_inputs", disabled=not has_sranks,
+        has_sranks = set(INPUT_COLUMNS["sranks_loss"]) <= set(rows.columns)
+        inputs = c2.radio("Inputs", list(INPUTS), key="train_inputs", disabled=not has_sranks,
                           format_func={"rank_ratio": "rank ratios", "sranks_loss": "stable ranks + loss"}.get,
                           help="rank ratios: the paper's input; stable ranks + loss: log srank(C_h), log srank(C_g) "
                                "per layer and the loss value, which on Qwen2.5-Coder-1.5B rank short trivia far better"

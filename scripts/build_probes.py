@@ -284,14 +284,14 @@ def write_readme(summaries: list[dict], path: Path) -> None:
             "|---|---|---|---|---|---|---|---|",
         ]
         test_by = s["report"]["test_by_dataset"]
-        lr_by = s["comparison"]["test_by_dataset"]
+        other_by = s["comparison"]["test_by_dataset"]
         for name, bal in data["datasets"].items():
             t = test_by.get(name, {})
             tr = s["transfer"].get(name)
             transfer = f"{fmt(tr['mlp']['auroc'])} / {fmt(tr['logreg']['auroc'])}" if tr else "–"
             lines.append(
                 f"| {name} | {bal['answerable']} / {bal['unanswerable']} | {bal['with_document']} | {t.get('n', 0)} | "
-                f"{fmt(t.get('accuracy'))} | {fmt(t.get('auroc'))} | {fmt(lr_by.get(name, {}).get('auroc'))} | {transfer} |"
+                f"{fmt(t.get('accuracy'))} | {fmt(t.get('auroc'))} | {fmt(other_by.get(name, {}).get('auroc'))} | {transfer} |"
             )
         test = s["report"]["test"]
         check = s.get("check") or {}
