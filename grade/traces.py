@@ -14,7 +14,10 @@ Inputs (:func:`read_traces` tells them apart by their fields):
   ``doc_id`` (or ``id``), ``sample``, ``task``, ``answers``;
 * a **labels file** of :mod:`grade.labeling` with full samples: each sampled answer is a trace, scored as
   the labeller scored it. :func:`generate_traces` writes one: the model's own traces, as GRADE_pos is
-  defined.
+  defined;
+* an **Inspect AI eval log** (``.eval``, or ``.json`` with ``eval`` and ``samples``), read with ``inspect_ai``'s
+  own reader (optional: ``pip install 'grade-studio[inspect]'``): one trace per sample and epoch, correct from
+  a scorer's C / I (the first scorer; ``--metric`` names another). See :mod:`grade.inspect_logs`.
 
 Each trace gets a step-wise ``pos`` analysis (:func:`grade.analyze` with ``steps=True``): a rank ratio per
 step and layer, GRADE_pos (their mean), and per-token epistemic shock (row sums of ``C_g``).
@@ -154,7 +157,7 @@ class TraceSource:
     """What :func:`read_traces` found in a file: the traces and how they were read."""
 
     path: str
-    format: str  # "lm-eval", "jsonl" or "labels"
+    format: str  # "lm-eval", "jsonl", "labels" or "inspect"
     task: str
     items: list[TraceItem]
     metric: str | None = None
@@ -385,7 +388,7 @@ def _read_labels(path: Path, rows: list[tuple[int, dict]], task: str | None) -> 
 
 def read_traces(path: str | Path, *, task: str | None = None, metric: str | None = None,
                 filter_name: str | None = None, prompt: str = "task", limit: int | None = None) -> TraceSource:
-    """Traces of an lm-evaluation-harness samples file, a trace JSONL or a labels file.
+    """Traces of an lm-evaluation-harness samples file, a trace JSONL, a labels file or an Inspect AI eval log.
 
     Parameters
     ----------
@@ -398,6 +401,10 @@ def read_traces(path: str | Path, *, task: str | None = None, metric: str | None
     limit : only the first ``limit`` traces.
     """
     path = Path(path)
+    from .inspect_logs import is_inspect_log, read_inspect_log
+
+    if is_inspect_log(path):  # metric names the scorer
+        return read_inspect_log(path, task=task, metric=metric, filter_name=filter_name, prompt=prompt, limit=limit)
     rows = _read_objects(path)
     first = rows[0][1]
     if "doc_id" in first and ("doc" in first or "resps" in first):

@@ -1,7 +1,8 @@
 """``python -m grade traces``: step-wise GRADE_pos and token shock of many reasoning traces, into a trace store.
 
-Traces come from an lm-evaluation-harness samples file (``--log_samples``), this project's trace JSONL
-(question, response, correct), or are sampled from a GSM8K / MATH dataset by the model itself::
+Traces come from an lm-evaluation-harness samples file (``--log_samples``), an Inspect AI eval log (``.eval``
+or ``.json``), this project's trace JSONL (question, response, correct), or are sampled from a GSM8K / MATH
+dataset by the model itself::
 
     python -m grade traces --samples samples_gsm8k_2025-01-01T00-00-00.jsonl --out runs/traces/gsm8k
     python -m grade traces --dataset gsm8k --limit 50 --generate 4 --out runs/traces/own --json
@@ -28,13 +29,15 @@ def register(sub) -> None:
     add_model_arguments(p)
     src = p.add_argument_group("traces")
     src.add_argument("--samples", default=None,
-                     help="lm-evaluation-harness samples_<task>_<date>.jsonl, or a JSONL of question/response/correct")
+                     help="lm-evaluation-harness samples_<task>_<date>.jsonl, an Inspect AI eval log (.eval or .json; "
+                          "pip install 'grade-studio[inspect]'), or a JSONL of question/response/correct")
     src.add_argument("--dataset", default=None, help="with --generate: gsm8k, math, hf:gsm8k, hf:math or a JSONL of problems")
     src.add_argument("--generate", type=int_range(1, 1000), default=None, metavar="N",
                      help="sample N traces per problem of --dataset with the model itself")
     src.add_argument("--task", choices=("gsm8k", "math"), default=None,
                      help="prompt and answer check (default: from the file name or its rows)")
-    src.add_argument("--metric", default=None, help="lm-eval: the per-sample 0/1 metric (default exact_match)")
+    src.add_argument("--metric", default=None, help="lm-eval: the per-sample 0/1 metric (default exact_match); "
+                     "Inspect AI log: the scorer (default: the log's first)")
     src.add_argument("--filter", default=None, help="lm-eval: whose filter's rows to read (default: the file's first)")
     src.add_argument("--prompt", choices=("task", "run"), default="task",
                      help="task: this project's prompt for the task; run: lm-eval's own prompt (arguments.gen_args_0)")
