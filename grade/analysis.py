@@ -19,7 +19,7 @@ from . import __version__
 from .capture import capture_mlp
 from .errors import InputError, NumericalError
 from .generation import encode_prompt, greedy_answer
-from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response
+from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response, token_surprisal
 from .models import LoadedModel
 from .prompts import format_prompt
 from .result import GradeResult, StepResult
@@ -229,8 +229,10 @@ def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Ste
     """Step-wise ``pos`` one prefix at a time: for step k a forward pass over the prefix ending with
     step k, its loss, a backward pass and its spectra. Same features as the shared pass (causal
     attention: a prefix's activations are the full sequence's), fewer operations on a CPU when steps
-    are spread over a long response. Returns (StepResult per step, last-prompt-token hidden states)."""
+    are spread over a long response. Returns (StepResult per step, last-prompt-token hidden states, per-token
+    surprisal (n,), NaN outside the steps)."""
     results, hidden_states = [], None
+    surprisal = np.full(len(input_ids), np.nan)
     timings.update(forward_s=0.0, backward_s=0.0, spectra_s=0.0)
     for k, step in enumerate(step_spans):
         prefix = input_ids[: step.end]
@@ -240,6 +242,7 @@ def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Ste
             timings["forward_s"] += time.perf_counter() - t
             ids = torch.tensor(prefix[first:], device=logits.device)
             loss = response_cross_entropy(logits, ids, step.start - first, step.end - first)
+            surprisal[step.start : step.end] = token_surprisal(logits, ids, step.start - first, step.end - first).cpu().numpy()
             if not torch.isfinite(loss):
                 raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
             t = time.perf_counter()
@@ -254,7 +257,7 @@ def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Ste
         timings["spectra_s"] += time.perf_counter() - t
         scores = rows[:, step.start : step.end] if rows is not None else np.full((len(hidden), step.end - step.start), np.nan)
         results.append(StepResult(step.text, step.start, step.end, float(loss.detach()), sh, sg, ratio, scores, eh, eg))
-    return results, hidden_states
+    return results, hidden_states, surprisal
 
 
 def analyze(
@@ -367,8 +370,8 @@ def analyze(
 
     t = time.perf_counter()
     if by_prefix:
-        step_results, hidden_states = _steps_by_prefix(lm, input_ids, step_spans, kinds, spectra, keep_hidden, timings,
-                                                       row_sums)
+        step_results, hidden_states, surprisal = _steps_by_prefix(lm, input_ids, step_spans, kinds, spectra, keep_hidden,
+                                                                  timings, row_sums)
     else:
         with torch.enable_grad():
             logits_from = len(input_ids) - 1 if loss == "pre" else len(prompt_ids) - 1
@@ -388,6 +391,11 @@ def analyze(
                 losses = response_cross_entropy(logits, ids_tensor, len(prompt_ids) - first, len(input_ids) - first)
             if not torch.isfinite(losses).all():
                 raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+            surprisal = None
+            if loss == "pos":
+                surprisal = np.full(len(input_ids), np.nan)
+                surprisal[len(prompt_ids):] = token_surprisal(logits, ids_tensor, len(prompt_ids) - first,
+                                                              len(input_ids) - first).cpu().numpy()
             t = time.perf_counter()
             deltas = activation_grads(losses, capture.outputs)  # per layer (K, n, d_model)
             timings["backward_s"] = time.perf_counter() - t
@@ -456,6 +464,7 @@ def analyze(
         eig_g=eig_g,
         token_scores=token_scores,
         last_hidden=last_hidden,
+        token_surprisal=surprisal,
         steps=step_results,
         timings=timings,
         package_version=__version__,

@@ -20,7 +20,7 @@ import sys
 
 from .errors import GradeError
 
-COMMANDS = ("analyze", "label", "extract", "train", "evaluate", "benchmark", "traces")
+COMMANDS = ("analyze", "label", "extract", "train", "evaluate", "benchmark", "traces", "steperrors")
 
 
 class ArgumentParser(argparse.ArgumentParser):

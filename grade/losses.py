@@ -36,6 +36,17 @@ def response_cross_entropy(logits: torch.Tensor, input_ids: torch.Tensor, start:
     return F.cross_entropy(predicted, input_ids[start:end])
 
 
+def token_surprisal(logits: torch.Tensor, input_ids: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Per-token CE (surprisal, nats) of ``input_ids[start:end]``, detached: (end - start,).
+
+    The terms whose mean is :func:`response_cross_entropy`; the plain token-level signal that step-error
+    locators are compared with.
+    """
+    with torch.no_grad():
+        predicted = logits[start - 1 : end - 1].detach().float()
+        return F.cross_entropy(predicted, input_ids[start:end], reduction="none")
+
+
 @dataclass(frozen=True)
 class Step:
     """A reasoning step: characters [char_start, char_end) of the response, tokens [start, end) of the sequence."""

@@ -66,6 +66,8 @@ class GradeResult:
     token_scores : (L, n) per-token epistemic shock (row sums of ``C_g``); NaN where a token is not
         scored (prompt tokens under a ``pos`` loss), None for ``pre``.
     last_hidden : (L + 1, d_model) hidden states of the last prompt token (embeddings first), when kept.
+    token_surprisal : (n,) cross-entropy (nats) of each response token under a ``pos`` loss, NaN for
+        prompt tokens; None for ``pre``.
     """
 
     model: str
@@ -87,11 +89,12 @@ class GradeResult:
     eig_g: np.ndarray | None = None
     token_scores: np.ndarray | None = None
     last_hidden: np.ndarray | None = None
+    token_surprisal: np.ndarray | None = None
     steps: list[StepResult] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     package_version: str = ""
 
-    _ARRAYS = ("srank_h", "srank_g", "rank_ratio", "eig_h", "eig_g", "token_scores", "last_hidden")
+    _ARRAYS = ("srank_h", "srank_g", "rank_ratio", "eig_h", "eig_g", "token_scores", "last_hidden", "token_surprisal")
 
     @property
     def n_layers(self) -> int:

@@ -11,7 +11,9 @@ Inputs (:func:`read_traces` tells them apart by their fields):
   re-scored one by one with :func:`grade.tasks.is_correct` against the gold answer (the ``source``
   column says which). GSM8K and MATH tasks (``gsm8k*``, ``minerva_math*``, ``hendrycks_math*``, ...);
 * this project's **trace JSONL**: ``question``, ``response``, ``correct`` (true / false / null), optional
-  ``doc_id`` (or ``id``), ``sample``, ``task``, ``answers``;
+  ``doc_id`` (or ``id``), ``sample``, ``task``, ``answers``, and ``error_step`` / ``error_kind`` where the
+  first wrong step is known (1-based, in the steps of :func:`grade.losses.split_steps`; the step-error
+  benchmark's traces carry them);
 * a **labels file** of :mod:`grade.labeling` with full samples: each sampled answer is a trace, scored as
   the labeller scored it. :func:`generate_traces` writes one: the model's own traces, as GRADE_pos is
   defined;
@@ -20,7 +22,10 @@ Inputs (:func:`read_traces` tells them apart by their fields):
   a scorer's C / I (the first scorer; ``--metric`` names another). See :mod:`grade.inspect_logs`.
 
 Each trace gets a step-wise ``pos`` analysis (:func:`grade.analyze` with ``steps=True``): a rank ratio per
-step and layer, GRADE_pos (their mean), and per-token epistemic shock (row sums of ``C_g``).
+step and layer, GRADE_pos (their mean), per-token epistemic shock (row sums of ``C_g``) and token surprisal,
+and a ``suspect_step``: the step that :data:`grade.locate.DEFAULT_LOCATOR` ranks first as where the trace
+goes wrong (the arithmetic / provenance check of :mod:`grade.step_checks`, then surprisal), with the
+per-step signals behind it. How often each signal finds a known wrong step: ``python -m grade steperrors``.
 
 The **trace store** is a folder::
 
@@ -61,10 +66,11 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import GradeError, InputError
+from .locate import DEFAULT_LOCATOR, locate, ranked_steps, step_signals
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: step-error localization columns and token surprisal
 #: Error kinds an analyst can mark (the last one catches the rest).
 ERROR_KINDS = ("arithmetic slip", "misread question", "wrong operation", "unit error", "other")
 #: Token classes of :func:`token_class`.
@@ -106,6 +112,19 @@ TRACE_SCHEMA = pa.schema(
         ("peak_token_position", pa.int32()),
         ("peak_token_step", pa.int32()),
         ("peak_token_class", pa.string()),
+        # step-error localization (grade.locate): the default locator's ranking and the signals behind it
+        ("locator", pa.string()),  # name of the locator behind suspect_step
+        ("suspect_step", pa.int32()),  # 1-based: the step the locator ranks first
+        ("suspect_step_text", pa.string()),
+        ("step_ranking", pa.list_(pa.int32())),  # (K,) 1-based steps, most suspect first
+        ("step_check", pa.list_(pa.float64())),  # (K,) the check's score, 0 = nothing found
+        ("step_findings", pa.list_(pa.string())),  # (K,) each step's check findings as a JSON list
+        ("step_surprisal_max", pa.list_(pa.float64())),  # (K,)
+        ("step_surprisal_mean", pa.list_(pa.float64())),  # (K,)
+        ("step_shock_max", pa.list_(pa.float64())),  # (K,)
+        ("step_shock_mean", pa.list_(pa.float64())),  # (K,)
+        ("known_error_step", pa.int32()),  # 1-based first wrong step given with the trace (a benchmark's), or null
+        ("known_error_kind", pa.string()),
         ("seconds", pa.float64()),  # analysis time of this trace
         ("format_version", pa.int32()),
         ("package_version", pa.string()),
@@ -120,6 +139,7 @@ TOKEN_SCHEMA = pa.schema(
         ("token", pa.string()),  # decoded text of the token
         ("token_class", pa.string()),
         ("shock", pa.float32()),  # in [0, 1] within its trace, see :func:`token_shock`
+        ("surprisal", pa.float32()),  # nats: cross-entropy of the token given everything before it
         ("scores", pa.list_(pa.float32())),  # (L,) raw row sums of C_g
     ]
 )
@@ -142,6 +162,8 @@ class TraceItem:
     source: str = ""
     answers: tuple[str, ...] = ()
     prompt: str | None = None  # a ready prompt (the run's own); None: this project's task prompt
+    error_step: int | None = None  # 1-based first wrong step, where the input knows it (a benchmark)
+    error_kind: str | None = None
 
     @property
     def trace_id(self) -> str:
@@ -363,8 +385,13 @@ def _read_project_jsonl(path: Path, rows: list[tuple[int, dict]], task: str | No
         if key in seen:
             raise InputError(f"{where}: trace {key} (doc_id:sample) appears twice")
         seen.add(key)
+        error_step = row.get("error_step")
+        if error_step is not None and (isinstance(error_step, bool) or not isinstance(error_step, int) or error_step < 1):
+            raise InputError(f"{where}: 'error_step' is {error_step!r}; use a step number from 1, or leave it out")
+        error_kind = row.get("error_kind")
         items.append(TraceItem(doc_id, sample, question, response, None if correct is None else bool(correct),
-                               row_task, source, answers))
+                               row_task, source, answers, error_step=error_step,
+                               error_kind=None if error_kind is None else str(error_kind)))
     tasks = {i.task for i in items}
     return TraceSource(str(path), "jsonl", tasks.pop() if len(tasks) == 1 else "mixed", items)
 
@@ -482,6 +509,11 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
     peak = int(np.argmax(step_ratio))
     peak_token = int(np.argmax(shock)) if shock.size else 0
     classes = [token_class(t) for t in display_tokens]
+    surprisal = (result.token_surprisal[start:] if result.token_surprisal is not None
+                 else np.full(scores.shape[1], np.nan))
+    signals = step_signals(item.question, [s.text for s in steps], ratios, [s.loss_value for s in steps],
+                           step_of, shock, surprisal)
+    ranking = ranked_steps(locate(signals, DEFAULT_LOCATOR))
     row = {
         "trace_id": item.trace_id,
         "doc_id": item.doc_id,
@@ -513,13 +545,23 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
         "peak_token_position": peak_token,
         "peak_token_step": int(step_of[peak_token]) if shock.size else 0,
         "peak_token_class": classes[peak_token] if classes else "other",
+        "locator": DEFAULT_LOCATOR,
+        "suspect_step": ranking[0],
+        "suspect_step_text": steps[ranking[0] - 1].text,
+        "step_ranking": ranking,
+        "step_check": [float(x) for x in signals.values["check"]],
+        "step_findings": [json.dumps(found) for found in signals.findings],
+        **{f"step_{name}": [float(x) for x in signals.values[name]]
+           for name in ("surprisal_max", "surprisal_mean", "shock_max", "shock_mean")},
+        "known_error_step": item.error_step,
+        "known_error_kind": item.error_kind,
         "seconds": float(seconds),
         "format_version": FORMAT_VERSION,
         "package_version": __version__,
     }
     tokens = [
         {"trace_id": item.trace_id, "position": i, "step": int(step_of[i]), "token": display_tokens[i],
-         "token_class": classes[i], "shock": float(shock[i]),
+         "token_class": classes[i], "shock": float(shock[i]), "surprisal": float(surprisal[i]),
          "scores": np.nan_to_num(scores[:, i].astype(np.float32)).tolist()}
         for i in range(scores.shape[1])
     ]
@@ -625,6 +667,9 @@ class TraceStore:
         wanted = {"model": model, "loss": "pos", "srank": srank, "source": source}
         if self.exists():
             have = self.meta()
+            if have.get("format_version", 1) != FORMAT_VERSION:
+                raise InputError(f"{self.path} was written by an older version (format {have.get('format_version', 1)}, "
+                                 f"now {FORMAT_VERSION}); it can still be opened, but new traces go to another --out")
             for key in ("model", "loss", "srank"):
                 if have.get(key) != wanted[key]:
                     raise InputError(f"{self.path} holds traces of {key} {have.get(key)!r}; this run uses "
@@ -683,8 +728,13 @@ class TraceStore:
         frame["correct"] = frame["correct"].astype("boolean")
         if annotated:
             notes = self.annotations()
-            frame["error_step"] = pd.array([notes.get(t, {}).get("error_step") for t in frame["trace_id"]], dtype="Int64")
-            frame["error_kind"] = [notes.get(t, {}).get("kind") for t in frame["trace_id"]]
+            known = dict(zip(frame["trace_id"], zip(frame.get("known_error_step", [None] * len(frame)),
+                                                   frame.get("known_error_kind", [None] * len(frame)))))
+            # the analyst's mark where there is one, else the step the input gave (a benchmark's known error)
+            frame["error_step"] = pd.array(
+                [notes[t].get("error_step") if t in notes else (None if _missing(known[t][0]) else int(known[t][0]))
+                 for t in frame["trace_id"]], dtype="Int64")
+            frame["error_kind"] = [notes[t].get("kind") if t in notes else known[t][1] for t in frame["trace_id"]]
             frame["note"] = [notes.get(t, {}).get("note") for t in frame["trace_id"]]
         return frame
 
@@ -890,10 +940,18 @@ def json_doc_id(doc_id: str, fmt: str | None):
 
 def summary_rows(frame, fmt: str | None = None) -> list[dict]:
     """The per-trace summary of ``python -m grade traces --json``."""
-    return [{"doc_id": json_doc_id(r.doc_id, fmt), "sample": int(r.sample),
-             "correct": None if _missing(r.correct) else bool(r.correct),
-             "grade_pos": float(r.grade_pos), "n_steps": int(r.n_steps), "peak_step": int(r.peak_step)}
-            for r in frame.itertuples(index=False)]
+    rows = []
+    for r in frame.itertuples(index=False):
+        row = {"doc_id": json_doc_id(r.doc_id, fmt), "sample": int(r.sample),
+               "correct": None if _missing(r.correct) else bool(r.correct),
+               "grade_pos": float(r.grade_pos), "n_steps": int(r.n_steps), "peak_step": int(r.peak_step)}
+        suspect = getattr(r, "suspect_step", None)
+        if not _missing(suspect):  # stores of format 1 have none
+            row.update(suspect_step=int(suspect), suspect_step_text=r.suspect_step_text, locator=r.locator,
+                       step_ranking=[int(k) for k in r.step_ranking], step_texts=list(r.step_texts),
+                       flagged_steps=[k + 1 for k, v in enumerate(r.step_check) if v > 0])
+        rows.append(row)
+    return rows
 
 
 #: Scores that could rank wrong traces above correct ones; higher = more likely wrong, fixed in advance.
@@ -980,6 +1038,9 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0) -> dict[
         if len(marked):
             error = marked["error_step"].astype(int).to_numpy()
             notes["peak_step_is_error_step"] = float(np.mean(marked["peak_step"].to_numpy() == error))
+            if "suspect_step" in marked:  # stores of format 1 have no suspect step
+                suspect = marked["suspect_step"].to_numpy(dtype=float)
+                notes["suspect_step_is_error_step"] = float(np.mean(suspect == error))
             notes["peak_token_step_is_error_step"] = float(np.mean(marked["peak_token_step"].to_numpy() == error))
             notes["peak_step_within_one"] = float(np.mean(np.abs(marked["peak_step"].to_numpy() - error) <= 1))
             notes["chance"] = float(np.mean(1.0 / marked["n_steps"].to_numpy()))
@@ -1013,6 +1074,10 @@ def aggregate_markdown(agg: dict[str, Any]) -> str:
         lines.append(f"| {r['group']} | {r['n']} | " + " | ".join(_fmt(r[k], 2) for k in TOKEN_CLASSES) + " |")
     a = agg["annotations"]
     if a.get("with_step"):
+        if "suspect_step_is_error_step" in a:
+            lines += ["", f"Annotated or known error steps: {a['with_step']}; the suspect step "
+                          f"({DEFAULT_LOCATOR}) is the error step in {_fmt(a['suspect_step_is_error_step'], 2)} of them "
+                          f"(chance {_fmt(a['chance'], 2)})"]
         lines += ["", f"Annotated error steps: {a['with_step']}; the peak step is the error step in "
                       f"{_fmt(a['peak_step_is_error_step'], 2)} of them (peak token's step: "
                       f"{_fmt(a['peak_token_step_is_error_step'], 2)}; within one step: {_fmt(a['peak_step_within_one'], 2)}; "
