@@ -6,6 +6,8 @@ The pages are thin: the engine is :mod:`grade`, UI support is :mod:`studio`.
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -54,27 +56,44 @@ def _use_example() -> None:
     st.session_state["task"] = task
 
 
-def _run_analysis(lm) -> None:
-    probe, info, problem = session.active_probe(lm, task=st.session_state.get("task", "qa"))
+def _request() -> dict:
+    """What the Analyze button analyses: the widgets' values now."""
+    return {"question": st.session_state.get("question", ""), "context": st.session_state.get("context"),
+            "task": st.session_state.get("task", "qa"),
+            "max_new_tokens": int(st.session_state.get("max_new_tokens", 48))}
+
+
+def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
+    """Analyse ``request`` (from the shared cache unless ``recompute``) into this session's state."""
+    probe, info, problem = session.active_probe(lm, task=request["task"])
     detectors, detectors_problem = session.active_detectors(lm)
-    with st.status("Analyzing ...", expanded=True) as status:
-        try:
-            analysis = workflows.analyze_question(
-                lm, st.session_state.get("question", ""), context=st.session_state.get("context"),
-                task=st.session_state.get("task", "qa"), probe=probe, probe_info=info if probe is not None else None,
-                max_new_tokens=int(st.session_state.get("max_new_tokens", 48)), progress=status.write,
-                model_label=st.session_state["model_spec"].label, limits=session.limits(), detectors=detectors,
-            )
-            if analysis.probe_problem is None and probe is None:
-                analysis.probe_problem = problem
-            analysis.detectors_problem = detectors_problem
-        except Exception as exc:  # shown in the page; the session stays usable
-            status.update(label="Analysis failed", state="error", expanded=True)
-            st.session_state.pop(session.ANALYSIS, None)
-            st.session_state["analysis_error"] = exc
-            return
-        status.update(label=f"Analyzed in {sum(analysis.seconds.values()):.1f} s", state="complete", expanded=False)
+    cache = session.analysis_cache()
+    key = session.analysis_key(lm, info if probe is not None else None, request, session.detectors_stamp(lm))
+    entry = None if recompute else cache.get(key)
+    if entry is not None:
+        analysis = entry.value.as_cached(entry.computed_at)
+    else:
+        with st.status("Analyzing ...", expanded=True) as status:
+            try:
+                analysis = workflows.analyze_question(
+                    lm, request["question"], context=request["context"], task=request["task"], probe=probe,
+                    probe_info=info if probe is not None else None, max_new_tokens=request["max_new_tokens"],
+                    progress=status.write, model_label=st.session_state["model_spec"].label, limits=session.limits(),
+                    detectors=detectors,
+                )
+                if analysis.probe_problem is None and probe is None:
+                    analysis.probe_problem = problem
+                analysis.detectors_problem = detectors_problem
+            except Exception as exc:  # shown in the page; the session stays usable
+                status.update(label="Analysis failed", state="error", expanded=True)
+                st.session_state.pop(session.ANALYSIS, None)
+                st.session_state["analysis_error"] = exc
+                return
+            status.update(label=f"Analyzed in {sum(analysis.seconds.values()):.1f} s", state="complete",
+                          expanded=False)
+        cache.put(key, analysis, analysis.computed_at)
     st.session_state[session.ANALYSIS] = analysis
+    st.session_state["analysis_request"] = request
     st.session_state.pop("analysis_error", None)
 
 
@@ -115,8 +134,20 @@ def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
             st.caption(session.user_text(analysis.detectors_problem))
 
 
+def _show_cached_hint(analysis: workflows.QuestionAnalysis) -> None:
+    if not analysis.from_cache:
+        return
+    when = time.strftime("%H:%M", time.localtime(analysis.computed_at))
+    row = st.container(horizontal=True, vertical_alignment="center", key="cached_hint")
+    row.caption(f"Cached result (computed at {when}): the same model, question, document, settings and probe "
+                "were analysed before, so nothing was recomputed.")
+    row.button("Recompute", key="recompute", icon=":material/refresh:",
+               help="Analyse this question again and replace the cached result")
+
+
 def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     result = analysis.result
+    _show_cached_hint(analysis)
     left, right = st.columns([3, 2], gap="large")
     with left:
         with st.container(border=True, key="answer"):
@@ -180,8 +211,10 @@ def home() -> None:
                             help=f"At most {session.limits().answer_tokens} tokens")
     clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None, width="stretch")
 
-    if clicked and lm is not None:
-        _run_analysis(lm)
+    # The "Recompute" button under a cached result: its click reruns the script with it set.
+    recompute = bool(st.session_state.get("recompute")) and st.session_state.get("analysis_request") is not None
+    if lm is not None and (clicked or recompute):
+        _run_analysis(lm, _request() if clicked else st.session_state["analysis_request"], recompute=recompute)
     if st.session_state.get("analysis_error") is not None:
         session.show_error(st.session_state["analysis_error"], "Analysis failed")
     analysis = st.session_state.get(session.ANALYSIS)

@@ -22,6 +22,7 @@ import grade
 from grade.errors import GradeError, ProbeError
 
 from . import served as served_mode
+from .analysis_cache import AnalysisCache
 from .resources import (
     PROBES_DIR,
     REFERENCE_FEATURES,
@@ -129,6 +130,38 @@ def after_user_write() -> None:
 @st.cache_resource(show_spinner=False)
 def model_registry() -> ModelRegistry:
     return ModelRegistry(capacity=2)
+
+
+@st.cache_resource(show_spinner=False)
+def analysis_cache() -> AnalysisCache:
+    """Home's analyses, shared by all sessions of this process and bounded by
+    ``GRADE_ANALYSIS_CACHE_ENTRIES`` / ``GRADE_ANALYSIS_CACHE_MB`` (:mod:`studio.analysis_cache`)."""
+    return AnalysisCache.from_environment()
+
+
+def _file_version(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return 0, 0
+    return stat.st_mtime_ns, stat.st_size
+
+
+def analysis_key(lm: grade.LoadedModel, probe_info: ProbeInfo | None, request: dict, detectors_stamp: int) -> tuple:
+    """What an analysis depends on: the model (as picked: source, device, dtype), the question and document,
+    the settings (task, answer length, the answer-length cap), the probe file (path and version) and the
+    detectors' files. Equal keys give the same analysis."""
+    spec = st.session_state.get("model_spec")
+    probe = None
+    if probe_info is not None:
+        path = Path(probe_info.path)
+        probe = (str(path), _file_version(path), _file_version(probe_metadata_path(path)))
+    context = (request.get("context") or "").strip() or None
+    return (
+        (spec.source, spec.device, spec.dtype) if spec is not None else None, lm.name,
+        (request.get("question") or "").strip(), context, request.get("task", "qa"),
+        int(request.get("max_new_tokens") or 0), limits().answer_tokens, probe, detectors_stamp,
+    )
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -312,7 +345,12 @@ def active_detectors(lm: grade.LoadedModel | None) -> tuple[list, str | None]:
     once per version of their files; ``problem`` says in one line why some or all are missing."""
     if lm is None:
         return [], "no model loaded."
-    return _detectors_cached(lm.name, str(DETECTORS_DIR), detectors_version(lm.name, DETECTORS_DIR))
+    return _detectors_cached(lm.name, str(DETECTORS_DIR), detectors_stamp(lm))
+
+
+def detectors_stamp(lm: grade.LoadedModel) -> int:
+    """The version of the loaded model's detector files (part of an analysis' cache key)."""
+    return detectors_version(lm.name, DETECTORS_DIR)
 
 
 # ------------------------------------------------------------------------------- errors, downloads
