@@ -302,6 +302,20 @@ def current_model() -> grade.LoadedModel | None:
         return None
 
 
+def selected_model_name() -> str | None:
+    """The name of the model picked in the sidebar, read from this session's state without loading anything:
+    an embedded model's name, else a loaded model's own name; None when neither is known (pages that only
+    need the name, such as Benchmarks, use this)."""
+    spec = st.session_state.get("model_spec")
+    if spec is not None:
+        if spec.source in grade.EMBEDDED_MODELS:
+            return spec.source
+        registry = model_registry()
+        return registry.get(spec).name if spec in registry.loaded() else None
+    choice = st.session_state.get("model_choice")
+    return choice if choice in grade.EMBEDDED_MODELS else None
+
+
 def no_model_message() -> None:
     reason = st.session_state.get("model_error")
     st.info("No model is loaded. Pick one in the sidebar." + (f" (Last error: {reason})" if reason else ""))
@@ -412,8 +426,9 @@ def png_export_available() -> bool:
 
 def show_figure(fig, name: str, *, key: str, downloads: bool = True) -> None:
     """An interactive Plotly chart with HTML (always) and PNG (when kaleido + Chromium work) downloads."""
-    st.plotly_chart(fig, width="stretch", key=f"chart_{key}",
-                    config={"displaylogo": False, "displayModeBar": "hover", "toImageButtonOptions": {"format": "png", "filename": _slug(name), "scale": 2}})
+    from .figures import PLOTLY_CONFIG, for_display
+
+    st.plotly_chart(for_display(fig), width="stretch", key=f"chart_{key}", config=PLOTLY_CONFIG)
     if not downloads:
         return
     row = st.container(horizontal=True)

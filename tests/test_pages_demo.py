@@ -1,0 +1,106 @@
+"""Page texts computed from the pages' own numbers: Benchmarks (opens on the loaded model, says where GRADE
+wins and loses, warns on small test sets), the small-sample rule, and the Projections / Home sentences."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = "qwen2.5-coder-1.5b-instruct"
+
+
+def _page(path: str, monkeypatch, **state):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / path), default_timeout=120)
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+@pytest.mark.parametrize("model", [QWEN, "smollm2-135m-instruct"])
+def test_benchmarks_opens_on_the_loaded_models_tables_and_says_where_grade_wins_and_loses(monkeypatch, model):
+    """The session the router leaves after loading ``model`` (its spec); the page needs the name only, so
+    nothing is loaded here (Qwen's weights stay on disk)."""
+    from grade.studies import BenchmarkResult
+    from studio import session
+    from studio.resources import ModelSpec
+    from studio.summaries import benchmark_summary
+
+    spec = ModelSpec(source=model)
+    at = _page("pages/benchmarks.py", monkeypatch, model_spec=spec)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="benchmark_model").value == model  # no selection made
+    expected = BenchmarkResult.load(ROOT / "results" / model)
+    sentence = next(m.value for m in at.markdown if m.value.startswith("**Where GRADE wins and loses"))
+    assert model in sentence and benchmark_summary(expected.main) in sentence
+    shown = at.dataframe[1].value  # the main table (the first is the datasets table)
+    grade_pre = [c for c in shown.columns if c.endswith("AUROC [95% CI]")]
+    wanted = {f"{r['auroc']:.3f}" for r in expected.main if r["method"] == "GRADE_pre"}
+    assert {str(v).split()[0] for v in shown.loc["GRADE_pre", grade_pre]} == wanted
+    assert spec not in session.model_registry().loaded()
+    small = [w.value for w in at.warning if w.value.startswith("Small test sets")]
+    if any(r["n"] < 20 for r in expected.main):
+        assert small
+        if model == QWEN:
+            assert "gsm8k: only n = 16 test questions (8 answerable)" in small[0]
+    else:
+        assert not small
+
+
+def test_benchmark_summary_names_wins_and_losses_from_the_table():
+    from studio.summaries import benchmark_summary
+
+    rows = [
+        {"dataset": "a", "method": "GRADE_pre", "n": 40, "auroc": 0.80},
+        {"dataset": "a", "method": "GRADE_pos", "n": 40, "auroc": 0.70},
+        {"dataset": "a", "method": "SAPLMA", "n": 40, "auroc": 0.75},
+        {"dataset": "a", "method": "Length_pre", "n": 40, "auroc": 0.95},  # not a detector
+        {"dataset": "b", "method": "GRADE_pre", "n": 30, "auroc": 0.60},
+        {"dataset": "b", "method": "SAPLMA", "n": 30, "auroc": 0.90},
+        {"dataset": "b", "method": "P-Entropy", "n": 30, "auroc": 0.65},
+        {"dataset": "b", "method": "Judge", "n": 30, "auroc": float("nan")},
+    ]
+    text = benchmark_summary(rows)
+    assert text.endswith(".") and ". " not in text.replace("vs. ", "")  # one sentence
+    assert "highest test AUROC on 1 of 2 datasets" in text and "30–40 test questions" in text
+    assert "wins on a (GRADE_pre 0.800 vs. SAPLMA 0.750)" in text
+    assert "loses on b (GRADE_pre 0.600, rank 3 of 3; best SAPLMA 0.900)" in text
+
+
+@pytest.mark.parametrize("n, positives, warned", [(2, 1, True), (19, 9, True), (20, 10, False), (50, 0, True),
+                                                   (50, 50, True), (50, 20, False), (None, None, False)])
+def test_small_test_sets_are_flagged(n, positives, warned):
+    from studio.summaries import small_sample_problem, small_sample_warning
+
+    assert (small_sample_problem(n, positives) is not None) == warned
+    assert (small_sample_warning([("x", n, positives)]) is not None) == warned
+
+
+def test_the_projections_sentence_follows_its_table():
+    from studio.summaries import separability_summary
+
+    table = [{"feature space": "hidden state", "correct / incorrect": 0.631, "with / without document": 0.95},
+             {"feature space": "GRADE features", "correct / incorrect": 0.567, "with / without document": 0.70}]
+    text = separability_summary(table, majority=0.513)
+    assert "hidden states predict it better (0.631 vs. 0.567" in text
+    assert "majority guess scores 0.513, so hidden states and GRADE features beat it" in text
+    table[1]["correct / incorrect"] = 0.52
+    assert "so hidden states beats it" in separability_summary(table, majority=0.513)
+    table[0]["correct / incorrect"] = 0.50
+    assert "neither space beats it" in separability_summary(table, majority=0.513)
+
+
+def test_the_headline_reading_places_the_number_among_the_reference_questions():
+    from studio.summaries import headline_reading
+
+    ratios = np.array([[0.5, 0.7], [0.6, 0.8], [0.4, 0.4], [0.3, 0.5]])  # means 0.6, 0.7 | 0.4, 0.4
+    labels = np.array([1, 1, 0, 0])
+    text = headline_reading(0.65, ratios, labels)
+    assert "median is 0.650 for answerable and 0.400 for unanswerable" in text
+    assert "higher for answerable ones" in text and "above 50% of the answerable and 100% of the unanswerable" in text
+    assert headline_reading(0.5, ratios, np.ones(4)) is None
