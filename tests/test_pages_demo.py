@@ -104,3 +104,39 @@ def test_the_headline_reading_places_the_number_among_the_reference_questions():
     assert "median is 0.650 for answerable and 0.400 for unanswerable" in text
     assert "higher for answerable ones" in text and "above 50% of the answerable and 100% of the unanswerable" in text
     assert headline_reading(0.5, ratios, np.ones(4)) is None
+
+
+def test_probes_page_starts_on_the_active_probe(monkeypatch):
+    """Qwen's ``-pre`` probe active: the table, the list and the ROC start on it, not on ``-pos``."""
+    import json
+
+    from studio.resources import PROBES_DIR
+
+    active = PROBES_DIR / f"{QWEN}-pre.safetensors"
+    at = _page("pages/probes.py", monkeypatch, probe_path=str(active))
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="probe_pick").value == str(active)
+    assert at.dataframe[0].value["name"].iloc[0] == f"{QWEN}-pre"
+    roc = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert any(str(t.get("name", "")).startswith(f"{QWEN}-pre (AUROC") for t in roc["data"])
+    assert not [w.value for w in at.warning if w.value.startswith("Small test sets")]  # 100+ test rows
+
+
+def test_an_auroc_from_two_test_questions_carries_a_warning(monkeypatch, tmp_path):
+    import json
+
+    from grade.probe import Probe
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 18))
+    Probe("logreg", seed=0).fit(X, (X[:, 0] > 0).astype(int),
+                                info={"model": "gemma-3-270m", "loss": "pre", "srank": "paper"}).save(tmp_path / "tiny")
+    meta = json.loads((tmp_path / "tiny.json").read_text())
+    meta["metrics"] = {"test": {"n": 2, "positives": 1, "accuracy": 0.0, "auroc": 0.0,
+                                "roc": {"fpr": [0.0, 1.0, 1.0], "tpr": [0.0, 0.0, 1.0]}}}
+    (tmp_path / "tiny.json").write_text(json.dumps(meta))
+    at = _page("pages/probes.py", monkeypatch, probe_path=str(tmp_path / "tiny.safetensors"))
+    assert not at.exception, [e.value for e in at.exception]
+    assert "test AUROC **0.000**" in " ".join(m.value for m in at.markdown)
+    warnings = [w.value for w in at.warning if w.value.startswith("Small test sets")]
+    assert len(warnings) == 2 and all("tiny: only n = 2 test questions (1 answerable)" in w for w in warnings), warnings
