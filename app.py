@@ -15,6 +15,7 @@ st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:
 
 from studio import figures, session, tokens, workflows  # noqa: E402
 from studio.resources import load_questions, model_examples, reference_set  # noqa: E402
+from studio.summaries import explain, headline_reading  # noqa: E402
 
 TASKS = {
     "qa": "Short answer (facts)",
@@ -106,7 +107,7 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
             return
         word = "can probably answer" if verdict.answerable else "probably cannot answer"
         st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
-                  help="Output of the probe on this question's per-layer rank ratios")
+                  help="Output of the probe on this question's per-layer GRADE features")
         st.html(tokens.probability_bar_html(verdict.probability))
         auroc = f"{verdict.auroc:.3f}" if verdict.auroc is not None else "not recorded"
         st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · measured test AUROC **{auroc}** · "
@@ -148,26 +149,35 @@ def _show_cached_hint(analysis: workflows.QuestionAnalysis) -> None:
 def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     result = analysis.result
     _show_cached_hint(analysis)
+    lm = session.current_model()
+    reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
+    if reference is not None and reference.ratios.shape[1] != result.n_layers:
+        reference = None
     left, right = st.columns([3, 2], gap="large")
     with left:
         with st.container(border=True, key="answer"):
             st.markdown("**The model's answer** (greedy)")
             st.markdown(session.plain(analysis.answer) if analysis.answer.strip() else "_(empty answer)_")
         c1, c2, c3, c4 = st.columns(4)
-        c1.metric("GRADE", f"{result.grade:.3f}", help="Mean over layers of the rank ratio srank(C_g) / srank(C_h)")
-        c2.metric(f"Loss ({result.loss})", f"{result.loss_value:.3f}")
+        c1.metric("GRADE", f"{result.grade:.3f}", help="Mean over layers of the rank ratio srank(C_g) / srank(C_h). "
+                  "Not a verdict on its own: the probe reads the per-layer values.")
+        c2.metric(f"Loss ({result.loss})", f"{result.loss_value:.3f}",
+                  help="pre: entropy of the next-token distribution after the prompt; pos: mean cross-entropy of "
+                       "the answer's tokens")
         c3.metric("Tokens analysed", len(result.input_ids))
-        c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s")
+        c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s",
+                  help="How long the analysis took when it was computed" + (" (this one comes from the cache)"
+                                                                            if analysis.from_cache else ""))
+        reading = headline_reading(result.grade, reference.ratios, reference.labels) if reference is not None else None
+        st.caption(reading or "The GRADE number is the mean of the per-layer rank ratios, not a verdict: the probe "
+                   "reads the per-layer values, not their mean.")
     with right:
         _show_verdict(analysis)
         _show_detectors(analysis)
         if analysis.disagreement:
             st.warning(analysis.disagreement, icon=":material/call_split:")
 
-    lm = session.current_model()
-    reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
-    bands = figures.reference_bands(reference.ratios, reference.labels) if reference is not None \
-        and reference.ratios.shape[1] == result.n_layers else None
+    bands = figures.reference_bands(reference.ratios, reference.labels) if reference is not None else None
     fig = figures.rank_ratio_trend(result.rank_ratio, bands, title="Overview: rank ratio across layers", height=340)
     session.show_figure(fig, "rank-ratio-overview", key="home_trend")
     if bands is None:
@@ -191,6 +201,22 @@ def home() -> None:
     st.markdown("Does the language model know enough to answer? GRADE compares, layer by layer, the rank of the "
                 "gradient a question would cause with the rank of the activations it sees; a small probe turns "
                 "these **rank ratios** into the probability that the model can answer.")
+    with st.expander("What you are looking at"):
+        st.markdown(
+            "Ask a question and press **Analyze**. The app runs the model once forward and once backward on your "
+            "question (nothing is learned or changed), measures in every layer how many directions the gradient "
+            "spreads over compared with the activations (the **rank ratio**), and separately lets the model answer so "
+            "you can judge it yourself.\n\n"
+            "- **Probe verdict**: a small classifier trained on this model's per-layer GRADE features (rank ratios; "
+            "some probes read the two stable ranks and the loss instead) for questions it got right or wrong; it gives the probability that the model can answer. Its **test AUROC** says how well it "
+            "separated such questions it had not seen.\n"
+            "- **Other detectors**: simpler methods asked the same question, for comparison. When they disagree with "
+            "the probe, the page says so.\n"
+            "- **GRADE**: the mean rank ratio over layers. It is a summary, not a verdict: the caption under it says "
+            "where it falls among labelled questions; the probe reads the per-layer values, not their mean.\n"
+            "- **Chart**: this question's rank ratio per layer (black) over the middle half of labelled answerable "
+            "(green) and unanswerable (red) questions.\n"
+            + explain("loss pre", "AUROC", "SAPLMA"))
     lm = session.current_model()
     if lm is None:
         session.no_model_message()

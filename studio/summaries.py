@@ -126,26 +126,26 @@ def pick_results_folder(names: Sequence[str], model: str | None) -> str | None:
 # ----------------------------------------------------------------------------------- projections
 
 
-def separability_summary(table: Sequence[Mapping], majority: float) -> str | None:
-    """What a 5-NN separability table (rows: feature space; columns: the property predicted) shows, in one
-    sentence per property: which space predicts it better, and whether that beats the majority baseline
-    (for correct / incorrect; for the document, chance is read off the same way by the caller's table)."""
+def separability_summary(table: Sequence[Mapping], majority: float, majority_document: float | None = None) -> str | None:
+    """What a 5-NN separability table (rows: feature space; columns: the property predicted) shows: for each
+    property, which space predicts it better and whether either beats always guessing the larger class
+    (``majority`` for correct / incorrect, ``majority_document`` for with / without document)."""
     rows = {r["feature space"]: r for r in table}
     if not {"hidden state", "GRADE features"} <= set(rows):
         return None
     hidden, grade = rows["hidden state"], rows["GRADE features"]
     sentences = []
-    for target, what in (("correct / incorrect", "whether the model answered correctly"),
-                         ("with / without document", "whether a document was in the prompt")):
+    for target, what, base in (("correct / incorrect", "whether the model answered correctly", majority),
+                               ("with / without document", "whether a document was in the prompt", majority_document)):
         h, g = hidden.get(target), grade.get(target)
         if _missing(h) or _missing(g):
             continue
-        better, worse = ("GRADE features", "hidden states") if g > h else ("hidden states", "GRADE features")
+        better = "GRADE features" if g > h else "hidden states"
         text = (f"For {what}, {better} predict it better ({max(g, h):.3f} vs. {min(g, h):.3f} 5-NN accuracy)"
                 if g != h else f"For {what}, both spaces score {g:.3f}")
-        if target == "correct / incorrect":
-            beats = [name for name, v in (("hidden states", h), ("GRADE features", g)) if v > majority + 0.02]
-            text += (f"; the majority guess scores {majority:.3f}, so " +
+        if base is not None:
+            beats = [name for name, v in (("hidden states", h), ("GRADE features", g)) if v > base + 0.02]
+            text += (f"; the majority guess scores {base:.3f}, so " +
                      ("neither space beats it by more than 0.02" if not beats
                       else " and ".join(beats) + (" beats" if len(beats) == 1 else " beat") + " it"))
         sentences.append(text + ".")
@@ -173,5 +173,5 @@ def headline_reading(value: float, ratios: np.ndarray | None, labels: np.ndarray
     return (f"This number is the mean of the per-layer rank ratios, not a verdict: on the {len(means)} labelled "
             f"reference questions of this model its median is {yes:.3f} for answerable and {no:.3f} for unanswerable "
             f"questions ({direction}), and the two groups overlap; {value:.3f} is above {share_yes:.0%} of the "
-            f"answerable and {share_no:.0%} of the unanswerable ones. The probe reads the whole per-layer pattern "
-            f"(the chart below), which is why its verdict can disagree with this mean.")
+            f"answerable and {share_no:.0%} of the unanswerable ones. The probe reads the per-layer values, not "
+            f"their mean, which is why its verdict can point the other way.")

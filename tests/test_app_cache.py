@@ -58,6 +58,9 @@ def test_asking_the_same_question_again_is_answered_from_the_cache(monkeypatch):
     first = _timed_click(at, "analyze")
     computed = at.session_state[session.ANALYSIS]
     assert not computed.from_cache and not _hint(at)
+    # The headline number is read against the labelled reference questions, not left to a story.
+    reading = [c.value for c in at.caption if c.value.startswith("This number is the mean of the per-layer rank")]
+    assert len(reading) == 1 and f"{computed.result.grade:.3f} is above" in reading[0], reading
 
     at.selectbox(key="example").set_value(FRANCE_EXAMPLE).run()
     assert at.text_area(key="question").value == QUESTION

@@ -86,8 +86,9 @@ def test_the_projections_sentence_follows_its_table():
 
     table = [{"feature space": "hidden state", "correct / incorrect": 0.631, "with / without document": 0.95},
              {"feature space": "GRADE features", "correct / incorrect": 0.567, "with / without document": 0.70}]
-    text = separability_summary(table, majority=0.513)
+    text = separability_summary(table, majority=0.513, majority_document=0.5)
     assert "hidden states predict it better (0.631 vs. 0.567" in text
+    assert "whether a document was in the prompt, hidden states predict it better (0.950 vs. 0.700" in text
     assert "majority guess scores 0.513, so hidden states and GRADE features beat it" in text
     table[1]["correct / incorrect"] = 0.52
     assert "so hidden states beats it" in separability_summary(table, majority=0.513)
