@@ -49,6 +49,7 @@ def test_asking_the_same_question_again_is_answered_from_the_cache(monkeypatch):
     session.analysis_cache.clear()  # another test module of this process may have analysed it already
     at = _app(monkeypatch).run()
     _no_exception(at)
+    assert any(e.label == "What you are looking at" for e in at.expander)
     # A different question first, so that the timed first analysis pays no one-off loading (probe,
     # detectors, reference set): what is compared is computing an analysis against reusing it.
     at.text_area(key="question").input("Who wrote Pride and Prejudice?")

@@ -141,3 +141,14 @@ def test_an_auroc_from_two_test_questions_carries_a_warning(monkeypatch, tmp_pat
     assert "test AUROC **0.000**" in " ".join(m.value for m in at.markdown)
     warnings = [w.value for w in at.warning if w.value.startswith("Small test sets")]
     assert len(warnings) == 2 and all("tiny: only n = 2 test questions (1 answerable)" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("page", ["pages/spectra.py", "pages/projections.py", "pages/probes.py",
+                                  "pages/benchmarks.py"])
+def test_each_page_says_what_you_are_looking_at(monkeypatch, page):
+    """Even before any model or analysis, each page opens with a short explanation (Home's: test_app_cache)."""
+    at = _page(page, monkeypatch)
+    assert not at.exception, [e.value for e in at.exception]
+    explanations = [e for e in at.expander if e.label == "What you are looking at"]
+    assert len(explanations) == 1
+    assert len(" ".join(m.value for m in explanations[0].markdown)) > 300
