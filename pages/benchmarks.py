@@ -29,8 +29,8 @@ st.markdown(
 )
 with st.expander("What you are looking at"):
     st.markdown(
-        "Each model was asked a few hundred questions from public datasets; its own answers were marked right or "
-        "wrong, and that mark is the label *answerable* / *unanswerable*. Every detector (GRADE and the methods it "
+        "Each model was asked labelled questions from public datasets (the Datasets table counts them); its own "
+        "answers were marked right or wrong, and that mark is the label *answerable* / *unanswerable*. Every detector (GRADE and the methods it "
         "is compared with) was fitted on the same training questions and is scored here on the same held-out test "
         "questions it never saw. Each dataset has a column: **Acc** is the share of test questions the detector "
         "labels correctly, **AUROC** how well its score ranks answerable above unanswerable questions.\n\n"
@@ -71,6 +71,16 @@ except (GradeError, OSError, ValueError) as exc:
     st.stop()
 
 
+def _warn_small(rows, label) -> None:
+    """The small-test-set warning for the rows of a table that shows AUROCs with intervals (one per label)."""
+    seen = {}
+    for row in rows:
+        seen.setdefault(label(row), (row.get("n"), row.get("positives")))
+    text = small_sample_warning((name, n, pos) for name, (n, pos) in seen.items())
+    if text:
+        st.warning(text, icon=":material/warning:")
+
+
 def _num(x, digits=3):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -100,15 +110,12 @@ main["Acc"] = [_num(a) for a in main["acc"]]
 summary = benchmark_summary(result.main)
 if summary:
     st.markdown(f"**Where GRADE wins and loses ({choice}):** {summary}")
-small = small_sample_warning(
-    (d, r["n"], r["positives"]) for d, r in main.drop_duplicates("dataset").set_index("dataset").iterrows())
 wide = main.pivot(index="method", columns="dataset", values=["Acc", "AUROC [95% CI]"])
 order = [m for m in METHOD_ORDER if m in wide.index]
 wide = wide.loc[order]
 wide.columns = [f"{dataset} {metric}" for metric, dataset in wide.columns]
 st.dataframe(wide[sorted(wide.columns)], width="stretch")
-if small:
-    st.warning(small, icon=":material/warning:")
+_warn_small(result.main, lambda r: r["dataset"])
 st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone "
            "(prompt; prompt + response), the confound every feature carries. Training-free scores use the accuracy-maximising threshold "
            "of the training + validation questions; probes use 0.5.")
@@ -118,11 +125,13 @@ tabs = st.tabs(["AUROC", "Transfer", "Robustness", "Ablations", "Confidently wro
 with tabs[0]:
     if "auroc_bars" in figs:
         session.show_figure(figs["auroc_bars"], f"{choice}-auroc-bars", key="bench_auroc_bars")
+        _warn_small(result.main, lambda r: r["dataset"])
 with tabs[1]:
     st.markdown("Detectors trained on one dataset (rows) and tested on another (columns). Test questions seen in "
                 "training under another condition are left out.")
     if "transfer_heatmap" in figs:
         session.show_figure(figs["transfer_heatmap"], f"{choice}-transfer-heatmap", key="bench_transfer_heatmap")
+        _warn_small(result.transfer, lambda r: f"{r['train']} → {r['test']}")
     else:
         st.info("Only one dataset qualified: no transfer to show.")
 with tabs[2]:
@@ -138,6 +147,7 @@ with tabs[2]:
 with tabs[3]:
     if result.ablations:
         st.dataframe(pd.DataFrame(result.ablations), hide_index=True, width="stretch")
+        _warn_small(result.ablations, lambda r: r["dataset"])
         if "ablations" in figs:
             session.show_figure(figs["ablations"], f"{choice}-ablations", key="bench_ablations")
 with tabs[4]:
@@ -158,10 +168,6 @@ with tabs[5]:
                                   for a, lo, hi in zip(cond["auroc"], cond["auroc_lo"], cond["auroc_hi"])]
         st.dataframe(cond[["study", "method", "train", "test", "n", "positives", "acc", "AUROC [95% CI]"]],
                      hide_index=True, width="stretch")
-        small_conditions = small_sample_warning(
-            (f"{r['study']}, {r['train']} → {r['test']}", r["n"], r["positives"])
-            for r in cond.drop_duplicates(["study", "train", "test"]).to_dict("records"))
-        if small_conditions:
-            st.warning(small_conditions, icon=":material/warning:")
+        _warn_small(result.conditions, lambda r: f"{r['study']}, {r['train']} → {r['test']}")
     else:
         st.info("No condition study in these results (see the model-documents results).")
