@@ -69,7 +69,10 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
     probe, info, problem = session.active_probe(lm, task=request["task"])
     detectors, detectors_problem = session.active_detectors(lm)
     cache = session.analysis_cache()
-    key = session.analysis_key(lm, info if probe is not None else None, request, session.detectors_stamp(lm))
+    asked = ((request["question"] or "").strip(), (request["context"] or "").strip() or None, request["task"])
+    example = any((q.strip(), (c or "").strip() or None, t) == asked for q, c, t in _examples(lm.name).values())
+    key = session.analysis_key(lm, info if probe is not None else None, request, session.detectors_stamp(lm),
+                               shared=example)
     entry = None if recompute else cache.get(key)
     if entry is not None:
         analysis = entry.value.as_cached(entry.computed_at)

@@ -147,18 +147,23 @@ def _file_version(path: Path) -> tuple[int, int]:
     return stat.st_mtime_ns, stat.st_size
 
 
-def analysis_key(lm: grade.LoadedModel, probe_info: ProbeInfo | None, request: dict, detectors_stamp: int) -> tuple:
+def analysis_key(lm: grade.LoadedModel, probe_info: ProbeInfo | None, request: dict, detectors_stamp: int,
+                 shared: bool = True) -> tuple:
     """What an analysis depends on: the model (as picked: source, device, dtype), the question and document,
     the settings (task, answer length, the answer-length cap), the probe file (path and version) and the
-    detectors' files. Equal keys give the same analysis."""
+    detectors' files. Equal keys give the same analysis.
+
+    Served, a question that is not ``shared`` (one of Home's examples) is cached for its user only, so that
+    nobody learns from a cached hint what someone else asked."""
     spec = st.session_state.get("model_spec")
     probe = None
     if probe_info is not None:
         path = Path(probe_info.path)
         probe = (str(path), _file_version(path), _file_version(probe_metadata_path(path)))
     context = (request.get("context") or "").strip() or None
+    owner = user_key() if config().served and not shared else None
     return (
-        (spec.source, spec.device, spec.dtype) if spec is not None else None, lm.name,
+        owner, (spec.source, spec.device, spec.dtype) if spec is not None else None, lm.name,
         (request.get("question") or "").strip(), context, request.get("task", "qa"),
         int(request.get("max_new_tokens") or 0), limits().answer_tokens, probe, detectors_stamp,
     )

@@ -107,3 +107,42 @@ def test_the_bounds_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("GRADE_ANALYSIS_CACHE_MB", "lots")
     with pytest.raises(ValueError, match="GRADE_ANALYSIS_CACHE_MB"):
         AnalysisCache.from_environment()
+
+
+def test_served_questions_are_cached_per_user_except_homes_examples(monkeypatch):
+    """Served, a typed question's cache entry is its user's own (a cached hint would tell one user what another
+    asked); Home's shipped examples are shared. Locally there is one user and everything is shared."""
+    from streamlit.testing.v1 import AppTest
+
+    from studio import session
+
+    def keys():
+        import streamlit as st
+
+        from studio import session
+        from studio.resources import ModelSpec
+
+        st.session_state["model_spec"] = ModelSpec(source="smollm2-135m-instruct")
+        lm = type("LM", (), {"name": "smollm2-135m-instruct"})()
+        request = {"question": "Q?", "context": "", "task": "qa", "max_new_tokens": 8}
+        st.session_state["keys"] = [session.analysis_key(lm, None, request, 0, shared=s) for s in (True, False)]
+
+    def run():
+        session._settings.cache_clear()  # local or served is read once per process
+        at = AppTest.from_function(keys, default_timeout=60).run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at.session_state["keys"]
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GRADE_SERVED", raising=False)
+    shared, own = run()
+    assert shared == own and shared[0] is None
+    monkeypatch.setenv("GRADE_SERVED", "1")
+    try:
+        shared, own = run()
+        other_shared, other_own = run()  # another browser session: another user
+    finally:
+        monkeypatch.delenv("GRADE_SERVED")
+        session._settings.cache_clear()
+    assert shared[0] is None and shared == other_shared
+    assert own[0] is not None and other_own[0] is not None and own != other_own and own[1:] == other_own[1:]
