@@ -28,15 +28,16 @@ LIMITS = session.limits()
 SERVED = session.config().served
 
 st.title("Probes")
-st.markdown("A probe maps the per-layer rank ratios of a question to the probability that the model can answer "
+st.markdown("A probe maps the per-layer GRADE features of a question to the probability that the model can answer "
             "it. It only fits the model, loss and stable-rank formula it was trained on; the app checks this.")
 with st.expander("What you are looking at"):
     st.markdown(
         "A **probe** is a small classifier. It was shown many questions whose answers the model got right "
-        "(*answerable*) or wrong (*unanswerable*), together with their per-layer rank ratios, and learned to tell "
-        "the two apart. It is then scored on **test** questions it never saw. The **active probe** (the box below) "
-        "is the one Home asks; the list shows every probe on disk, the active one first, with its ROC curve: how "
-        "many answerable questions it accepts (up) for each share of unanswerable ones it lets through (right).\n\n"
+        "(*answerable*) or wrong (*unanswerable*), together with their per-layer GRADE features (the rank ratios; "
+        "some probes read the two stable ranks and the loss instead), and learned to tell the two apart. It is "
+        "then scored on **test** questions it never saw. The **active probe** (the box below) is the one Home asks; "
+        "the list shows every probe on disk, the active one first, with its ROC curve: how many answerable "
+        "questions it accepts (up) for each share of unanswerable ones it lets through (right).\n\n"
         + explain("rank ratio", "loss pre", "AUROC"))
 
 lm = session.current_model()
