@@ -6,6 +6,8 @@ The pages are thin: the engine is :mod:`grade`, UI support is :mod:`studio`.
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -13,6 +15,7 @@ st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:
 
 from studio import figures, session, tokens, workflows  # noqa: E402
 from studio.resources import load_questions, model_examples, reference_set  # noqa: E402
+from studio.summaries import explain, headline_reading  # noqa: E402
 
 TASKS = {
     "qa": "Short answer (facts)",
@@ -54,27 +57,47 @@ def _use_example() -> None:
     st.session_state["task"] = task
 
 
-def _run_analysis(lm) -> None:
-    probe, info, problem = session.active_probe(lm, task=st.session_state.get("task", "qa"))
+def _request() -> dict:
+    """What the Analyze button analyses: the widgets' values now."""
+    return {"question": st.session_state.get("question", ""), "context": st.session_state.get("context"),
+            "task": st.session_state.get("task", "qa"),
+            "max_new_tokens": int(st.session_state.get("max_new_tokens", 48))}
+
+
+def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
+    """Analyse ``request`` (from the shared cache unless ``recompute``) into this session's state."""
+    probe, info, problem = session.active_probe(lm, task=request["task"])
     detectors, detectors_problem = session.active_detectors(lm)
-    with st.status("Analyzing ...", expanded=True) as status:
-        try:
-            analysis = workflows.analyze_question(
-                lm, st.session_state.get("question", ""), context=st.session_state.get("context"),
-                task=st.session_state.get("task", "qa"), probe=probe, probe_info=info if probe is not None else None,
-                max_new_tokens=int(st.session_state.get("max_new_tokens", 48)), progress=status.write,
-                model_label=st.session_state["model_spec"].label, limits=session.limits(), detectors=detectors,
-            )
-            if analysis.probe_problem is None and probe is None:
-                analysis.probe_problem = problem
-            analysis.detectors_problem = detectors_problem
-        except Exception as exc:  # shown in the page; the session stays usable
-            status.update(label="Analysis failed", state="error", expanded=True)
-            st.session_state.pop(session.ANALYSIS, None)
-            st.session_state["analysis_error"] = exc
-            return
-        status.update(label=f"Analyzed in {sum(analysis.seconds.values()):.1f} s", state="complete", expanded=False)
+    cache = session.analysis_cache()
+    asked = ((request["question"] or "").strip(), (request["context"] or "").strip() or None, request["task"])
+    example = any((q.strip(), (c or "").strip() or None, t) == asked for q, c, t in _examples(lm.name).values())
+    key = session.analysis_key(lm, info if probe is not None else None, request, session.detectors_stamp(lm),
+                               shared=example)
+    entry = None if recompute else cache.get(key)
+    if entry is not None:
+        analysis = entry.value.as_cached(entry.computed_at)
+    else:
+        with st.status("Analyzing ...", expanded=True) as status:
+            try:
+                analysis = workflows.analyze_question(
+                    lm, request["question"], context=request["context"], task=request["task"], probe=probe,
+                    probe_info=info if probe is not None else None, max_new_tokens=request["max_new_tokens"],
+                    progress=status.write, model_label=st.session_state["model_spec"].label, limits=session.limits(),
+                    detectors=detectors,
+                )
+                if analysis.probe_problem is None and probe is None:
+                    analysis.probe_problem = problem
+                analysis.detectors_problem = detectors_problem
+            except Exception as exc:  # shown in the page; the session stays usable
+                status.update(label="Analysis failed", state="error", expanded=True)
+                st.session_state.pop(session.ANALYSIS, None)
+                st.session_state["analysis_error"] = exc
+                return
+            status.update(label=f"Analyzed in {sum(analysis.seconds.values()):.1f} s", state="complete",
+                          expanded=False)
+        cache.put(key, analysis, analysis.computed_at)
     st.session_state[session.ANALYSIS] = analysis
+    st.session_state["analysis_request"] = request
     st.session_state.pop("analysis_error", None)
 
 
@@ -87,7 +110,7 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
             return
         word = "can probably answer" if verdict.answerable else "probably cannot answer"
         st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
-                  help="Output of the probe on this question's per-layer rank ratios")
+                  help="Output of the probe on this question's per-layer GRADE features")
         st.html(tokens.probability_bar_html(verdict.probability))
         auroc = f"{verdict.auroc:.3f}" if verdict.auroc is not None else "not recorded"
         st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · measured test AUROC **{auroc}** · "
@@ -115,28 +138,49 @@ def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
             st.caption(session.user_text(analysis.detectors_problem))
 
 
+def _show_cached_hint(analysis: workflows.QuestionAnalysis) -> None:
+    if not analysis.from_cache:
+        return
+    when = time.strftime("%H:%M", time.localtime(analysis.computed_at))
+    row = st.container(horizontal=True, vertical_alignment="center", key="cached_hint")
+    row.caption(f"Cached result (computed at {when}): the same model, question, document, settings and probe "
+                "were analysed before, so nothing was recomputed.")
+    row.button("Recompute", key="recompute", icon=":material/refresh:",
+               help="Analyse this question again and replace the cached result")
+
+
 def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     result = analysis.result
+    _show_cached_hint(analysis)
+    lm = session.current_model()
+    reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
+    if reference is not None and reference.ratios.shape[1] != result.n_layers:
+        reference = None
     left, right = st.columns([3, 2], gap="large")
     with left:
         with st.container(border=True, key="answer"):
             st.markdown("**The model's answer** (greedy)")
             st.markdown(session.plain(analysis.answer) if analysis.answer.strip() else "_(empty answer)_")
         c1, c2, c3, c4 = st.columns(4)
-        c1.metric("GRADE", f"{result.grade:.3f}", help="Mean over layers of the rank ratio srank(C_g) / srank(C_h)")
-        c2.metric(f"Loss ({result.loss})", f"{result.loss_value:.3f}")
+        c1.metric("GRADE", f"{result.grade:.3f}", help="Mean over layers of the rank ratio srank(C_g) / srank(C_h). "
+                  "Not a verdict on its own: the probe reads the per-layer values.")
+        c2.metric(f"Loss ({result.loss})", f"{result.loss_value:.3f}",
+                  help="pre: entropy of the next-token distribution after the prompt; pos: mean cross-entropy of "
+                       "the answer's tokens")
         c3.metric("Tokens analysed", len(result.input_ids))
-        c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s")
+        c4.metric("Time", f"{sum(analysis.seconds.values()):.1f} s",
+                  help="How long the analysis took when it was computed" + (" (this one comes from the cache)"
+                                                                            if analysis.from_cache else ""))
+        reading = headline_reading(result.grade, reference.ratios, reference.labels) if reference is not None else None
+        st.caption(reading or "The GRADE number is the mean of the per-layer rank ratios, not a verdict: the probe "
+                   "reads the per-layer values, not their mean.")
     with right:
         _show_verdict(analysis)
         _show_detectors(analysis)
         if analysis.disagreement:
             st.warning(analysis.disagreement, icon=":material/call_split:")
 
-    lm = session.current_model()
-    reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
-    bands = figures.reference_bands(reference.ratios, reference.labels) if reference is not None \
-        and reference.ratios.shape[1] == result.n_layers else None
+    bands = figures.reference_bands(reference.ratios, reference.labels) if reference is not None else None
     fig = figures.rank_ratio_trend(result.rank_ratio, bands, title="Overview: rank ratio across layers", height=340)
     session.show_figure(fig, "rank-ratio-overview", key="home_trend")
     if bands is None:
@@ -160,6 +204,22 @@ def home() -> None:
     st.markdown("Does the language model know enough to answer? GRADE compares, layer by layer, the rank of the "
                 "gradient a question would cause with the rank of the activations it sees; a small probe turns "
                 "these **rank ratios** into the probability that the model can answer.")
+    with st.expander("What you are looking at"):
+        st.markdown(
+            "Ask a question and press **Analyze**. The app runs the model once forward and once backward on your "
+            "question (nothing is learned or changed), measures in every layer how many directions the gradient "
+            "spreads over compared with the activations (the **rank ratio**), and separately lets the model answer so "
+            "you can judge it yourself.\n\n"
+            "- **Probe verdict**: a small classifier trained on this model's per-layer GRADE features (rank ratios; "
+            "some probes read the two stable ranks and the loss instead) for questions it got right or wrong; it gives the probability that the model can answer. Its **test AUROC** says how well it "
+            "separated such questions it had not seen.\n"
+            "- **Other detectors**: simpler methods asked the same question, for comparison. When they disagree with "
+            "the probe, the page says so.\n"
+            "- **GRADE**: the mean rank ratio over layers. It is a summary, not a verdict: the caption under it says "
+            "where it falls among labelled questions; the probe reads the per-layer values, not their mean.\n"
+            "- **Chart**: this question's rank ratio per layer (black) over the middle half of labelled answerable "
+            "(green) and unanswerable (red) questions.\n"
+            + explain("loss pre", "AUROC", "SAPLMA"))
     lm = session.current_model()
     if lm is None:
         session.no_model_message()
@@ -180,8 +240,10 @@ def home() -> None:
                             help=f"At most {session.limits().answer_tokens} tokens")
     clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None, width="stretch")
 
-    if clicked and lm is not None:
-        _run_analysis(lm)
+    # The "Recompute" button under a cached result: its click reruns the script with it set.
+    recompute = bool(st.session_state.get("recompute")) and st.session_state.get("analysis_request") is not None
+    if lm is not None and (clicked or recompute):
+        _run_analysis(lm, _request() if clicked else st.session_state["analysis_request"], recompute=recompute)
     if st.session_state.get("analysis_error") is not None:
         session.show_error(st.session_state["analysis_error"], "Analysis failed")
     analysis = st.session_state.get(session.ANALYSIS)

@@ -17,6 +17,7 @@ from grade.errors import GradeError
 from grade.report import figures
 from grade.studies import METHOD_ORDER, BenchmarkResult
 from studio import session
+from studio.summaries import benchmark_summary, explain, pick_results_folder, small_sample_warning
 
 RESULTS_DIR = Path(os.environ.get("GRADE_RESULTS_DIR") or Path(__file__).resolve().parent.parent / "results")
 
@@ -26,6 +27,17 @@ st.markdown(
     "test split, with a 95% bootstrap interval on AUROC (small test sets give wide intervals: read them). "
     "Every score is oriented so that higher = answerable. Regenerate with `python -m grade benchmark --offline`."
 )
+with st.expander("What you are looking at"):
+    st.markdown(
+        "Each model was asked labelled questions from public datasets (the Datasets table counts them); its own "
+        "answers were marked right or wrong, and that mark is the label *answerable* / *unanswerable*. Every detector (GRADE and the methods it "
+        "is compared with) was fitted on the same training questions and is scored here on the same held-out test "
+        "questions it never saw. Each dataset has a column: **Acc** is the share of test questions the detector "
+        "labels correctly, **AUROC** how well its score ranks answerable above unanswerable questions.\n\n"
+        + explain("AUROC", "loss pre", "SAPLMA")
+        + "\n- **GRADE_pre / GRADE_pos**: the GRADE probe with loss `pre` / `pos`. **Length_pre / Length_pos**: "
+          "the number of tokens alone, a check of how much any detector could get from length."
+    )
 
 folders = sorted((p for p in RESULTS_DIR.glob("*") if (p / "summary.json").is_file()),
                  key=lambda p: (not (p / "main_table.csv").is_file(), p.name)) if RESULTS_DIR.is_dir() else []
@@ -39,13 +51,34 @@ def _load(folder: str, stamp: float):
     return BenchmarkResult.load(folder)
 
 
-choice = st.selectbox("Model", [p.name for p in folders], key="benchmark_model")
+names = [p.name for p in folders]
+# Open on the loaded model's results (the name is read from the session: nothing is loaded for it); a pick
+# of another model's results stays until the sidebar's model changes.
+loaded = session.selected_model_name()
+if st.session_state.get("_benchmark_for") != loaded or st.session_state.get("benchmark_model") not in names:
+    st.session_state["_benchmark_for"] = loaded
+    st.session_state["benchmark_model"] = pick_results_folder(names, loaded) or names[0]
+choice = st.selectbox("Model", names, key="benchmark_model",
+                      help="Results of the model loaded in the sidebar first; pick another to compare.")
+if loaded and choice != loaded and not choice.startswith(loaded):
+    st.caption(f"The sidebar's model is `{loaded}`" + ("" if pick_results_folder(names, loaded)
+                                                       else ", which has no benchmark results here") + ".")
 folder = RESULTS_DIR / choice
 try:
     result = _load(str(folder), (folder / "summary.json").stat().st_mtime)
 except (GradeError, OSError, ValueError) as exc:
     st.error(session.user_text(f"Could not read the results in {folder}: {exc}"))
     st.stop()
+
+
+def _warn_small(rows, label) -> None:
+    """The small-test-set warning for the rows of a table that shows AUROCs with intervals (one per label)."""
+    seen = {}
+    for row in rows:
+        seen.setdefault(label(row), (row.get("n"), row.get("positives")))
+    text = small_sample_warning((name, n, pos) for name, (n, pos) in seen.items())
+    if text:
+        st.warning(text, icon=":material/warning:")
 
 
 def _num(x, digits=3):
@@ -74,11 +107,15 @@ main["AUROC [95% CI]"] = [
     for a, lo, hi in zip(main["auroc"], main["auroc_lo"], main["auroc_hi"])
 ]
 main["Acc"] = [_num(a) for a in main["acc"]]
+summary = benchmark_summary(result.main)
+if summary:
+    st.markdown(f"**Where GRADE wins and loses ({choice}):** {summary}")
 wide = main.pivot(index="method", columns="dataset", values=["Acc", "AUROC [95% CI]"])
 order = [m for m in METHOD_ORDER if m in wide.index]
 wide = wide.loc[order]
 wide.columns = [f"{dataset} {metric}" for metric, dataset in wide.columns]
 st.dataframe(wide[sorted(wide.columns)], width="stretch")
+_warn_small(result.main, lambda r: r["dataset"])
 st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone "
            "(prompt; prompt + response), the confound every feature carries. Training-free scores use the accuracy-maximising threshold "
            "of the training + validation questions; probes use 0.5.")
@@ -87,12 +124,14 @@ figs = figures(result)
 tabs = st.tabs(["AUROC", "Transfer", "Robustness", "Ablations", "Confidently wrong", "Conditions"])
 with tabs[0]:
     if "auroc_bars" in figs:
-        st.plotly_chart(figs["auroc_bars"], width="stretch")
+        session.show_figure(figs["auroc_bars"], f"{choice}-auroc-bars", key="bench_auroc_bars")
+        _warn_small(result.main, lambda r: r["dataset"])
 with tabs[1]:
     st.markdown("Detectors trained on one dataset (rows) and tested on another (columns). Test questions seen in "
                 "training under another condition are left out.")
     if "transfer_heatmap" in figs:
-        st.plotly_chart(figs["transfer_heatmap"], width="stretch")
+        session.show_figure(figs["transfer_heatmap"], f"{choice}-transfer-heatmap", key="bench_transfer_heatmap")
+        _warn_small(result.transfer, lambda r: f"{r['train']} → {r['test']}")
     else:
         st.info("Only one dataset qualified: no transfer to show.")
 with tabs[2]:
@@ -102,14 +141,15 @@ with tabs[2]:
         rob = pd.DataFrame(result.robustness)
         st.dataframe(rob, hide_index=True, width="stretch")
         if "robustness" in figs:
-            st.plotly_chart(figs["robustness"], width="stretch")
+            session.show_figure(figs["robustness"], f"{choice}-robustness", key="bench_robustness")
     else:
         st.info("No perturbed runs in these results.")
 with tabs[3]:
     if result.ablations:
         st.dataframe(pd.DataFrame(result.ablations), hide_index=True, width="stretch")
+        _warn_small(result.ablations, lambda r: r["dataset"])
         if "ablations" in figs:
-            st.plotly_chart(figs["ablations"], width="stretch")
+            session.show_figure(figs["ablations"], f"{choice}-ablations", key="bench_ablations")
 with tabs[4]:
     st.markdown("Test questions where every sample gives the same answer and it is wrong: the model is confidently "
                 "wrong. All are unanswerable, so accuracy = share flagged as unanswerable.")
@@ -128,5 +168,6 @@ with tabs[5]:
                                   for a, lo, hi in zip(cond["auroc"], cond["auroc_lo"], cond["auroc_hi"])]
         st.dataframe(cond[["study", "method", "train", "test", "n", "positives", "acc", "AUROC [95% CI]"]],
                      hide_index=True, width="stretch")
+        _warn_small(result.conditions, lambda r: f"{r['study']}, {r['train']} → {r['test']}")
     else:
         st.info("No condition study in these results (see the model-documents results).")

@@ -14,6 +14,7 @@ from grade.errors import GradeError, InputError
 from grade.probe import INPUT_COLUMNS, INPUTS
 from studio import figures, session
 from studio import served as served_mode
+from studio.summaries import explain, small_sample_warning
 from studio.resources import (
     PROBES_DIR,
     REFERENCE_FEATURES,
@@ -27,8 +28,17 @@ LIMITS = session.limits()
 SERVED = session.config().served
 
 st.title("Probes")
-st.markdown("A probe maps the per-layer rank ratios of a question to the probability that the model can answer "
+st.markdown("A probe maps the per-layer GRADE features of a question to the probability that the model can answer "
             "it. It only fits the model, loss and stable-rank formula it was trained on; the app checks this.")
+with st.expander("What you are looking at"):
+    st.markdown(
+        "A **probe** is a small classifier. It was shown many questions whose answers the model got right "
+        "(*answerable*) or wrong (*unanswerable*), together with their per-layer GRADE features (the rank ratios; "
+        "some probes read the two stable ranks and the loss instead), and learned to tell the two apart. It is "
+        "then scored on **test** questions it never saw. The **active probe** (the box below) is the one Home asks; "
+        "the list shows every probe on disk, the active one first, with its ROC curve: how many answerable "
+        "questions it accepts (up) for each share of unanswerable ones it lets through (right).\n\n"
+        + explain("rank ratio", "loss pre", "AUROC"))
 
 lm = session.current_model()
 probe, info, problem = session.active_probe(lm)
@@ -38,6 +48,9 @@ with st.container(border=True, key="active_probe"):
         chosen = "chosen by you" if st.session_state.get(session.PROBE_PATH) else "default for this model"
         st.markdown(f"**Active probe:** `{info.name}` ({chosen}) · model `{info.model}` · loss `{info.loss}` · "
                     f"{info.kind} · test AUROC **{auroc}**")
+        small = small_sample_warning([(info.name, info.test_metrics.get("n"), info.test_metrics.get("positives"))])
+        if small and info.auroc is not None:
+            st.warning(small, icon=":material/warning:")
         if lm is not None:
             try:
                 probe.check_compatible(lm)
@@ -115,10 +128,20 @@ with shipped_tab:
     if not probes:
         st.info(f"No probes found in {session.shown_path(PROBES_DIR)} or {session.shown_path(USER_PROBES)}.")
     else:
+        # The active probe first (added when it was loaded from elsewhere), so that the table, the list and
+        # the ROC below start on the probe Home uses.
+        active = str(info.path) if info is not None else None
+        if info is not None and probe is not None and active not in {str(p.path) for p in probes}:
+            probes.insert(0, info)
+        probes.sort(key=lambda p: str(p.path) != active)
         st.dataframe(_probe_table(probes), hide_index=True, width="stretch",
                      column_config={"test accuracy": st.column_config.NumberColumn(format="%.3f"),
                                     "test AUROC": st.column_config.NumberColumn(format="%.3f")})
-        labels = {str(p.path): f"{p.name} ({p.model}, {p.loss})" for p in probes}
+        labels = {str(p.path): f"{p.name} ({p.model}, {p.loss})" + (" · active" if str(p.path) == active else "")
+                  for p in probes}
+        if st.session_state.get("_probe_pick_active") != active or st.session_state.get("probe_pick") not in labels:
+            st.session_state["_probe_pick_active"] = active
+            st.session_state["probe_pick"] = next(iter(labels))
         pick = st.selectbox("Probe", list(labels), format_func=labels.get, key="probe_pick")
         picked = next(p for p in probes if str(p.path) == pick)
         if st.button("Use this probe", key="use_probe", type="primary"):
@@ -129,6 +152,9 @@ with shipped_tab:
             with left:
                 session.show_figure(figures.roc_figure([curve]), f"roc-{picked.name}", key="roc_shipped")
             right.markdown(_probe_summary(picked))
+            small = small_sample_warning([(picked.name, picked.test_metrics.get("n"), picked.test_metrics.get("positives"))])
+            if small:
+                right.warning(small, icon=":material/warning:")
 
 with load_tab:
     if SERVED:  # a path would read the server's files, and its error would say whether they exist
@@ -316,6 +342,12 @@ with train_tab:
                   help=None if baseline is None else f"Always guessing the larger class scores {baseline:.3f}")
         m2.metric("Test AUROC", "n/a" if test["auroc"] is None else f"{test['auroc']:.3f}")
         m3.metric("Test rows (answerable)", f"{test['n']} ({test['positives']})")
+        small = small_sample_warning([("the new probe's test split", test.get("n"), test.get("positives"))]
+                                     + [(f"its {k} questions", v.get("n"), v.get("positives"))
+                                        for k, v in (report.get("test_by_dataset") or {}).items()
+                                        if v.get("auroc") is not None])
+        if small:
+            st.warning(small, icon=":material/warning:")
         curve = _roc_from_metrics("new probe", test)
         if curve is not None:
             left, _ = st.columns([3, 2])

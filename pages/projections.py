@@ -13,14 +13,25 @@ from sklearn.preprocessing import StandardScaler
 from studio import figures, session
 from studio.projections import embed
 from studio.resources import reference_set
+from studio.summaries import explain, separability_summary
 
 st.title("Projections")
 st.markdown(
     "The same labelled questions, embedded in 2-D twice: by the model's **hidden state** (last prompt token) and "
     "by the **GRADE features** (rank ratio per layer). Colour: did the model answer correctly; marker: was a "
-    "supporting document in the prompt. Hidden states mostly encode *what the input looks like* (with or without "
-    "a document), GRADE features *whether the model knows*: the paper's Figure 1 argument."
+    "supporting document in the prompt. The paper (its Figure 1) argues that hidden states mostly encode *what the "
+    "input looks like* (with or without a document) and GRADE features *whether the model knows*; the table at the "
+    "bottom measures both on these questions, and the sentence under it says what it shows here."
 )
+with st.expander("What you are looking at"):
+    st.markdown(
+        "Each dot is one labelled question. Its position comes from squeezing many numbers (a hidden state has "
+        "hundreds; the GRADE features one per layer) into two with **t-SNE** or **UMAP**, which keep questions that "
+        "are close in the full space close on the map. Distances across the map and the axes themselves mean "
+        "little: look at which dots cluster together. If the green and red dots form separate groups, that space "
+        "separates answered from failed questions; if circles and diamonds do, it separates prompts with and "
+        "without a document. The table at the bottom measures the same thing without the squeezing: how often "
+        "the 5 nearest questions in the full space share a question's label.\n\n" + explain("rank ratio"))
 
 lm = session.current_model()
 if lm is None:
@@ -117,6 +128,10 @@ table = _separability(stored, rows, reference_key, reference)
 st.dataframe(table, hide_index=True, column_config={
     c: st.column_config.NumberColumn(format="%.3f") for c in table.columns if c != "feature space"})
 base_label = max(labels.mean(), 1 - labels.mean())
+base_document = max(with_doc.mean(), 1 - with_doc.mean())
 st.caption(f"5-fold cross-validated accuracy of a 5-nearest-neighbour classifier in the full feature space "
            f"(majority baseline for correct/incorrect: {base_label:.3f}; n = {len(rows)}, "
            f"{int(labels.sum())} correct, {int(with_doc.sum())} with a document). Empty: one class too small.")
+reading = separability_summary(table.to_dict("records"), base_label, base_document)
+if reading:
+    st.markdown(f"**What this table shows here:** {reading}")

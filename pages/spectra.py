@@ -8,6 +8,7 @@ import streamlit as st
 
 from studio import figures, session
 from studio.resources import reference_set
+from studio.summaries import explain
 
 st.title("Spectra")
 st.markdown(
@@ -16,6 +17,15 @@ st.markdown(
     "projected onto the activations' span. Their *stable ranks* (Σλ/λ₁ for the `pre` loss, Σλ²/λ₁² for `pos`) "
     "measure how many directions are really used; the feature is the ratio srank(C_g) / srank(C_h)."
 )
+with st.expander("What you are looking at"):
+    st.markdown(
+        "The charts take apart one number of the question you analysed on Home. In a layer, the model's activations "
+        "(what the layer sees, **C_h**) and the gradient (how the layer would change to reduce the loss, **C_g**) "
+        "each spread over some directions. The **eigenvalues** (left) say how much each direction carries, largest "
+        "first; a curve that drops fast means few directions matter. Counting directions above a cut-off "
+        "(**naive rank**, right) depends on the cut-off chosen, so GRADE uses the **stable rank** instead, a "
+        "count that needs no cut-off. Below, both stable ranks in every layer, and their ratio per layer (GRADE's "
+        "feature) against labelled answerable and unanswerable questions.\n\n" + explain("rank ratio", "loss pre"))
 
 analysis = st.session_state.get(session.ANALYSIS)
 if analysis is None:

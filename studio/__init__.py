@@ -7,5 +7,7 @@ The :mod:`grade` package knows nothing about Streamlit; this package is the thin
 * :mod:`studio.figures` - Plotly figure builders (pure functions of arrays, no Streamlit);
 * :mod:`studio.projections` - t-SNE / UMAP embeddings of a labelled question set (no Streamlit);
 * :mod:`studio.tokens` - the coloured-token heatmap as HTML (no Streamlit);
+* :mod:`studio.analysis_cache` - the bounded cache of Home's analyses (no Streamlit);
+* :mod:`studio.summaries` - sentences computed from the numbers a page shows, term explanations (no Streamlit);
 * :mod:`studio.session` - sidebar, per-session state, error display and downloads (Streamlit).
 """

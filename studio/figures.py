@@ -28,6 +28,23 @@ BASE_LAYOUT = dict(
 )
 
 
+#: How the app shows every figure: without Plotly's mode bar, which sat over the titles. Dragging still
+#: zooms, a double-click resets, and the HTML / PNG buttons under each chart download it.
+PLOTLY_CONFIG = {"displaylogo": False, "displayModeBar": False}
+MIN_TOP_MARGIN = 70  # pixels above the plot area: room for a title (and, in this module's figures, the legend)
+
+
+def for_display(fig: go.Figure) -> go.Figure:
+    """Any figure (these and :mod:`grade.report`'s) as the app shows it: the title at the top left of the
+    figure with room above the plot, so nothing is drawn over it."""
+    if fig.layout.title.text:
+        fig.update_layout(title=dict(x=0.0, xanchor="left", xref="container", y=0.98, yanchor="top",
+                                     yref="container", pad=dict(l=12)))
+        if (fig.layout.margin.t or 0) < MIN_TOP_MARGIN:
+            fig.update_layout(margin=dict(t=MIN_TOP_MARGIN))
+    return fig
+
+
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 380, **extra) -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", xref="container", y=0.98, yanchor="top",
                                  yref="container", pad=dict(l=12)),
@@ -157,7 +174,7 @@ def stable_rank_layers_figure(srank_h: np.ndarray, srank_g: np.ndarray, layer: i
     fig.update_layout(yaxis=dict(title=dict(text="srank(C_h)", font=dict(color=COLOR_H))),
                       yaxis2=dict(title=dict(text="srank(C_g)", font=dict(color=COLOR_G)), overlaying="y", side="right",
                                   showgrid=False),
-                      margin=dict(l=60, r=60, t=60, b=50))
+                      margin=dict(l=60, r=60, t=92, b=50))
     return fig
 
 

@@ -22,6 +22,7 @@ import grade
 from grade.errors import GradeError, ProbeError
 
 from . import served as served_mode
+from .analysis_cache import AnalysisCache
 from .resources import (
     PROBES_DIR,
     REFERENCE_FEATURES,
@@ -129,6 +130,43 @@ def after_user_write() -> None:
 @st.cache_resource(show_spinner=False)
 def model_registry() -> ModelRegistry:
     return ModelRegistry(capacity=2)
+
+
+@st.cache_resource(show_spinner=False)
+def analysis_cache() -> AnalysisCache:
+    """Home's analyses, shared by all sessions of this process and bounded by
+    ``GRADE_ANALYSIS_CACHE_ENTRIES`` / ``GRADE_ANALYSIS_CACHE_MB`` (:mod:`studio.analysis_cache`)."""
+    return AnalysisCache.from_environment()
+
+
+def _file_version(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return 0, 0
+    return stat.st_mtime_ns, stat.st_size
+
+
+def analysis_key(lm: grade.LoadedModel, probe_info: ProbeInfo | None, request: dict, detectors_stamp: int,
+                 shared: bool = True) -> tuple:
+    """What an analysis depends on: the model (as picked: source, device, dtype), the question and document,
+    the settings (task, answer length, the answer-length cap), the probe file (path and version) and the
+    detectors' files. Equal keys give the same analysis.
+
+    Served, a question that is not ``shared`` (one of Home's examples) is cached for its user only, so that
+    nobody learns from a cached hint what someone else asked."""
+    spec = st.session_state.get("model_spec")
+    probe = None
+    if probe_info is not None:
+        path = Path(probe_info.path)
+        probe = (str(path), _file_version(path), _file_version(probe_metadata_path(path)))
+    context = (request.get("context") or "").strip() or None
+    owner = user_key() if config().served and not shared else None
+    return (
+        owner, (spec.source, spec.device, spec.dtype) if spec is not None else None, lm.name,
+        (request.get("question") or "").strip(), context, request.get("task", "qa"),
+        int(request.get("max_new_tokens") or 0), limits().answer_tokens, probe, detectors_stamp,
+    )
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -269,6 +307,20 @@ def current_model() -> grade.LoadedModel | None:
         return None
 
 
+def selected_model_name() -> str | None:
+    """The name of the model picked in the sidebar, read from this session's state without loading anything:
+    an embedded model's name, else a loaded model's own name; None when neither is known (pages that only
+    need the name, such as Benchmarks, use this)."""
+    spec = st.session_state.get("model_spec")
+    if spec is not None:
+        if spec.source in grade.EMBEDDED_MODELS:
+            return spec.source
+        registry = model_registry()
+        return registry.get(spec).name if spec in registry.loaded() else None
+    choice = st.session_state.get("model_choice")
+    return choice if choice in grade.EMBEDDED_MODELS else None
+
+
 def no_model_message() -> None:
     reason = st.session_state.get("model_error")
     st.info("No model is loaded. Pick one in the sidebar." + (f" (Last error: {reason})" if reason else ""))
@@ -312,7 +364,12 @@ def active_detectors(lm: grade.LoadedModel | None) -> tuple[list, str | None]:
     once per version of their files; ``problem`` says in one line why some or all are missing."""
     if lm is None:
         return [], "no model loaded."
-    return _detectors_cached(lm.name, str(DETECTORS_DIR), detectors_version(lm.name, DETECTORS_DIR))
+    return _detectors_cached(lm.name, str(DETECTORS_DIR), detectors_stamp(lm))
+
+
+def detectors_stamp(lm: grade.LoadedModel) -> int:
+    """The version of the loaded model's detector files (part of an analysis' cache key)."""
+    return detectors_version(lm.name, DETECTORS_DIR)
 
 
 # ------------------------------------------------------------------------------- errors, downloads
@@ -374,8 +431,9 @@ def png_export_available() -> bool:
 
 def show_figure(fig, name: str, *, key: str, downloads: bool = True) -> None:
     """An interactive Plotly chart with HTML (always) and PNG (when kaleido + Chromium work) downloads."""
-    st.plotly_chart(fig, width="stretch", key=f"chart_{key}",
-                    config={"displaylogo": False, "displayModeBar": "hover", "toImageButtonOptions": {"format": "png", "filename": _slug(name), "scale": 2}})
+    from .figures import PLOTLY_CONFIG, for_display
+
+    st.plotly_chart(for_display(fig), width="stretch", key=f"chart_{key}", config=PLOTLY_CONFIG)
     if not downloads:
         return
     row = st.container(horizontal=True)

@@ -7,6 +7,7 @@ other's results. The engine holds the model's lock for each forward/backward pas
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -60,6 +61,12 @@ class QuestionAnalysis:
     probe_problem: str | None = None  # why there is no verdict (no probe, or it does not fit the model)
     detector_verdicts: list[DetectorVerdict] = field(default_factory=list)
     detectors_problem: str | None = None  # why some or all other detectors are missing
+    computed_at: float = field(default_factory=time.time)  # when it was computed (time.time())
+    from_cache: bool = False  # True when Home took it from the analysis cache instead of computing it
+
+    def as_cached(self, computed_at: float) -> "QuestionAnalysis":
+        """A copy marked as coming from the cache (the stored object itself is shared and left alone)."""
+        return dataclasses.replace(self, from_cache=True, computed_at=computed_at)
 
     @property
     def disagreement(self) -> str | None:

@@ -157,6 +157,13 @@ def test_projections_page_places_the_current_question(analysed):
         assert "current question" in names, names
         assert any(str(n).startswith("correct") for n in names) and any(str(n).startswith("incorrect") for n in names)
     assert at.dataframe, "no separability table"
+    # The page's claim is the table's own reading (which space predicts what), not a fixed sentence.
+    table = at.dataframe[0].value
+    shown = next(m.value for m in at.markdown if m.value.startswith("**What this table shows here:**"))
+    hidden, grade_row = (table[table["feature space"] == s].iloc[0] for s in ("hidden state", "GRADE features"))
+    better = "GRADE features" if grade_row["correct / incorrect"] > hidden["correct / incorrect"] else "hidden states"
+    assert f"whether the model answered correctly, {better} predict it better" in shown
+    assert "the majority guess scores" in shown
 
 
 def test_probes_page_lists_shipped_probes_and_trains_one(analysed, shipped_probe):
