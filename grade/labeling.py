@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import InputError
-from .io import append_lines, is_compressed, open_text
+from .io import append_lines, hold_output_lock, is_compressed, open_text
 from .models import LoadedModel
 from .sampling import SamplingSettings, sample_answers
 from .tasks import MATCHERS, TASKS, Question, TaskSpec, answer_format, is_correct, label_for_accuracy
@@ -65,6 +65,8 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
     without its newline. Such a line is ignored when it is not complete JSON (and with ``repair``
     cut from the file); when it is complete, ``repair`` adds the missing newline. A bad line
     anywhere else raises :class:`InputError`: that file was not written by us, or was edited.
+    An id written twice (two runs that appended to one file before runs took a lock) is read once:
+    its first record.
     """
     path = Path(path)
     if not path.exists():
@@ -80,7 +82,7 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
     lines = data.split(b"\n")
     if complete:
         lines.pop()  # the empty string after the final newline
-    records, offset = [], 0
+    records, offset, seen = [], 0, set()
     for number, line in enumerate(lines, 1):
         unfinished = number == len(lines) and not complete
         if line.strip():
@@ -95,7 +97,10 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
                     with open(path, "r+b") as f:
                         f.truncate(offset)
                 break
-            records.append(record)
+            key = json.dumps(record["id"], sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                records.append(record)
             if unfinished and repair:
                 with open(path, "ab") as f:
                     f.write(b"\n")
@@ -134,9 +139,11 @@ class LabelStore:
         return read_records(self.path, repair=repair)
 
     def open_for_resume(self, run: dict, *, n_samples: int | None, max_new_tokens: int | None) -> list[dict]:
-        """Create the folder, repair a cut last line, check that the file was written with the same
-        settings as this run (``run``: model, matcher, seed) and return its records."""
+        """Create the folder, take the file's lock (:func:`grade.io.hold_output_lock`: one writer per
+        file, until this process ends), repair a cut last line, check that the file was written with
+        the same settings as this run (``run``: model, matcher, seed) and return its records."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        hold_output_lock(self.path, "the labels file")
         records = self.read(repair=True)
         for record in records:
             self.check_record(record, run, n_samples=n_samples, max_new_tokens=max_new_tokens)
