@@ -251,10 +251,18 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> Pat
     parent = path.parent
     if not parent.is_dir():
         raise InputError(f"cannot write {what} {path}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write {what} {path}: the folder {parent} is not writable")
+    if not os.access(parent, os.W_OK | os.X_OK) and not os.access(parent, os.W_OK | os.X_OK, effective_ids=True):
+        raise disk_error(OSError(errno.EROFS if _read_only(parent) else errno.EACCES, "", str(parent)), what) \
+            or InputError(f"cannot write {what} {path}: the folder {parent} is not writable")
     probe_writable(parent, f"the folder of {what} {path}")
     return path
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 _HELD_LOCKS: dict[str, int] = {}
@@ -306,10 +314,8 @@ def ensure_output_folder(path: str | os.PathLike, what: str = "output folder") -
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot create {what} {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write into {what} {path}")
-    probe_writable(path, what)
+        raise disk_error(exc, f"{what} {path}") or InputError(f"cannot create {what} {path}: {exc.strerror or exc}") from None
+    probe_writable(path, what)  # says why: read-only, permission, full
     return path
 
 

@@ -50,6 +50,7 @@ class LabelSummary:
     seconds: float = 0.0
     mean_accuracy: float = 0.0
     per_dataset: dict = field(default_factory=dict)
+    too_long: list = field(default_factory=list)  # "id: reason" of questions skipped as too long for the model
 
     def balance_line(self) -> str:
         return (
@@ -216,6 +217,7 @@ def label_questions(
     todo = [q for q in questions if q.id not in done_ids]
     start = time.perf_counter()
     total, done = len(questions), len(questions) - len(todo)
+    too_long: list[str] = []
 
     bar = None
     if show_progress:
@@ -232,6 +234,9 @@ def label_questions(
             for task_questions in by_task.values():
                 spec = task_questions[0].spec
                 settings = settings_for(spec, n_samples=n_samples, seed=seed, max_new_tokens=max_new_tokens)
+                task_questions = _fitting(lm, task_questions, lm.max_context - settings.max_new_tokens, too_long)
+                if not task_questions:
+                    continue
                 samples = sample_answers(
                     lm,
                     [q.prompt(lm.tokenizer) for q in task_questions],
@@ -252,10 +257,36 @@ def label_questions(
         if bar is not None:
             bar.close()
     summary = summarize(out)
-    summary.new = len(todo)
+    summary.new = len(todo) - len(too_long)
     summary.skipped = total - len(todo)
     summary.seconds = time.perf_counter() - start
+    summary.too_long = too_long
     return summary
+
+
+#: No tokenizer turns more than this many characters into one token on average: a prompt with more
+#: characters than this times the room left is too long without being tokenised.
+MAX_CHARS_PER_TOKEN = 64
+
+
+def _fitting(lm: LoadedModel, questions: list[Question], limit: int, too_long: list[str]) -> list[Question]:
+    """``questions`` whose prompt fits in ``limit`` tokens; each other one is named in ``too_long`` and
+    skipped, so that one over-long row never stops the run (characters are counted before tokens)."""
+    from .generation import encode_prompt
+
+    fitting = []
+    for q in questions:
+        prompt = q.prompt(lm.tokenizer)
+        if len(prompt) > MAX_CHARS_PER_TOKEN * max(limit, 1):
+            too_long.append(f"{q.id}: the prompt has {len(prompt):,} characters, far more than {lm.name}'s "
+                            f"{limit:,} tokens before the answer")
+            continue
+        n_tokens = len(encode_prompt(lm.tokenizer, prompt))
+        if n_tokens > limit:
+            too_long.append(f"{q.id}: the prompt has {n_tokens:,} tokens; {lm.name} allows {limit:,} before the answer")
+            continue
+        fitting.append(q)
+    return fitting
 
 
 def _record(q: Question, texts: list[str], matcher: str, settings: SamplingSettings, run: dict,

@@ -95,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
         sample_chars=args.sample_chars,
         show_progress=not args.quiet,
     )
+    for where in summary.too_long[:10]:
+        print(f"  skipped {where}", file=sys.stderr)
+    if summary.too_long:
+        print(f"skipped {len(summary.too_long)} question(s) too long for {lm.name}", file=sys.stderr)
     print(f"{summary.path}: {summary.new} labelled now, {summary.skipped} already there ({summary.seconds:.1f} s)")
     print(summary.balance_line())
     return 0
