@@ -156,7 +156,9 @@ def atomic_paths(*paths: str | os.PathLike) -> Iterator[list[Path]]:
         for target in targets:
             temps.append(_temporary_next_to(target))
         yield list(temps)
+        mode = 0o666 & ~current_umask()
         for tmp in temps:
+            os.chmod(tmp, mode)  # a writer may have replaced the temporary file with one of its own (0600)
             _fsync_file(tmp)
         for tmp, target in zip(temps, targets):
             os.replace(tmp, target)

@@ -30,10 +30,14 @@ st.title("Probes")
 st.markdown("A probe maps the per-layer rank ratios of a question to the probability that the model can answer "
             "it. It only fits the model, loss and stable-rank formula it was trained on; the app checks this.")
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>#+!|~$])")
+
+
 def _shown(text) -> str:
-    """Text from a file (a probe's name, model, a message quoting it) for st.markdown: every markdown
-    character escaped, so that it shows as typed and cannot open a link, an image or a code span."""
-    return session.plain(str(text))
+    """Text from a file (a probe's name, model, a message quoting it) for st.markdown, on one line: every
+    character that can open a code span, emphasis, a link, an image, HTML or LaTeX escaped, so that it
+    shows as typed."""
+    return _MARKDOWN.sub(r"\\\1", " ".join(str(text).split()))
 
 
 def _error(exc: BaseException, what: str = "") -> None:

@@ -293,3 +293,13 @@ def test_label_skips_a_question_too_long_for_the_model_and_labels_the_rest(tmp_p
     assert "skipped long: the prompt has" in err and "1 question(s) too long" in err
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["a", "b"]
     assert time.perf_counter() - start < 120
+
+
+def test_a_saved_probe_gets_the_umasks_permissions(tmp_path):
+    """safetensors writes the weights as a file of its own (0600): the atomic write gives it the umask's mode."""
+    old = os.umask(0o022)
+    try:
+        weights, meta = _probe(tmp_path)
+    finally:
+        os.umask(old)
+    assert weights.stat().st_mode & 0o777 == 0o644 == meta.stat().st_mode & 0o777

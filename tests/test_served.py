@@ -405,7 +405,7 @@ def test_uploaded_probe_metadata_is_checked_and_shown_escaped(served, changes, m
         return
     assert not _errors(at), _errors(at)
     shown = [m.value for m in at.markdown if "Active probe" in m.value]
-    assert shown and "![i](https" not in shown[0] and "\\!\\[i\\]\\(https" in shown[0], shown
+    assert shown and "![i](https" not in shown[0] and "\\!\\[i\\](https" in shown[0], shown
 
 
 @slow
