@@ -8,10 +8,38 @@
 
 __version__ = "0.1.0"
 
-from .errors import GradeError  # noqa: E402
-from .models import DEFAULT_MODEL, EMBEDDED_MODELS, LoadedModel, load_model  # noqa: E402
-from .result import GradeResult, StepResult  # noqa: E402
-from .analysis import analyze  # noqa: E402
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+
+# The public names are imported when first used (PEP 562), not with the package: ``import grade`` and
+# ``python -m grade`` start without torch (about 2 s), so the command line can answer --help at once and
+# an interrupt during that import is handled by the command line, not printed as a traceback.
+_PUBLIC = {
+    "GradeError": "errors",
+    "DEFAULT_MODEL": "models",
+    "EMBEDDED_MODELS": "models",
+    "LoadedModel": "models",
+    "load_model": "models",
+    "GradeResult": "result",
+    "StepResult": "result",
+    "analyze": "analysis",
+}
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        if name.isidentifier() and not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
+            return importlib.import_module(f".{name}", __name__)  # ``grade.models`` as the eager import gave it
+        raise AttributeError(f"module 'grade' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_PUBLIC))
+
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -6,7 +6,9 @@ its parser and sets ``func`` to a callable taking the parsed arguments and retur
 Every mistake a user can make ends the same way: one line ``error: ...`` on stderr and exit status
 2, never a traceback. Arguments are checked when they are parsed (types, ranges, choices, text that
 is not UTF-8), before any model is loaded; a :class:`~grade.errors.GradeError` raised later is
-printed the same way. Anything else is a bug: it is reported in one line with exit status 1, and
+printed the same way, and so is a full disk, an exhausted quota or a read-only or forbidden output
+(an ``OSError`` the user can fix). Ctrl-C at any moment, imports included, prints ``interrupted`` and
+exits with status 130. Anything else is a bug: it is reported in one line with exit status 1, and
 ``-v`` shows the traceback.
 """
 
@@ -58,6 +60,16 @@ def _check_text_arguments(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # also while the commands' modules are imported or the arguments parsed
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    from .io import disk_error
+
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -71,13 +83,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a full disk, a quota, a read-only output: the user's to fix, not a bug
+        problem = disk_error(exc, "an output file")
+        if problem is None:
+            return _internal_error(exc, args.verbose)
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a bug: one line for the user, the traceback with -v
-        if args.verbose:
-            raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"error: internal error ({type(exc).__name__}{': ' + first if first else ''}); "
-              "run again with -v for the traceback and please report it", file=sys.stderr)
-        return 1
+        return _internal_error(exc, args.verbose)
+
+
+def _internal_error(exc: Exception, verbose: bool) -> int:
+    if verbose:
+        raise exc
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    print(f"error: internal error ({type(exc).__name__}{': ' + first if first else ''}); "
+          "run again with -v for the traceback and please report it", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

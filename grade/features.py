@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import GradeError, InputError
-from .io import atomic_path, iter_jsonl, jsonl_stem
+from .io import atomic_path, check_input_file, iter_jsonl, jsonl_stem
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +152,9 @@ def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: 
     if isinstance(paths, (str, Path)):
         paths = [paths]
     rows: list[dict[str, Any]] = []
+    seen: dict[tuple, str] = {}
     for path in map(Path, paths):
-        if not path.is_file():
-            raise InputError(f"labelled file {path} does not exist")
+        check_input_file(path, "labelled file")
         valid, first_problem = 0, None
         for number, row, problem in iter_jsonl(path):
             problem = problem or labelled_row_problem(row)
@@ -170,6 +170,15 @@ def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: 
             row.setdefault("id", f"{jsonl_stem(path)}-{number}")
             row["id"] = str(row["id"])
             row["dataset"] = str(row.get("dataset") or jsonl_stem(path))
+            key = row_key(row)
+            if key in seen:  # an id written twice (e.g. by two runs on one labels file): read once
+                where = f"{path}:{number} repeats {row['dataset']}/{row['id']} of {seen[key]}"
+                if skipped is None:
+                    log.warning("skipped %s", where)
+                else:
+                    skipped.append(where)
+                continue
+            seen[key] = f"{path.name}:{number}"
             if row.get("choices") == []:
                 row["choices"] = None
             label = row.get("label")

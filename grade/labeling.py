@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import InputError
-from .io import append_lines, is_compressed, open_text
+from .io import append_lines, hold_output_lock, is_compressed, open_text
 from .models import LoadedModel
 from .sampling import SamplingSettings, sample_answers
 from .tasks import MATCHERS, TASKS, Question, TaskSpec, answer_format, is_correct, label_for_accuracy
@@ -50,6 +50,7 @@ class LabelSummary:
     seconds: float = 0.0
     mean_accuracy: float = 0.0
     per_dataset: dict = field(default_factory=dict)
+    too_long: list = field(default_factory=list)  # "id: reason" of questions skipped as too long for the model
 
     def balance_line(self) -> str:
         return (
@@ -65,6 +66,8 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
     without its newline. Such a line is ignored when it is not complete JSON (and with ``repair``
     cut from the file); when it is complete, ``repair`` adds the missing newline. A bad line
     anywhere else raises :class:`InputError`: that file was not written by us, or was edited.
+    An id written twice (two runs that appended to one file before runs took a lock) is read once:
+    its first record.
     """
     path = Path(path)
     if not path.exists():
@@ -80,7 +83,7 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
     lines = data.split(b"\n")
     if complete:
         lines.pop()  # the empty string after the final newline
-    records, offset = [], 0
+    records, offset, seen = [], 0, set()
     for number, line in enumerate(lines, 1):
         unfinished = number == len(lines) and not complete
         if line.strip():
@@ -95,7 +98,10 @@ def read_records(path: str | os.PathLike, *, repair: bool = False) -> list[dict]
                     with open(path, "r+b") as f:
                         f.truncate(offset)
                 break
-            records.append(record)
+            key = json.dumps(record["id"], sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                records.append(record)
             if unfinished and repair:
                 with open(path, "ab") as f:
                     f.write(b"\n")
@@ -134,9 +140,11 @@ class LabelStore:
         return read_records(self.path, repair=repair)
 
     def open_for_resume(self, run: dict, *, n_samples: int | None, max_new_tokens: int | None) -> list[dict]:
-        """Create the folder, repair a cut last line, check that the file was written with the same
-        settings as this run (``run``: model, matcher, seed) and return its records."""
+        """Create the folder, take the file's lock (:func:`grade.io.hold_output_lock`: one writer per
+        file, until this process ends), repair a cut last line, check that the file was written with
+        the same settings as this run (``run``: model, matcher, seed) and return its records."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        hold_output_lock(self.path, "the labels file")
         records = self.read(repair=True)
         for record in records:
             self.check_record(record, run, n_samples=n_samples, max_new_tokens=max_new_tokens)
@@ -209,6 +217,7 @@ def label_questions(
     todo = [q for q in questions if q.id not in done_ids]
     start = time.perf_counter()
     total, done = len(questions), len(questions) - len(todo)
+    too_long: list[str] = []
 
     bar = None
     if show_progress:
@@ -225,6 +234,9 @@ def label_questions(
             for task_questions in by_task.values():
                 spec = task_questions[0].spec
                 settings = settings_for(spec, n_samples=n_samples, seed=seed, max_new_tokens=max_new_tokens)
+                task_questions = _fitting(lm, task_questions, lm.max_context - settings.max_new_tokens, too_long)
+                if not task_questions:
+                    continue
                 samples = sample_answers(
                     lm,
                     [q.prompt(lm.tokenizer) for q in task_questions],
@@ -245,10 +257,36 @@ def label_questions(
         if bar is not None:
             bar.close()
     summary = summarize(out)
-    summary.new = len(todo)
+    summary.new = len(todo) - len(too_long)
     summary.skipped = total - len(todo)
     summary.seconds = time.perf_counter() - start
+    summary.too_long = too_long
     return summary
+
+
+#: No tokenizer turns more than this many characters into one token on average: a prompt with more
+#: characters than this times the room left is too long without being tokenised.
+MAX_CHARS_PER_TOKEN = 64
+
+
+def _fitting(lm: LoadedModel, questions: list[Question], limit: int, too_long: list[str]) -> list[Question]:
+    """``questions`` whose prompt fits in ``limit`` tokens; each other one is named in ``too_long`` and
+    skipped, so that one over-long row never stops the run (characters are counted before tokens)."""
+    from .generation import encode_prompt
+
+    fitting = []
+    for q in questions:
+        prompt = q.prompt(lm.tokenizer)
+        if len(prompt) > MAX_CHARS_PER_TOKEN * max(limit, 1):
+            too_long.append(f"{q.id}: the prompt has {len(prompt):,} characters, far more than {lm.name}'s "
+                            f"{limit:,} tokens before the answer")
+            continue
+        n_tokens = len(encode_prompt(lm.tokenizer, prompt))
+        if n_tokens > limit:
+            too_long.append(f"{q.id}: the prompt has {n_tokens:,} tokens; {lm.name} allows {limit:,} before the answer")
+            continue
+        fitting.append(q)
+    return fitting
 
 
 def _record(q: Question, texts: list[str], matcher: str, settings: SamplingSettings, run: dict,

@@ -471,6 +471,7 @@ class Probe:
         kind, n_layers = meta.get("kind"), meta.get("n_layers")
         if kind not in KINDS or not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
             raise ProbeError(f"{meta_path} names no valid probe kind and layer count")
+        check_probe_metadata(meta, meta_path)
         inputs = meta.get("inputs", "rank_ratio")  # probes from before inputs were named read rank ratios
         if inputs not in INPUTS:
             raise ProbeError(f"{meta_path}: unknown probe inputs {inputs!r}; this version reads {', '.join(INPUTS)}")
@@ -483,6 +484,7 @@ class Probe:
         for key in ("model", "loss", "srank"):
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise ProbeError(f"{meta_path}: {key!r} must be text, not {meta[key]!r}")
+        check_weights_header(weights, kind, width, n_layers)  # before a tensor or a network takes memory
         tensors = read_weights(weights, meta_path, meta, "probe", digest_required=False)
         probe = cls(kind, threshold=float(threshold), seed=seed, inputs=inputs)
         probe.n_features_in_ = width
@@ -536,12 +538,155 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+LOSSES = ("pre", "pos")
+SRANKS = ("paper", "sum", "squared")
+#: A probe's JSON is a few KB (the largest shipped one, with its ROC curves, about 100 KB).
+MAX_METADATA_BYTES = 4 * 1024 * 1024
+#: A safetensors header of a probe lists about 20 tensors in a few KB.
+MAX_HEADER_BYTES = 1024 * 1024
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def probe_metadata_problem(meta) -> str | None:
+    """What is wrong with a probe's metadata, in one line, or None: every field the studio and
+    :meth:`Probe.load` read is checked for its type (numbers are numbers, ``model`` is present and
+    text, ...), so that a file from elsewhere cannot pass text where a number is shown or skip the
+    model check by leaving ``model`` out."""
+    if not isinstance(meta, dict):
+        return "the metadata is not a JSON object"
+    model = meta.get("model")
+    if not isinstance(model, str) or not model.strip():
+        return "'model' must be the name of the model the probe was trained on (text)"
+    if len(model) > 500:
+        return "'model' is longer than 500 characters"
+    if meta.get("loss") not in LOSSES:
+        return f"'loss' must be {' or '.join(LOSSES)}, not {meta.get('loss')!r:.60}"
+    if meta.get("srank", "paper") not in SRANKS:
+        return f"'srank' must be {', '.join(SRANKS)}, not {meta.get('srank')!r:.60}"
+    if meta.get("kind") not in KINDS:
+        return f"'kind' must be {' or '.join(KINDS)}, not {meta.get('kind')!r:.60}"
+    n_layers = meta.get("n_layers")
+    if not _is_count(n_layers) or n_layers < 1:  # its weights are checked against it (check_weights_header)
+        return f"'n_layers' must be a whole number of at least 1, not {n_layers!r:.60}"
+    if meta.get("inputs", "rank_ratio") not in INPUTS:
+        return f"unknown probe inputs {meta.get('inputs')!r:.60}; this version reads {', '.join(INPUTS)}"
+    name = meta.get("name")
+    if name is not None and (not isinstance(name, str) or len(name) > 200):
+        return "'name' must be text of at most 200 characters"
+    tasks = meta.get("tasks")
+    if tasks is not None and (not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks)):
+        return "'tasks' must be a list of task names"
+    metrics = meta.get("metrics", {})
+    if not isinstance(metrics, dict):
+        return "'metrics' must be an object"
+    test = metrics.get("test", metrics)
+    if not isinstance(test, dict):
+        return "'metrics.test' must be an object"
+    for key in ("auroc", "accuracy"):
+        value = test.get(key)
+        if value is not None and (not _is_number(value) or not 0.0 <= value <= 1.0):
+            return f"the test {key} must be a number from 0 to 1, not {value!r:.60}"
+    for key in ("n", "positives"):
+        if test.get(key) is not None and not _is_count(test[key]):
+            return f"the test '{key}' must be a whole number, not {test[key]!r:.60}"
+    roc = test.get("roc")
+    if roc is not None:
+        if not isinstance(roc, dict) or not all(
+                isinstance(roc.get(k), list) and all(_is_number(x) for x in roc[k]) for k in ("fpr", "tpr")) \
+                or len(roc["fpr"]) != len(roc["tpr"]):
+            return "'metrics.test.roc' must hold two lists of numbers of one length, 'fpr' and 'tpr'"
+    balance = meta.get("train_balance")
+    if balance is not None and (not isinstance(balance, dict) or not all(
+            _is_count(balance.get(k)) for k in ("answerable", "unanswerable"))):
+        return "'train_balance' must give whole numbers 'answerable' and 'unanswerable'"
+    training = meta.get("training_data")
+    if training is not None:
+        datasets = training.get("datasets") if isinstance(training, dict) else None
+        if not isinstance(training, dict) or (datasets is not None and not (isinstance(datasets, dict) and all(
+                isinstance(d, dict) for d in datasets.values()))):
+            return "'training_data' must be an object whose 'datasets' are objects"
+    return None
+
+
+def check_probe_metadata(meta, where) -> dict:
+    """``meta`` when :func:`probe_metadata_problem` finds nothing, else one-line :class:`ProbeError`."""
+    problem = probe_metadata_problem(meta)
+    if problem:
+        raise ProbeError(f"{where}: {problem}")
+    return meta
+
+
+def safetensors_header(weights: Path, what: str = "probe") -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{tensor name: (dtype, shape)}`` from a safetensors file's header alone (its first 8 bytes give
+    the header's length, at most :data:`MAX_HEADER_BYTES`): what a file holds is known before any
+    tensor, or the network it would fill, takes memory. A header that lies about the file's length is
+    refused too."""
+    try:
+        size = weights.stat().st_size
+        with open(weights, "rb") as handle:
+            head = handle.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
+                raise ValueError("no safetensors header")
+            header = json.loads(handle.read(length).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ProbeError(f"{what} weights {weights} are unreadable ({exc})") from None
+    if not isinstance(header, dict):
+        raise ProbeError(f"{what} weights {weights} are unreadable (the header is not an object)")
+    shapes, data = {}, size - 8 - length
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            shape = tuple(entry["shape"])
+            start, end = entry["data_offsets"]
+            if not (isinstance(entry["dtype"], str) and all(_is_count(d) for d in shape)
+                    and _is_count(start) and _is_count(end) and start <= end <= data):
+                raise ValueError
+        except (TypeError, KeyError, ValueError):
+            raise ProbeError(f"{what} weights {weights} are unreadable (tensor {name!r:.60} is described wrongly)") from None
+        shapes[name] = (entry["dtype"], shape)
+    return shapes
+
+
+def expected_shapes(kind: str, width: int) -> dict[str, tuple[int, ...]]:
+    """The tensors (name: shape) of a ``kind`` probe reading ``width`` numbers, computed without
+    allocating them (the MLP is built on torch's ``meta`` device)."""
+    if kind == "logreg":
+        return {"coef": (width,), "intercept": (1,), "scaler_mean": (width,), "scaler_scale": (width,)}
+    with torch.device("meta"):
+        net = MLPNet(width)
+    return {name: tuple(t.shape) for name, t in net.state_dict().items()}
+
+
+def check_weights_header(weights: Path, kind: str, width: int, n_layers: int) -> None:
+    """Refuse, from the header alone, weights whose tensors are not those of a ``kind`` probe of
+    ``width`` inputs: the layer count claimed in the JSON is checked before a network is built."""
+    found = {name: shape for name, (_, shape) in safetensors_header(weights).items()}
+    wanted = expected_shapes(kind, width)
+    if found != wanted:
+        missing = sorted(set(wanted) - set(found))
+        wrong = sorted(k for k in set(wanted) & set(found) if wanted[k] != found[k])
+        detail = (f"{wrong[0]} is {list(found[wrong[0]])}, not {list(wanted[wrong[0]])}" if wrong
+                  else f"missing {missing[0]}" if missing else f"unexpected {sorted(set(found) - set(wanted))[0]}")
+        raise ProbeError(f"probe weights {weights} do not fit a {kind} probe of {n_layers} layers ({detail:.200})")
+
+
 def read_metadata(weights: Path, meta_path: Path, what: str, version: int) -> dict:
     """The JSON half of a saved ``what`` ("probe", "detector"): both files exist, the JSON parses, its
     ``format`` is ``grade-<what>`` at ``version``; any problem raises ProbeError with one clear line."""
     for file in (meta_path, weights):
         if not file.is_file():
             raise ProbeError(f"{what} file {file} does not exist")
+    if meta_path.stat().st_size > MAX_METADATA_BYTES:
+        raise ProbeError(f"{what} metadata {meta_path} is larger than {MAX_METADATA_BYTES // (1024 * 1024)} MB")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:

@@ -46,7 +46,7 @@ from typing import Iterable, Literal
 
 from .errors import InputError
 from .hf_datasets import hf_dataset, is_hf_name
-from .io import find_jsonl, iter_jsonl, jsonl_stem
+from .io import check_input_file, find_jsonl, iter_jsonl, jsonl_stem
 
 Matcher = Literal["strict", "lenient"]
 MATCHERS: tuple[str, ...] = ("strict", "lenient")
@@ -201,6 +201,8 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> tuple[str, Path]:
     path = Path(text).expanduser()
     if path.is_file():
         return jsonl_stem(path), path
+    if os.path.lexists(path):  # a folder, a FIFO, a device, a dangling link: say so, never read it
+        check_input_file(path, "dataset file")
     known = ", ".join(list(DATASETS) + sample_datasets())
     raise InputError(f"unknown dataset {text!r}: use one of {known}, hf:<name>[:<split>] (the full split from "
                      "the Hugging Face Hub), or the path of a JSONL file")

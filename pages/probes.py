@@ -40,24 +40,45 @@ with st.expander("What you are looking at"):
         "questions it accepts (up) for each share of unanswerable ones it lets through (right).\n\n"
         + explain("rank ratio", "loss pre", "AUROC"))
 
-lm = session.current_model()
-probe, info, problem = session.active_probe(lm)
-with st.container(border=True, key="active_probe"):
-    if probe is not None and info is not None:
-        auroc = f"{info.auroc:.3f}" if info.auroc is not None else "not recorded"
-        chosen = "chosen by you" if st.session_state.get(session.PROBE_PATH) else "default for this model"
-        st.markdown(f"**Active probe:** `{info.name}` ({chosen}) · model `{info.model}` · loss `{info.loss}` · "
-                    f"{info.kind} · test AUROC **{auroc}**")
-        small = small_sample_warning([(info.name, info.test_metrics.get("n"), info.test_metrics.get("positives"))])
-        if small and info.auroc is not None:
-            st.warning(small, icon=":material/warning:")
-        if lm is not None:
-            try:
-                probe.check_compatible(lm)
-            except GradeError as exc:
-                st.warning(f"This probe does not fit the loaded model: {session.user_message(exc)}")
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>#+!|~$])")
+
+
+def _shown(text) -> str:
+    """Text from a file (a probe's name, model, a message quoting it) for st.markdown, on one line: every
+    character that can open a code span, emphasis, a link, an image, HTML or LaTeX escaped, so that it
+    shows as typed."""
+    return _MARKDOWN.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def _error(exc: BaseException, what: str = "") -> None:
+    """:func:`studio.session.show_error`, with a user-caused message escaped (it may quote a file)."""
+    if isinstance(exc, GradeError):
+        st.error((f"{what}: " if what else "") + _shown(session.user_message(exc)))
     else:
-        st.info(f"No probe loaded: {problem}")
+        session.show_error(exc, what)
+
+
+lm = session.current_model()
+with st.container(border=True, key="active_probe"):
+    try:
+        probe, info, problem = session.active_probe(lm)
+        if probe is not None and info is not None:
+            auroc = f"{info.auroc:.3f}" if info.auroc is not None else "not recorded"
+            chosen = "chosen by you" if st.session_state.get(session.PROBE_PATH) else "default for this model"
+            st.markdown(f"**Active probe:** {_shown(info.name)} ({chosen}) · model {_shown(info.model)} · "
+                        f"loss {_shown(info.loss)} · {_shown(info.kind)} · test AUROC **{auroc}**")
+            small = small_sample_warning([(info.name, info.test_metrics.get("n"), info.test_metrics.get("positives"))])
+            if small and info.auroc is not None:
+                st.warning(_shown(small), icon=":material/warning:")
+            if lm is not None:
+                try:
+                    probe.check_compatible(lm)
+                except GradeError as exc:
+                    st.warning(f"This probe does not fit the loaded model: {_shown(session.user_message(exc))}")
+        else:
+            st.info(f"No probe loaded: {_shown(problem)}")
+    except Exception as exc:  # whatever a chosen probe does, the way back to the default stays on the page
+        _error(exc, "The chosen probe cannot be shown")
     if st.session_state.get(session.PROBE_PATH) and st.button("Back to the default probe", key="probe_reset"):
         st.session_state.pop(session.PROBE_PATH, None)
         st.rerun()
@@ -67,7 +88,7 @@ def _use(path: Path) -> None:
     try:
         session.cached_probe(path)
     except GradeError as exc:
-        session.show_error(exc, "Probe not loaded")
+        _error(exc, "Probe not loaded")
         return
     st.session_state[session.PROBE_PATH] = str(path)
     st.session_state.pop(session.ANALYSIS, None)  # its verdict came from the previous probe
@@ -101,15 +122,17 @@ def _probe_summary(probe) -> str:
     """Where the probe's numbers come from, from its metadata."""
     meta = probe.metadata
     test = probe.test_metrics
-    lines = [f"**{probe.name}**", "",
-             f"- model `{probe.model}`, loss `{probe.loss}`, stable rank `{meta.get('srank', '?')}`, {probe.kind} probe",
+    lines = [f"**{_shown(probe.name)}**", "",
+             f"- model {_shown(probe.model)}, loss {_shown(probe.loss)}, stable rank {_shown(meta.get('srank', '?'))}, "
+             f"{_shown(probe.kind)} probe",
              f"- test split: {test.get('n', '?')} questions, {test.get('positives', '?')} answerable"]
     if probe.accuracy is not None:
         lines.append(f"- test accuracy {probe.accuracy:.3f}" + _majority(test) +
                      (f", AUROC {probe.auroc:.3f}" if probe.auroc is not None else ""))
     datasets = (meta.get("training_data") or {}).get("datasets") or {}
     if datasets:
-        lines.append("- trained on " + ", ".join(f"{name} ({d.get('n', '?')})" for name, d in datasets.items()))
+        lines.append("- trained on " + ", ".join(f"{_shown(name)} ({_shown(d.get('n', '?'))})"
+                                                 for name, d in datasets.items()))
     lines += ["", "ROC on the probe's own held-out test split, as stored in its metadata."]
     return "\n".join(lines)
 
@@ -119,6 +142,24 @@ def _roc_from_metrics(name: str, metrics: dict):
     if not roc or metrics.get("auroc") is None:
         return None
     return name, np.asarray(roc["fpr"]), np.asarray(roc["tpr"]), float(metrics["auroc"])
+
+
+def _check_uploaded_metadata(data: bytes, name: str) -> None:
+    """An uploaded probe's JSON: UTF-8, JSON, a probe description whose every field has its type."""
+    import json
+
+    from grade.errors import ProbeError
+    from grade.io import decode_text
+    from grade.probe import check_probe_metadata
+
+    shown = served_mode.safe_display_name(name)
+    try:
+        meta = json.loads(decode_text(data, shown))
+    except (ValueError, RecursionError) as exc:
+        raise ProbeError(f"{shown} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(meta, dict) or meta.get("format") != "grade-probe":
+        raise ProbeError(f"{shown} is not a GRADE probe description")
+    check_probe_metadata(meta, shown)
 
 
 shipped_tab, load_tab, train_tab = st.tabs(["Shipped and saved probes", "Load a probe file", "Train a new probe"])
@@ -168,12 +209,14 @@ with load_tab:
     if st.button("Load probe", key="load_probe"):
         try:
             if uploads:
+                served_mode.check_probe_upload_count(len(uploads))
                 weights = [f for f in uploads if f.name.endswith(".safetensors")]
                 metas = [f for f in uploads if f.name.endswith(".json")]
                 if len(weights) != 1 or len(metas) != 1:
                     raise InputError("upload exactly one .safetensors file and one .json file")
                 for upload in (weights[0], metas[0]):
                     served_mode.check_upload(upload.name, upload.size, LIMITS)
+                _check_uploaded_metadata(metas[0].getvalue(), metas[0].name)  # before anything is stored
                 path = store_uploaded_probe(weights[0].getvalue(), metas[0].getvalue(), weights[0].name,
                                             session.upload_folder(), quota=session.quota())
                 session.after_user_write()
@@ -184,7 +227,7 @@ with load_tab:
                 raise InputError("choose probe files to upload or type a path")
             _use(path)
         except GradeError as exc:
-            session.show_error(exc, "Probe not loaded")
+            _error(exc, "Probe not loaded")
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -224,10 +267,14 @@ def _feature_source() -> pd.DataFrame | None:
             return None
         name = served_mode.safe_display_name(upload.name)
         try:
+            from grade.features import TRAINING_COLUMNS
+
             served_mode.check_upload(upload.name, upload.size, LIMITS)
+            # rows, decoded size and columns from the Parquet metadata: a refused file is never decoded or cached
+            served_mode.check_parquet_upload(upload.getvalue(), upload.name, LIMITS, TRAINING_COLUMNS)
             frame = _uploaded_frame(upload.getvalue())
         except GradeError as exc:
-            session.show_error(exc)
+            _error(exc)
             return None
         except Exception as exc:  # a corrupt or foreign file: pyarrow raises many types
             st.error(f"Could not read {name} as Parquet: {session.user_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}")
@@ -237,7 +284,7 @@ def _feature_source() -> pd.DataFrame | None:
 
             check_feature_frame(frame, name)
         except GradeError as exc:
-            session.show_error(exc)
+            _error(exc)
             return None
         return _capped(frame)
     upload = st.file_uploader("Labelled questions from `python -m grade label` (JSONL: id, question, label, ...)",
@@ -247,7 +294,7 @@ def _feature_source() -> pd.DataFrame | None:
     try:
         served_mode.check_upload(upload.name, upload.size, LIMITS)
     except GradeError as exc:
-        session.show_error(exc)
+        _error(exc)
         return None
     if lm is None:
         session.no_model_message()
@@ -266,11 +313,25 @@ def _feature_source() -> pd.DataFrame | None:
             rows = read_labelled(handle.name, skipped=bad)
             if bad:
                 st.warning(f"Skipped {len(bad)} bad row(s); the first: "
-                           + session.user_text(bad[0].replace(handle.name, served_mode.safe_display_name(upload.name))))
+                           + _shown(session.user_text(bad[0].replace(handle.name,
+                                                                     served_mode.safe_display_name(upload.name)))))
             if len(rows) > LIMITS.extract_rows:
                 st.warning(f"The file has {len(rows):,} labelled rows; this studio extracts the first "
                            f"{LIMITS.extract_rows:,}. Extract more with `python -m grade extract`.")
                 rows = rows[: LIMITS.extract_rows]
+            within, over = [], []  # the caps of every analysing page, row by row, before any is analysed
+            for row in rows:
+                try:
+                    served_mode.check_labelled_row(row, lm.tokenizer, loss, LIMITS)
+                    within.append(row)
+                except GradeError as exc:
+                    over.append(f"{row['dataset']}/{row['id']}: {exc}")
+            if over:
+                st.warning(f"Skipped {len(over)} row(s) beyond this studio's limits; the first: "
+                           + _shown(session.user_text(over[0])))
+            rows = within
+            if not rows:
+                raise InputError("no row of the file is within this studio's limits")
             bar = st.progress(0.0, text=f"Extracting features of {len(rows)} questions ...")
             frame, skipped = features_of_rows(
                 lm, rows, loss=loss, callback=lambda done, total, rid: bar.progress(
@@ -279,8 +340,8 @@ def _feature_source() -> pd.DataFrame | None:
             st.session_state["extracted"] = frame
             st.success(f"Extracted {len(frame)} rows with {lm.name}" + (f"; {len(skipped)} skipped" if skipped else ""))
         except GradeError as exc:
-            session.show_error(GradeError(str(exc).replace(handle.name, served_mode.safe_display_name(upload.name))),
-                               "Extraction failed")
+            _error(GradeError(str(exc).replace(handle.name, served_mode.safe_display_name(upload.name))),
+                   "Extraction failed")
         finally:
             Path(handle.name).unlink(missing_ok=True)
     return _capped(st.session_state.get("extracted"))
@@ -334,8 +395,8 @@ with train_tab:
     if trained_state is not None:
         trained, report = trained_state
         test = report["test"]
-        st.markdown(f"**Trained** a `{trained.kind}` probe for `{trained.metadata.get('model')}` "
-                    f"(loss `{trained.metadata.get('loss')}`).")
+        st.markdown(f"**Trained** a {_shown(trained.kind)} probe for {_shown(trained.metadata.get('model'))} "
+                    f"(loss {_shown(trained.metadata.get('loss'))}).")
         m1, m2, m3 = st.columns(3)
         baseline = _majority_accuracy(test)
         m1.metric("Test accuracy", f"{test['accuracy']:.3f}",

@@ -146,13 +146,20 @@ def probe_metadata_path(weights: Path) -> Path:
 
 
 def read_probe_info(weights: str | Path) -> ProbeInfo | None:
-    """Metadata of a probe file pair, or None if its JSON is missing or unreadable."""
+    """Metadata of a probe file pair, or None if its JSON is missing, unreadable, too large or holds a
+    field of the wrong type (:func:`grade.probe.probe_metadata_problem`): a :class:`ProbeInfo` always
+    holds numbers where numbers are shown and a model name. Loading such a probe gives the reason."""
+    from grade.probe import MAX_METADATA_BYTES, probe_metadata_problem
+
     weights = Path(weights).with_suffix(".safetensors")
     try:
-        metadata = json.loads(probe_metadata_path(weights).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        path = probe_metadata_path(weights)
+        if path.stat().st_size > MAX_METADATA_BYTES:
+            return None
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
-    return ProbeInfo(weights, metadata) if isinstance(metadata, dict) else None
+    return ProbeInfo(weights, metadata) if probe_metadata_problem(metadata) is None else None
 
 
 def list_probes(folder: Path = PROBES_DIR) -> list[ProbeInfo]:

@@ -8,8 +8,10 @@ address. Served, the studio treats every browser as a stranger:
   ``GRADE_MODEL_DIRS`` (separated by ``:``); no hub ids, and one message for every refused path,
   whether it exists or not;
 * **work per request**: caps on the answer length, the reasoning trace (characters, tokens, steps),
-  the generated chain of thought, uploads and the rows extracted or trained on; a cap that bites is
-  said in a message, never applied silently;
+  the generated chain of thought, uploads (bytes; a feature file's rows and decoded size, read from
+  its Parquet metadata first) and the rows extracted or trained on; every page that analyses applies
+  the same caps (Probes -> Extract checks each labelled row with :func:`check_labelled_row`); a cap
+  that bites is said in a message, never applied silently;
 * **files**: probes are saved and uploaded into a folder of the user's own (a quota each), the shared
   probes are read-only, names are sanitised and an existing probe is never overwritten silently;
 * **errors**: no traceback, no server path; an unexpected error shows a reference that the
@@ -50,6 +52,8 @@ class Limits:
     trace_tokens: int = 1024
     trace_steps: int = 32
     upload_mb: int = 200  # one uploaded file
+    upload_rows: int = 1_000_000  # rows of an uploaded feature file, read from its Parquet metadata first
+    upload_decoded_mb: int = 4000  # an uploaded feature file decoded (Parquet metadata), before it is read
     extract_rows: int = 400  # labelled questions turned into features in the app
     train_rows: int = 50000
     user_probes: int = 50  # probes one user may keep (saved + uploaded)
@@ -62,7 +66,7 @@ LOCAL_LIMITS = Limits()
 # (a 10-step trace took 165 s there before these caps; 40 steps did not finish in 600 s).
 SERVED_LIMITS = Limits(
     question_chars=2000, context_chars=6000, answer_tokens=128, cot_tokens=256, trace_chars=2000,
-    trace_tokens=384, trace_steps=12, upload_mb=8, extract_rows=50, train_rows=5000, user_probes=10, user_mb=20,
+    trace_tokens=384, trace_steps=12, upload_mb=8, upload_rows=20_000, upload_decoded_mb=200, extract_rows=50, train_rows=5000, user_probes=10, user_mb=20,
     served_mb=500,
 )
 
@@ -195,6 +199,83 @@ def check_upload(name: str, size: int, limits: Limits) -> None:
     if size > limits.upload_mb * MB:
         raise InputError(f"{safe_display_name(name)} is {size / MB:.1f} MB; this studio accepts files of at most "
                          f"{limits.upload_mb} MB.")
+
+
+#: Files one probe upload may hold: its weights and its metadata.
+PROBE_UPLOAD_FILES = 2
+
+
+def check_probe_upload_count(count: int) -> None:
+    if count > PROBE_UPLOAD_FILES:
+        raise InputError(f"{count} files were uploaded; a probe is {PROBE_UPLOAD_FILES} files, one .safetensors "
+                         "and one .json. Remove the others.")
+
+
+def check_labelled_row(row: dict, tokenizer, loss: str, limits: Limits) -> None:
+    """A labelled row (Probes -> Extract) within the caps every analysing page applies: the question
+    and document lengths (Home), and under ``pos`` the response it is scored on: as a reasoning trace
+    (characters, tokens, steps: each step is a backward pass) where the row's task is scored step by
+    step, as an answer (tokens) otherwise; the length of an answer the model would generate for it.
+    Characters are counted before anything is tokenised."""
+    from grade.features import given_response
+    from grade.tasks import answer_format, scored_stepwise
+
+    question, context = str(row.get("question") or ""), str(row.get("context") or "")
+    _cap(len(question), limits.question_chars, "The question", "characters")
+    _cap(len(context), limits.context_chars, "The document", "characters")
+    if loss != "pos":
+        return
+    task = str(row.get("task") or "qa")
+    response = given_response(row)
+    if response is None:  # the model generates the answer it is scored on
+        try:
+            default = answer_format(task).max_new_tokens
+        except Exception:  # an unknown task: the row's own length, else the short-answer one
+            default = answer_format("qa").max_new_tokens
+        length = row.get("max_new_tokens")
+        check_answer_tokens(length if isinstance(length, int) and not isinstance(length, bool) and length > 0
+                            else default, limits)
+        return
+    text = str(response).strip()
+    if scored_stepwise(task):
+        from grade.losses import steps_for_response
+
+        if len(text) > limits.trace_chars:  # before tokenising a text that may be huge
+            check_trace(len(text), 0, 0, limits)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        check_trace(len(text), len(ids), len(steps_for_response(tokenizer, ids, 0, text)), limits)
+        return
+    _cap(len(text), limits.trace_chars, "The response", "characters")
+    _cap(len(tokenizer(text, add_special_tokens=False)["input_ids"]), limits.answer_tokens, "The response", "tokens")
+
+
+def check_parquet_upload(data: bytes, name: str, limits: Limits, columns: tuple[str, ...] = ()) -> None:
+    """Refuse an uploaded Parquet file from its metadata alone, before a row is decoded: more rows than
+    ``upload_rows``, more decoded bytes than ``upload_decoded_mb``, or a missing column of ``columns``.
+    (A few hundred KB of Parquet can hold tens of millions of rows.)"""
+    import io
+
+    import pyarrow.parquet as pq
+
+    shown = safe_display_name(name)
+    try:
+        parquet = pq.ParquetFile(io.BytesIO(data))
+        meta = parquet.metadata
+        decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        names = set(parquet.schema_arrow.names)
+    except Exception as exc:  # a corrupt or foreign file: pyarrow raises many types
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"Could not read {shown} as Parquet: {first}") from None
+    if meta.num_rows > limits.upload_rows:
+        raise InputError(f"{shown} holds {meta.num_rows:,} rows; this studio reads feature files of at most "
+                         f"{limits.upload_rows:,} rows.")
+    if decoded > limits.upload_decoded_mb * MB:
+        raise InputError(f"{shown} decodes to {decoded / MB:,.0f} MB; this studio reads feature files of at most "
+                         f"{limits.upload_decoded_mb:,} MB decoded.")
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise InputError(f"The features in {shown} lack the column(s) {', '.join(missing)}: not features written by "
+                         "`grade extract`")
 
 
 # ----------------------------------------------------------------------------------------- probes

@@ -363,3 +363,139 @@ def test_the_gguf_conversion_cache_keeps_the_most_recently_used(tmp_path, monkey
         folders.append(folder)
     _prune_gguf_cache(keep=folders[0])
     assert [f.exists() for f in folders] == [True, False, False, True] and embedded.exists()
+
+
+# ------------------------------------------------------------ sizes and fields checked before use
+
+
+def _probe_pair(tmp_path: Path, **changes) -> tuple[bytes, bytes]:
+    """A real trained probe's two files, its metadata changed by ``changes``."""
+    import json
+
+    import numpy as np
+
+    from grade.probe import Probe
+
+    rng = np.random.default_rng(0)
+    probe = Probe("logreg").fit(rng.normal(size=(60, 30)), np.array([0, 1] * 30))
+    probe.metadata.update({"model": "smollm2-135m-instruct", "loss": "pre", "srank": "paper"})
+    weights, meta_path = probe.save(tmp_path / "made" / "p")
+    meta = json.loads(meta_path.read_text())
+    meta.update(changes)
+    return weights.read_bytes(), json.dumps(meta).encode()
+
+
+@slow
+@pytest.mark.parametrize("changes, message", [
+    ({"metrics": {"test": {"auroc": "0.99"}}}, "test auroc must be a number"),
+    ({"model": None}, "'model' must be"),
+    ({"name": "x` ![i](https://example.invalid/i.png) `"}, None),  # loads; shown escaped
+])
+def test_uploaded_probe_metadata_is_checked_and_shown_escaped(served, changes, message):
+    weights, meta = _probe_pair(served, **changes)
+    at = _app()
+    at.switch_page("pages/probes.py").run()
+    at.file_uploader(key="probe_upload").set_value([("p.safetensors", weights, "application/octet-stream"),
+                                                    ("p.json", meta, "application/json")])
+    at.button(key="load_probe").click().run()
+    _no_exception(at)
+    if message is not None:
+        assert any(message in e for e in _errors(at)), _errors(at)
+        assert not (served / "users").exists() or not [f for f in _files(served / "users") if "uploads" in f]
+        return
+    assert not _errors(at), _errors(at)
+    shown = [m.value for m in at.markdown if "Active probe" in m.value]
+    assert shown and "![i](https" not in shown[0] and "\\!\\[i\\](https" in shown[0], shown
+
+
+@slow
+def test_a_probe_upload_takes_two_files_at_most(served):
+    weights, meta = _probe_pair(served)
+    at = _app()
+    at.switch_page("pages/probes.py").run()
+    at.file_uploader(key="probe_upload").set_value([("p.safetensors", weights, "application/octet-stream"),
+                                                    ("p.json", meta, "application/json"),
+                                                    ("q.json", meta, "application/json")])
+    at.button(key="load_probe").click().run()
+    _no_exception(at)
+    assert any("3 files were uploaded" in e for e in _errors(at)), _errors(at)
+
+
+@slow
+def test_a_feature_file_of_50m_rows_is_refused_from_its_metadata(served):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from grade.features import TRAINING_COLUMNS
+
+    n = 50_000_000
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({c: pa.nulls(n, pa.int8()) for c in TRAINING_COLUMNS}), buffer)
+    data = buffer.getvalue()
+    assert len(data) < 8 * 1024 * 1024  # within the upload cap: only the rows give it away
+    at = _app()
+    at.switch_page("pages/probes.py").run()
+    at.radio(key="train_source").set_value("Upload a feature file (.parquet)").run()
+    before = _peak_mb()
+    at.file_uploader(key="train_upload").set_value(("big.parquet", data, "application/octet-stream"))
+    at.run()
+    _no_exception(at)
+    assert any("holds 50,000,000 rows" in e for e in _errors(at)), _errors(at)
+    assert _peak_mb() - before < 300  # decoding it first cost 1.5 GB
+
+
+def _peak_mb() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+@slow
+def test_extract_applies_the_served_caps_row_by_row(served):
+    import json
+
+    rows = [{"id": "long", "question": "q" * 2001, "label": 1, "dataset": "d"},
+            {"id": "steps", "question": "What is 1 + 1?", "task": "gsm8k", "label": 1, "dataset": "d",
+             "response": " ".join(f"Step {i}: 1 + 1 = 2." for i in range(26))},
+            {"id": "ok", "question": "What is the capital of France?", "label": 1, "dataset": "d",
+             "response": "Paris"}]
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    at = _app()
+    at.switch_page("pages/probes.py").run()
+    at.radio(key="train_source").set_value("Extract from labelled questions (.jsonl)").run()
+    at.file_uploader(key="train_jsonl").set_value(("rows.jsonl", data, "application/octet-stream"))
+    at.run()
+    at.radio(key="train_loss").set_value("pos").run()
+    at.button(key="extract").click().run()
+    _no_exception(at)
+    warnings = [w.value for w in at.warning]
+    assert any("Skipped 2 row(s) beyond this studio's limits" in w and "2,001 characters" in w for w in warnings), warnings
+    assert any("Extracted 1 rows" in s.value for s in at.success), [s.value for s in at.success]
+
+
+@slow
+def test_a_broken_chosen_probe_can_always_be_reset(monkeypatch, tmp_path, smollm):
+    from streamlit.testing.v1 import AppTest
+
+    from studio import session
+
+    monkeypatch.delenv("GRADE_SERVED", raising=False)
+    monkeypatch.setenv("GRADE_USER_DATA_DIR", str(tmp_path / "users"))
+    session._settings.cache_clear()
+    weights, meta = _probe_pair(tmp_path, metrics={"test": {"auroc": "high"}})
+    (tmp_path / "bad.safetensors").write_bytes(weights)
+    (tmp_path / "bad.json").write_bytes(meta)
+    try:
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+        at.session_state["probe_path"] = str(tmp_path / "bad.safetensors")
+        at.switch_page("pages/probes.py").run()
+        _no_exception(at)
+        assert any("test auroc must be a number" in i.value for i in at.info), [i.value for i in at.info]
+        at.button(key="probe_reset").click().run()
+        _no_exception(at)
+        assert "probe_path" not in at.session_state
+    finally:
+        session._settings.cache_clear()

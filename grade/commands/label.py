@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..errors import InputError
-    from ..io import check_output_file, ensure_output_folder
+    from ..io import check_output_file, ensure_output_folder, hold_output_lock
     from ..labeling import label_questions
     from ..tasks import load_questions
 
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--offset {args.offset} is past the last question of {args.dataset}")
     ensure_output_folder(Path(args.out).expanduser().parent, "labels folder")
     check_output_file(args.out, "labels file")
+    hold_output_lock(args.out, "the labels file")  # one writer per labels file, until this process ends
     if args.engine == "ray":
         from ..distributed import run_label
 
@@ -94,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
         sample_chars=args.sample_chars,
         show_progress=not args.quiet,
     )
+    for where in summary.too_long[:10]:
+        print(f"  skipped {where}", file=sys.stderr)
+    if summary.too_long:
+        print(f"skipped {len(summary.too_long)} question(s) too long for {lm.name}", file=sys.stderr)
     print(f"{summary.path}: {summary.new} labelled now, {summary.skipped} already there ({summary.seconds:.1f} s)")
     print(summary.balance_line())
     return 0

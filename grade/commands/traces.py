@@ -74,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     say = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr))
+    if args.samples or args.generate:  # a read-only or full --out is refused before the model loads
+        from ..io import ensure_output_folder
+
+        ensure_output_folder(args.out, "trace store")
     store = TraceStore(args.out)
     report = None
     if args.samples or args.generate:
