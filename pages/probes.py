@@ -195,7 +195,7 @@ with shipped_tab:
             right.markdown(_probe_summary(picked))
             small = small_sample_warning([(picked.name, picked.test_metrics.get("n"), picked.test_metrics.get("positives"))])
             if small:
-                right.warning(small, icon=":material/warning:")
+                right.warning(_shown(small), icon=":material/warning:")
 
 with load_tab:
     if SERVED:  # a path would read the server's files, and its error would say whether they exist
