@@ -200,13 +200,17 @@ _LM_EVAL_BOOKKEEPING = {"doc_id", "doc", "target", "arguments", "resps", "filter
 _QUESTION_KEYS = ("question", "problem", "Question", "Problem", "input", "query")
 
 
-def _read_objects(path: Path) -> list[tuple[int, dict]]:
-    if not path.is_file():
-        raise InputError(f"trace file {path} does not exist")
-    from .io import iter_jsonl
+def _read_objects(path: Path, skipped: list[str] | None = None) -> list[tuple[int, dict]]:
+    """The JSON objects of a trace file with their line numbers. A line over the reader's byte bound is
+    skipped unread (named in ``skipped``); any other bad line stops the read with one message."""
+    from .io import MAX_LINE_BYTES, check_input_file, iter_jsonl
 
+    check_input_file(path, "trace file")
     rows = []
     for number, row, problem in iter_jsonl(path):  # bad bytes are a problem too, not a traceback
+        if problem and row is None and skipped is not None and problem.startswith("longer than"):
+            skipped.append(f"line {number} is longer than {MAX_LINE_BYTES:,} bytes and was skipped unread")
+            continue
         if problem:
             raise InputError(f"{path}, line {number}: {problem}")
         if not isinstance(row, dict):
@@ -432,7 +436,8 @@ def read_traces(path: str | Path, *, task: str | None = None, metric: str | None
 
     if is_inspect_log(path):  # metric names the scorer
         return read_inspect_log(path, task=task, metric=metric, filter_name=filter_name, prompt=prompt, limit=limit)
-    rows = _read_objects(path)
+    skipped: list[str] = []
+    rows = _read_objects(path, skipped)
     first = rows[0][1]
     if "doc_id" in first and ("doc" in first or "resps" in first):
         source = read_lm_eval_samples(path, task=task, metric=metric, filter_name=filter_name, prompt=prompt, rows=rows)
@@ -450,6 +455,7 @@ def read_traces(path: str | Path, *, task: str | None = None, metric: str | None
         if limit < 1:
             raise InputError("--limit must be at least 1")
         source.items = source.items[:limit]
+    source.notes.extend(skipped)
     return source
 
 
@@ -571,10 +577,15 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
 def analyze_trace_item(lm, item: TraceItem, *, srank: str = "paper") -> tuple[dict, list[dict]]:
     """Step-wise GRADE_pos and token shock of one trace; returns (trace row, token rows)."""
     from .analysis import analyze
+    from .labeling import MAX_CHARS_PER_TOKEN
 
     response = item.response if item.prompt is not None else item.response.strip()
     if not response.strip():
         raise InputError("the response is empty")
+    # bounded before tokenizing: a 5 MB response would cost gigabytes only to be refused as too long
+    if len(item.question) + len(response) + len(item.prompt or "") > MAX_CHARS_PER_TOKEN * lm.max_context:
+        raise InputError(f"question and response have {len(item.question) + len(response):,} characters, more than "
+                         f"this model's {lm.max_context} tokens can hold")
     t = time.perf_counter()
     # Token shock from the fast route (C_g = ΔΔᵀ where C_h is certified full rank): the exact route's values
     # without its float64 eigen-decompositions, which cost as much as the backward passes on a CPU.

@@ -206,7 +206,10 @@ def test_command_on_an_lm_eval_gsm8k_file(gsm8k_trace_run):
     assert printed["n"] == 6 and len(printed["traces"]) == 6
     assert {t["doc_id"]: t["correct"] for t in printed["traces"]} == expected  # doc ids stay integers
     for t in printed["traces"]:
-        assert set(t) == {"doc_id", "sample", "correct", "grade_pos", "n_steps", "peak_step"}
+        assert set(t) == {"doc_id", "sample", "correct", "grade_pos", "n_steps", "peak_step", "suspect_step",
+                          "suspect_step_text", "locator", "step_ranking", "step_texts", "flagged_steps"}
+        assert 1 <= t["suspect_step"] <= t["n_steps"] and sorted(t["step_ranking"]) == list(range(1, t["n_steps"] + 1))
+        assert t["suspect_step"] == t["step_ranking"][0] and t["suspect_step_text"] == t["step_texts"][t["suspect_step"] - 1]
         assert np.isfinite(t["grade_pos"]) and t["grade_pos"] > 0
         assert t["n_steps"] >= 1 and 1 <= t["peak_step"] <= t["n_steps"]
 
