@@ -52,8 +52,10 @@ def _text_color(value: float) -> str:
     return "#ffffff" if value > 0.72 else "#111111"
 
 
-def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = None, step_marks: bool = True) -> str:
-    """Tokens as coloured ``<span>``s; hovering shows the normalised and the raw score."""
+def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = None, step_marks: bool = True,
+               label: str = "shock") -> str:
+    """Tokens as coloured ``<span>``s; hovering shows the normalised and the raw score (``label``: what the
+    colour is, e.g. shock or surprisal)."""
     colors = sample_colorscale(COLORSCALE, np.clip(values, 0, 1).tolist()) if len(values) else []
     parts = ['<div style="font-family: ui-monospace, Menlo, monospace; font-size: 0.92rem; line-height: 1.9; '
              'white-space: normal; word-break: break-word;">']
@@ -64,7 +66,7 @@ def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = 
             parts.append(f'<sup style="color:#6a3d9a; font-weight:600; margin:0 2px;">[{step + 1}]</sup>')
             previous_step = step
         raw_text = f", raw {raw[i]:.3g}" if raw is not None else ""
-        title = f"shock {value:.3f}{raw_text} (step {step + 1})" if step >= 0 else f"shock {value:.3f}{raw_text}"
+        title = f"{label} {value:.3f}{raw_text} (step {step + 1})" if step >= 0 else f"{label} {value:.3f}{raw_text}"
         shown = html.escape(token).replace("\n", "↵<br>")
         parts.append(f'<span title="{html.escape(title)}" style="background:{color}; color:{_text_color(value)}; '
                      f'padding:1px 1px; border-radius:3px;">{shown}</span>')

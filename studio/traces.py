@@ -174,9 +174,15 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
     shown = shown[keep]
     column = SORT_KEYS[sort]
     shown = shown.sort_values([column, "trace_id"], ascending=[not descending, True], kind="stable")
+    missing = pd.Series([None] * len(shown), index=shown.index, dtype="object")
+    suspect = shown["suspect_step"] if "suspect_step" in shown else missing  # stores of format 1 have none
+    flagged = (shown["step_check"].map(lambda v: int(np.sum(np.asarray(v) > 0)) if v is not None else None)
+               if "step_check" in shown else missing)
     return pd.DataFrame({
         "trace": shown["trace_id"],
         "correctness": shown["correctness"],
+        "suspect step": suspect,
+        "check flags": flagged,
         "GRADE_pos": shown["grade_pos"],
         "peak step": shown["peak_step"],
         "peak shock": shown["peak_step_ratio"],
@@ -189,10 +195,15 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
     }).reset_index(drop=True)
 
 
-def token_scores(tokens: pd.DataFrame, n_layers: int) -> TokenScores:
-    """The Reasoning trace heatmap's input from a trace's token rows (sorted by position)."""
-    scores = np.stack([np.asarray(s, dtype=np.float64) for s in tokens["scores"]], axis=1) if len(tokens) \
-        else np.zeros((n_layers, 0))
+def token_scores(tokens: pd.DataFrame, n_layers: int, *, surprisal: bool = False) -> TokenScores:
+    """The Reasoning trace heatmap's input from a trace's token rows (sorted by position): the per-layer shock
+    scores, or with ``surprisal`` each token's surprisal as one row (NaN in stores of format 1)."""
+    if surprisal:
+        values = tokens["surprisal"].to_numpy(dtype=np.float64) if "surprisal" in tokens else np.full(len(tokens), np.nan)
+        scores = values[None, :]
+    else:
+        scores = np.stack([np.asarray(s, dtype=np.float64) for s in tokens["scores"]], axis=1) if len(tokens) \
+            else np.zeros((n_layers, 0))
     return TokenScores(tokens["token"].tolist(), scores, [int(s) - 1 for s in tokens["step"]])
 
 
