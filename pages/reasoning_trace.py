@@ -172,10 +172,12 @@ for trace, score, value, column in zip(shown, scored, values, columns):
         m2.metric("Steps", len(trace.result.steps))
         m3.metric("Mean CE loss", f"{trace.result.loss_value:.3f}")
         raw = np.nanmean(score.scores, axis=0) if layer is None else score.scores[layer]
-        st.html(tokens.token_html(score, value, raw=raw, label="shock" if colour_by == SHOCK else "surprisal"))
         signals = trace.localization()[0]
         ranked = localization.ranked_table(trace.step_texts, signals)
         suspect = int(ranked["step"].iloc[0])
+        st.html(tokens.token_html(score, value, raw=raw, label="shock" if colour_by == SHOCK else "surprisal",
+                                  flagged={k - 1 for k, v in enumerate(signals.values["check"], 1) if v > 0},
+                                  suspect=suspect - 1))
         flagged = int((ranked["check"] != "").sum())
         st.markdown(f"**Suspect step {suspect}** of {len(ranked)}: {session.plain(trace.step_texts[suspect - 1].strip()[:200])}"
                     + (f"  \n:orange-badge[check] {session.plain(ranked['check'].iloc[0])}" if ranked["check"].iloc[0] else

@@ -44,10 +44,19 @@ with open_tab:
     c1.text_input("Trace store folder", key="tr_store_path", placeholder="runs/traces/gsm8k",
                   help="A folder written by `python -m grade traces --out ...` or by this page")
     if c2.button("Open store", key="tr_open_store", width="stretch"):
-        try:
-            _open(st.session_state.get("tr_store_path") or "")
-        except GradeError as exc:
-            session.show_error(exc, "Store not opened")
+        if not str(st.session_state.get("tr_store_path") or "").strip():
+            st.warning("Type the folder of a trace store first (or open the demo store below).")
+        else:
+            try:
+                _open(st.session_state.get("tr_store_path") or "")
+            except GradeError as exc:
+                session.show_error(exc, "Store not opened")
+    if st.button("Open the demo store", key="tr_open_demo",
+                 help="Qwen2.5-Coder-1.5B's own GSM8K traces with an arithmetic slip and reference solutions with an "
+                      "injected error, analysed on a GPU; their wrong steps are known"):
+        demo = tr.demo_store(session.selected_model_name())
+        if demo is not None:
+            _open(demo)
     if stores:
         c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
         c1.selectbox("... or one made on this page", [str(p) for p in stores], key="tr_recent",
@@ -135,9 +144,19 @@ if st.session_state.get(JOB) is not None:
 
 # ------------------------------------------------------------------------------------------- table
 
+if not st.session_state.get(STORE) and not st.session_state.get("tr_demo_shown"):
+    # A first visit opens on something: the demo store (a writable copy), once per session.
+    st.session_state["tr_demo_shown"] = True
+    demo = tr.demo_store(session.selected_model_name())
+    if demo is not None:
+        _open(demo)
 if not st.session_state.get(STORE):
     st.info("Open a trace store, or analyse a samples file.")
     st.stop()
+if Path(st.session_state[STORE]).parent == tr.stores_dir() / "demo":
+    st.caption("This is the **demo store**: the model's own GSM8K traces with a verified arithmetic slip and reference "
+               "solutions with one injected error, analysed on a GPU. Their wrong steps are known, so the aggregates "
+               "below show how often the suspect step finds them. Open your own store above.")
 
 store = TraceStore(st.session_state[STORE])
 
@@ -283,7 +302,9 @@ with st.container(border=True, key="tr_trace"):
     values = tokens.shared_scale([trace_tokens], layer)[0]
     st.html(tokens.colorbar_html(f"{colour_by.split(' (')[0]} (this trace)"))
     raw = np.nanmean(trace_tokens.scores, axis=0) if layer is None else trace_tokens.scores[layer]
-    st.html(tokens.token_html(trace_tokens, values, raw=raw, label="shock" if colour_by == SHOCK else "surprisal"))
+    st.html(tokens.token_html(trace_tokens, values, raw=raw, label="shock" if colour_by == SHOCK else "surprisal",
+                              flagged={k - 1 for k, v in enumerate(signals.values["check"], 1) if v > 0},
+                              suspect=suspect - 1))
     st.caption(localization.accuracy_line(model_name, colour_by))
     if colour_by == SHOCK:
         st.caption(f"Highest-shock token: {row['peak_token']!r} ({row['peak_token_class']}) in step {int(row['peak_token_step'])}.")

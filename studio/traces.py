@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,26 @@ def known_stores(folder: Path | None = None) -> list[Path]:
     folder = folder or stores_dir()
     found = [p.parent for p in folder.glob("*/*/meta.json")] if folder.is_dir() else []
     return sorted(found, key=lambda p: -p.stat().st_mtime)
+
+
+def demo_store(model: str | None = None) -> Path | None:
+    """A writable copy (annotations are saved into a store) of the demo store shipped for ``model``, else of
+    the first one shipped; None where none is. The copy lives under :func:`stores_dir` and is made once."""
+    from importlib import resources
+
+    shipped = Path(str(resources.files("grade") / "assets" / "demo_traces"))
+    if not shipped.is_dir():
+        return None
+    names = sorted(p.name for p in shipped.iterdir() if (p / "meta.json").is_file())
+    if not names:
+        return None
+    name = (model or "").split("/")[-1]
+    name = name if name in names else names[0]
+    copy = stores_dir() / "demo" / name
+    if not (copy / "meta.json").is_file():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(shipped / name, copy, dirs_exist_ok=True)
+    return copy
 
 
 def _slug(text: str) -> str:
