@@ -1,6 +1,6 @@
 """The demo trace store the Traces page opens on: a few of the step-error benchmark's analysed traces.
 
-    python scripts/build_demo_traces.py STORE [--model qwen2.5-coder-1.5b-instruct] [--own 12] [--injected 8]
+    python scripts/build_demo_traces.py STORE [--model qwen2.5-coder-1.5b-instruct] [--own 8] [--injected 4]
 
 STORE is the trace store that ``python -m grade steperrors`` wrote (``OUT/store``; for Qwen it was analysed on
 one H100, see results/step_errors/README.md). Takes the model's own traces with a verified arithmetic slip and
@@ -24,8 +24,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store", type=Path)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--own", type=int, default=12)
-    parser.add_argument("--injected", type=int, default=8)
+    parser.add_argument("--own", type=int, default=8)
+    parser.add_argument("--injected", type=int, default=4)
     args = parser.parse_args()
 
     from grade.step_errors import INJECTIONS, OWN_KIND, split_of

@@ -29,6 +29,19 @@ def _gsm8k_rows(n: int | None = None) -> list[dict]:
     return rows[:n]
 
 
+def _cli(*args: str) -> tuple[int, str, str]:
+    """``python -m grade ARGS`` in this process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from grade.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
 def _kinds(findings):
     return [[f.kind for f in step] for step in findings]
 
@@ -218,7 +231,7 @@ def test_the_shipped_qwen_results_state_chance_beside_every_number():
 
 
 @pytest.mark.slow
-def test_traces_command_puts_the_suspect_step_on_the_injected_slip(tmp_path, run_cli):
+def test_traces_command_puts_the_suspect_step_on_the_injected_slip(tmp_path):
     """The issue's check on a small scale: injected result slips and a misread number, read as a trace JSONL."""
     rows = _gsm8k_rows(40)
     rng = random.Random(1)
@@ -231,7 +244,7 @@ def test_traces_command_puts_the_suspect_step_on_the_injected_slip(tmp_path, run
                                "correct": False, "error_step": made[1]})
     samples = tmp_path / "traces.jsonl"
     samples.write_text("".join(json.dumps(t) + "\n" for t in traces))
-    code, out, err = run_cli("traces", "--model", "smollm2-135m-instruct", "--samples", str(samples),
+    code, out, err = _cli("traces", "--model", "smollm2-135m-instruct", "--samples", str(samples),
                              "--out", str(tmp_path / "store"), "--json", "--quiet")
     assert code == 0, err
     printed = {t["doc_id"]: t for t in json.loads(out)["traces"]}
@@ -243,8 +256,8 @@ def test_traces_command_puts_the_suspect_step_on_the_injected_slip(tmp_path, run
 
 
 @pytest.mark.slow
-def test_steperrors_command_builds_analyses_and_scores_a_small_benchmark(tmp_path, run_cli):
-    code, out, err = run_cli("steperrors", "--model", "smollm2-135m-instruct", "--out", str(tmp_path),
+def test_steperrors_command_builds_analyses_and_scores_a_small_benchmark(tmp_path):
+    code, out, err = _cli("steperrors", "--model", "smollm2-135m-instruct", "--out", str(tmp_path),
                              "--injected", "6", "--quiet")
     assert code == 0, err
     results = json.loads((tmp_path / "results.json").read_text())
@@ -253,6 +266,6 @@ def test_steperrors_command_builds_analyses_and_scores_a_small_benchmark(tmp_pat
     table = results["groups"]["injected: all"]
     assert table[DEFAULT_LOCATOR]["n"] >= 2 and set(LOCATORS) <= set(table)
     # scoring the store alone gives the same numbers
-    code, out2, err = run_cli("steperrors", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "again"))
+    code, out2, err = _cli("steperrors", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "again"))
     assert code == 0, err
     assert json.loads((tmp_path / "again" / "results.json").read_text())["groups"] == results["groups"]
