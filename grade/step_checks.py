@@ -97,7 +97,7 @@ def normalise(text: str) -> str:
 
 # A number (with a decimal part and an optional percent sign), an operator, an (in)equality sign, a
 # word, or anything else. Signs are operators; the parser puts unary minus back.
-_TOKEN = re.compile(r"(?P<num>\d+(?:\.\d+)?%?)|(?P<op>[-+*/^()])|(?P<eq>=|≈)|(?P<word>[A-Za-z][A-Za-z'’]*)|(?P<other>\S)")
+_TOKEN = re.compile(r"(?P<num>\d+(?:\.\d+)?%?)|(?P<op>[-+*/^()])|(?P<eq>=|≈|\bequals\b)|(?P<word>[A-Za-z][A-Za-z'’]*)|(?P<other>\S)")
 _ARITHMETIC_WORDS = {"of": "*", "times": "*", "x": "*", "plus": "+", "minus": "-"}
 _MAX_UNIT_WORDS = 3
 
