@@ -87,6 +87,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--repeats", type=int, default=1, help="route pairs, exact then fast, each in fresh processes")
+    parser.add_argument("--routes", nargs="+", choices=ROUTES, default=list(ROUTES), help="time only these routes")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench")
     parser.add_argument("--child", choices=ROUTES, help=argparse.SUPPRESS)
     parser.add_argument("--trace-file", type=Path, help=argparse.SUPPRESS)
@@ -105,8 +106,13 @@ def main(argv=None) -> int:
         trace_file = folder / "trace.json"
         trace_file.write_text(json.dumps(trace))
         for _ in range(args.repeats):
-            pairs.append({route: run_route(route, args.model, trace_file, folder, args.threads) for route in ROUTES})
+            pairs.append({route: run_route(route, args.model, trace_file, folder, args.threads) for route in args.routes})
     first = pairs[0]
+    if set(args.routes) != set(ROUTES):  # one route alone: its numbers, no comparison
+        for route in args.routes:
+            print(f"{route}: {first[route]['seconds']:.1f} s, {first[route]['steps']} steps, {first[route]['tokens']} "
+                  f"tokens, peak RSS {first[route]['peak_rss_gb']:.2f} GB, suspect step {first[route]['suspect_step']}")
+        return 0
     ratio_err = float(np.max(np.abs(np.array(first["fast"]["rank_ratio"]) - np.array(first["exact"]["rank_ratio"]))))
     exact_scores, fast_scores = np.array(first["exact"]["token_scores"]), np.array(first["fast"]["token_scores"])
     score_err = float(np.max(np.abs(fast_scores - exact_scores)) / max(np.max(np.abs(exact_scores)), 1e-30))
