@@ -83,12 +83,20 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
         return
     label, limits = st.session_state["model_spec"].label, session.limits()
     probe_info = info if probe is not None else None
+    spec, backend = st.session_state["model_spec"], session.ray_backend()
 
     def compute(progress):  # runs in a queue worker: no Streamlit here
-        analysis = workflows.analyze_question(
-            lm, request["question"], context=request["context"], task=request["task"], probe=probe,
-            probe_info=probe_info, max_new_tokens=request["max_new_tokens"], progress=progress, model_label=label,
-            limits=limits, detectors=detectors)
+        if backend is not None:  # GRADE_BACKEND: a Ray Serve replica holds the model and computes
+            progress("Sent to the Ray Serve replicas (Ray's queue when all are busy) ...")
+            analysis = backend.analyze(spec.source, spec.device, None if spec.dtype == "auto" else spec.dtype, {
+                "question": request["question"], "context": request["context"], "task": request["task"],
+                "probe": probe, "probe_info": probe_info, "max_new_tokens": request["max_new_tokens"],
+                "model_label": label, "limits": limits, "detectors": detectors})
+        else:
+            analysis = workflows.analyze_question(
+                lm, request["question"], context=request["context"], task=request["task"], probe=probe,
+                probe_info=probe_info, max_new_tokens=request["max_new_tokens"], progress=progress,
+                model_label=label, limits=limits, detectors=detectors)
         if analysis.probe_problem is None and probe is None:
             analysis.probe_problem = problem
         analysis.detectors_problem = detectors_problem
@@ -124,7 +132,7 @@ def _cancel_analysis() -> None:
 
 
 def _wait_for_analysis() -> None:
-    """Show this session's place in the queue, updated every half second, with a Cancel button, until its
+    """Show this session's place in the queue, updated every second, with a Cancel button, until its
     analysis is done; then keep the result. A rerun (another widget, another page and back) waits again."""
     ticket, request = st.session_state[PENDING]
     queue = session.analysis_queue()
@@ -135,14 +143,14 @@ def _wait_for_analysis() -> None:
         if not ticket.done:
             st.button("Cancel", key="cancel_analysis", icon=":material/cancel:", on_click=_cancel_analysis,
                       help="Leave the queue (an analysis that already runs finishes for the cache)")
-        while not ticket.wait(0.5):
+        while not ticket.wait(1.0):  # once a second: a click (Cancel) interrupts the run at the next update
             status = queue.status(ticket)
             rough = "" if status.measured else " (a first guess: nothing measured yet)"
             if status.state == "waiting":
                 ahead = status.position - 1
                 line.markdown(f"**Waiting in the queue: position {status.position}** of {status.waiting} · "
                               f"{ahead} analys{'is' if ahead == 1 else 'es'} ahead of yours · result in about "
-                              f"{status.estimate_s:.0f} s{rough} · waited {status.elapsed_s:.0f} s")
+                              f"{status.estimate_s:.0f} s{rough}")
             else:
                 line.markdown(f"**Analyzing** (your turn) · about {status.estimate_s:.0f} s left{rough} · "
                               f"{status.elapsed_s:.0f} s since you asked")

@@ -313,5 +313,8 @@ def shared_queue() -> AnalysisQueue:
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = AnalysisQueue()
+            # With a Ray Serve backend (GRADE_BACKEND) the replicas compute and Ray queues: the studio only
+            # keeps one ticket per user, shares identical requests and bounds what it sends at once.
+            remote = bool(os.environ.get("GRADE_BACKEND", "").strip())
+            _shared = AnalysisQueue(workers=None if not remote else _env_int(WORKERS_VARIABLE, 16))
         return _shared

@@ -134,6 +134,13 @@ def model_registry() -> ModelRegistry:
     return shared_registry()
 
 
+def ray_backend():
+    """The Ray Serve backend named by ``GRADE_BACKEND`` (:mod:`studio.ray_serve`), None to analyse in this process."""
+    from .ray_serve import shared_backend
+
+    return shared_backend()
+
+
 def analysis_queue() -> AnalysisQueue:
     """The process's queue of analyses (:mod:`studio.queue`): one bounded queue per model, shared by all sessions."""
     return shared_queue()
