@@ -6,6 +6,7 @@ The pages are thin: the engine is :mod:`grade`, UI support is :mod:`studio`.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pandas as pd
@@ -14,7 +15,7 @@ import streamlit as st
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
 from studio import figures, session, tokens, workflows  # noqa: E402
-from studio.resources import load_questions, model_examples, reference_set  # noqa: E402
+from studio.resources import default_probe, list_probes, load_questions, model_examples, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading  # noqa: E402
 
 TASKS = {
@@ -67,25 +68,18 @@ def _request() -> dict:
 PENDING = "analysis_ticket"  # this session's studio.queue.Ticket while its analysis waits or runs
 
 
-def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
-    """Analyse ``request``: from the shared cache unless ``recompute``, else through the model's queue
-    (:mod:`studio.queue`), whose ticket this session keeps until the result comes (a rerun keeps waiting)."""
-    probe, info, problem = session.active_probe(lm, task=request["task"])
+def _analysis_job(lm, request: dict, probe, info, problem: str | None, shared: bool, recompute: bool = False):
+    """(cache key, job key, compute): what ``request`` is cached under, which requests are the same computation
+    (the key without its owner: identical requests share one), and the work itself, which runs in a queue
+    worker without Streamlit."""
     detectors, detectors_problem = session.active_detectors(lm)
-    cache = session.analysis_cache()
-    asked = ((request["question"] or "").strip(), (request["context"] or "").strip() or None, request["task"])
-    example = any((q.strip(), (c or "").strip() or None, t) == asked for q, c, t in _examples(lm.name).values())
     key = session.analysis_key(lm, info if probe is not None else None, request, session.detectors_stamp(lm),
-                               shared=example)
-    entry = None if recompute else cache.get(key)
-    if entry is not None:  # computed before (an example asked by anyone, or this user's own question): at once
-        _keep_result(entry.value.as_cached(entry.computed_at), request)
-        return
+                               shared=shared)
     label, limits = st.session_state["model_spec"].label, session.limits()
     probe_info = info if probe is not None else None
     spec, backend = st.session_state["model_spec"], session.ray_backend()
 
-    def compute(progress):  # runs in a queue worker: no Streamlit here
+    def compute(progress):
         if backend is not None:  # GRADE_BACKEND: a Ray Serve replica holds the model and computes
             progress("Sent to the Ray Serve replicas (Ray's queue when all are busy) ...")
             analysis = backend.analyze(spec.source, spec.device, None if spec.dtype == "auto" else spec.dtype, {
@@ -102,12 +96,30 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
         analysis.detectors_problem = detectors_problem
         return analysis
 
-    # Identical requests share one computation (the key without its owner); each keeps its own cache entry.
     # A recompute is never joined to a computation that a cached result would answer.
     job_key = key[1:] + (("recompute", session.user_key()) if recompute else ())
+    return key, job_key, compute
+
+
+def _is_example(lm, request: dict) -> bool:
+    asked = ((request["question"] or "").strip(), (request["context"] or "").strip() or None, request["task"])
+    return any((q.strip(), (c or "").strip() or None, t) == asked for q, c, t in _examples(lm.name).values())
+
+
+def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
+    """Analyse ``request``: from the shared cache unless ``recompute``, else through the model's queue
+    (:mod:`studio.queue`), whose ticket this session keeps until the result comes (a rerun keeps waiting)."""
+    probe, info, problem = session.active_probe(lm, task=request["task"])
+    cache = session.analysis_cache()
+    key, job_key, compute = _analysis_job(lm, request, probe, info, problem, shared=_is_example(lm, request),
+                                          recompute=recompute)
+    entry = None if recompute else cache.get(key)
+    if entry is not None:  # computed before (an example, precomputed or asked by anyone; or this user's own)
+        _keep_result(entry.value.as_cached(entry.computed_at), request)
+        return
     try:
         ticket = session.analysis_queue().submit(
-            label, session.user_key(), job_key, compute,
+            st.session_state["model_spec"].label, session.user_key(), job_key, compute,
             on_result=lambda analysis: cache.put(key, analysis, analysis.computed_at))
     except Exception as exc:  # the queue is full, or this user already waits: one line in the page
         st.session_state.pop(session.ANALYSIS, None)
@@ -116,6 +128,33 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
     st.session_state[PENDING] = (ticket, request)
     st.session_state.pop("analysis_error", None)
     _wait_for_analysis()
+
+
+#: Served, Home's examples are computed in the background (``0`` turns it off).
+PRECOMPUTE_VARIABLE = "GRADE_PRECOMPUTE_EXAMPLES"
+
+
+def _precompute_examples(lm) -> None:
+    """Served: queue Home's examples for the loaded model (with the shipped probe and the default answer
+    length) as background work, run only while no user's analysis waits, so that an example answers at once
+    from the cache. Each is queued once: skipped while cached or already queued."""
+    cache = session.analysis_cache()
+    if (not session.config().served or cache.max_entries == 0
+            or os.environ.get(PRECOMPUTE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")):
+        return
+    queue, probes = session.analysis_queue(), list_probes()
+    for question, context, task in _examples(lm.name).values():
+        request = {"question": question, "context": context, "task": task, "max_new_tokens": 48}
+        info = default_probe(lm.name, probes, task=task)
+        try:
+            probe, problem = (session.cached_probe(info.path), None) if info is not None else (None, "no probe")
+        except Exception as exc:
+            probe, problem = None, session.user_message(exc)
+        key, job_key, compute = _analysis_job(lm, request, probe, info, problem, shared=True)
+        if cache.peek(key) is None:
+            queue.submit_background(st.session_state["model_spec"].label, job_key, compute,
+                                    on_result=lambda analysis, key=key: cache.put(key, analysis,
+                                                                                  analysis.computed_at))
 
 
 def _keep_result(analysis, request: dict) -> None:
@@ -290,6 +329,8 @@ def home() -> None:
     lm = session.current_model()
     if lm is None:
         session.no_model_message()
+    else:
+        _precompute_examples(lm)
 
     st.selectbox("Try an example", [""] + list(_examples(lm.name if lm else None)), key="example", **session.KEEP,
                  on_change=_use_example,

@@ -123,22 +123,22 @@ class PeakRSS(threading.Thread):
         super().__init__(daemon=True)
         import psutil
 
-        self.process, self.every, self.peak, self._stop = psutil.Process(pid), every, 0, threading.Event()
+        self.process, self.every, self.peak, self._halt = psutil.Process(pid), every, 0, threading.Event()
 
     def run(self) -> None:
         import psutil
 
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 total = self.process.memory_info().rss + sum(
                     c.memory_info().rss for c in self.process.children(recursive=True))
                 self.peak = max(self.peak, total)
             except psutil.Error:
                 pass
-            self._stop.wait(self.every)
+            self._halt.wait(self.every)
 
     def stop(self) -> int:
-        self._stop.set()
+        self._halt.set()
         self.join(5)
         return self.peak
 
@@ -324,6 +324,7 @@ def main(argv=None) -> int:
         open_and_type(drivers[0], url, questions[0], left())
         start = time.monotonic()
         serial = one_after_another(drivers[0], questions, start, left())
+        print("one after another:", [(s.question[:30], s.wait_s, s.error) for s in serial], flush=True)
         serial_total = sum(s.wait_s or float("nan") for s in serial)
         # 2. all at once: fresh sessions (a reload gives the first browser a new one too)
         together, _ = all_at_once(drivers, url, questions, left())

@@ -145,6 +145,7 @@ class AnalysisQueue:
         self.default_seconds = default_seconds
         self._cond = threading.Condition()
         self._waiting: dict[Hashable, deque[Job]] = {}
+        self._background: dict[Hashable, deque[Job]] = {}
         self._running: dict[Hashable, list[Job]] = {}
         self._by_key: dict[tuple[Hashable, Hashable], Job] = {}
         self._users: dict[Hashable, Ticket] = {}
@@ -172,6 +173,10 @@ class AnalysisQueue:
                                                        else "running") +
                     "; wait for its result or cancel it before asking another.")
             job = self._by_key.get((model, job_key))
+            if job is not None and job.state == WAITING and job in self._background.get(model, ()):
+                # a user asks for what was only precomputing: it moves to the user queue's end
+                self._background[model].remove(job)
+                self._waiting.setdefault(model, deque()).append(job)
             if job is None:
                 waiting = self._waiting.setdefault(model, deque())
                 if len(waiting) >= self.max_waiting:
@@ -187,6 +192,23 @@ class AnalysisQueue:
             self._cond.notify_all()
             return ticket
 
+    def submit_background(self, model: Hashable, job_key: Hashable, fn: Callable[[Callable[[str], None]], Any],
+                          on_result: Callable[[Any], None] | None = None) -> bool:
+        """Queue work nobody waits for (e.g. precomputing Home's examples): it runs only when no user's job
+        waits for ``model``, is never counted ahead of one, and is skipped when the same key is already
+        queued. False when it was not queued (already there, or the background queue is full)."""
+        with self._cond:
+            background = self._background.setdefault(model, deque())
+            if (model, job_key) in self._by_key or len(background) >= self.max_waiting:
+                return False
+            job = Job(id=next(self._ids), model=model, key=job_key, fn=fn, submitted=time.monotonic())
+            job.tickets.append(Ticket(id=next(self._ids), user=None, job=job, on_result=on_result))
+            background.append(job)
+            self._by_key[(model, job_key)] = job
+            self._start_workers(model)
+            self._cond.notify_all()
+            return True
+
     def cancel(self, ticket: Ticket) -> bool:
         """Withdraw ``ticket``: a waiting job that nobody else waits for leaves the queue; a running one goes on
         (its result still reaches every ``on_result``) but the user is free to ask again. False if finished."""
@@ -197,7 +219,7 @@ class AnalysisQueue:
             job = ticket.job
             if self._users.get(ticket.user) is ticket:
                 del self._users[ticket.user]
-            if job.state == WAITING and all(t.cancelled for t in job.tickets):
+            if job.state == WAITING and all(t.cancelled or t.user is None for t in job.tickets):
                 self._waiting[job.model].remove(job)
                 self._by_key.pop((job.model, job.key), None)
                 job.state = CANCELLED
@@ -244,7 +266,7 @@ class AnalysisQueue:
                 estimate = 0.0
             return TicketStatus(state=ticket.state, position=position, waiting=len(waiting), estimate_s=estimate,
                                 measured=job.model in self._average, elapsed_s=now - job.submitted,
-                                progress=tuple(job.progress), shared=sum(not t.cancelled for t in job.tickets))
+                                progress=tuple(job.progress), shared=sum(not t.cancelled and t.user is not None for t in job.tickets))
 
     def running(self) -> int:
         with self._cond:
@@ -262,9 +284,10 @@ class AnalysisQueue:
 
     def _next(self, model: Hashable) -> Job:
         with self._cond:
-            while not (self._waiting.get(model) and self.running_total() < self.max_running):
+            while not ((self._waiting.get(model) or self._background.get(model))
+                       and self.running_total() < self.max_running):
                 self._cond.wait()
-            job = self._waiting[model].popleft()
+            job = (self._waiting[model] if self._waiting.get(model) else self._background[model]).popleft()
             job.state, job.started = RUNNING, time.monotonic()
             self._running.setdefault(model, []).append(job)
             self.peak_running = max(self.peak_running, self.running_total())
@@ -287,7 +310,7 @@ class AnalysisQueue:
                 self._running[model].remove(job)
                 self._by_key.pop((model, job.key), None)
                 for ticket in job.tickets:
-                    if self._users.get(ticket.user) is ticket:
+                    if ticket.user is not None and self._users.get(ticket.user) is ticket:
                         del self._users[ticket.user]
                 if error is None:
                     took = job.finished - job.started

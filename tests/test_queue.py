@@ -97,6 +97,28 @@ def test_identical_requests_are_computed_once_and_each_gets_its_result():
     assert set(received) == {"bob", "carol", "dave"}  # every cache key gets the result
 
 
+def test_background_work_runs_only_when_no_user_waits_and_a_user_can_join_it():
+    queue = AnalysisQueue(workers=1, max_running=1)
+    order, stored = [], {}
+    job, gate, started = _gate()
+    queue.submit("m", "alice", "blocker", job)
+    assert started.wait(10)
+    assert queue.submit_background("m", "example-1", lambda p: order.append("example-1") or 1,
+                                   on_result=lambda v: stored.__setitem__("example-1", v))
+    assert queue.submit_background("m", "example-2", lambda p: order.append("example-2") or 2)
+    assert not queue.submit_background("m", "example-2", lambda p: 0)  # already queued
+    bob = queue.submit("m", "bob", "own question", lambda p: order.append("bob") or "bob")
+    assert queue.status(bob).position == 1  # examples are never ahead of a user
+    carol = queue.submit("m", "carol", "example-2", lambda p: "never called")  # joins the precomputation
+    assert queue.status(carol).position == 2 and carol.job.key == "example-2"
+    gate.set()
+    assert bob.wait(30) and carol.wait(30)
+    deadline = time.monotonic() + 30
+    while len(order) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert order == ["bob", "example-2", "example-1"] and carol.result() == 2 and stored == {"example-1": 1}
+
+
 def test_a_failure_reaches_its_ticket_and_the_worker_goes_on():
     queue = AnalysisQueue(workers=1, max_running=1)
 
@@ -146,6 +168,7 @@ def _app(monkeypatch):
 
     monkeypatch.setenv("GRADE_START_MODEL", "smollm2-135m-instruct")
     monkeypatch.setenv("GRADE_SERVED", "1")
+    monkeypatch.setenv("GRADE_PRECOMPUTE_EXAMPLES", "0")  # only what the test asks runs
     monkeypatch.chdir(ROOT)
     return AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
 
@@ -193,4 +216,32 @@ def test_two_sessions_queue_one_after_the_other_with_their_own_results(monkeypat
         assert question in analysis.result.prompt
         answers.append(analysis.answer)
     assert "Paris" in answers[0] and "Paris" not in answers[1], answers
+    session._settings.cache_clear()
+
+
+@pytest.mark.slow
+def test_served_home_precomputes_its_examples_and_answers_one_at_once(monkeypatch):
+    """Served, opening Home queues the model's examples as background work; once it has run, picking an
+    example and clicking Analyze answers from the cache without queueing."""
+    from studio import session
+
+    session._settings.cache_clear()
+    session.analysis_cache.clear()
+    queue = session.analysis_queue()
+    at = _app(monkeypatch)
+    monkeypatch.setenv("GRADE_PRECOMPUTE_EXAMPLES", "1")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    with queue._cond:
+        queued = sum(len(jobs) for jobs in queue._background.values()) + queue.running_total()
+    assert queued >= 2  # the examples (France, the model's own, the datasets') are queued
+    # France is Home's first example, so the first to be precomputed
+    deadline, completed = time.monotonic() + 600, queue.completed
+    while queue.completed == completed and time.monotonic() < deadline:
+        time.sleep(0.5)
+    at.selectbox(key="example").set_value("Capital of France (well known)").run()
+    at.button(key="analyze").click().run()
+    assert not at.exception and not at.error
+    analysis = at.session_state[session.ANALYSIS]
+    assert analysis.from_cache and "Paris" in analysis.answer  # from the cache: precomputed, not queued
     session._settings.cache_clear()
