@@ -169,9 +169,14 @@ class RayServeBackend:
             self._handles[key] = handle
             return handle
 
+    def replica_device(self, device: str) -> str:
+        """Where the replicas load the model: their GPU when they are given one (the studio's own machine may
+        have none, so its sidebar offers only the CPU), else the device the user picked."""
+        return "cuda" if self.options.num_gpus > 0 else device
+
     def analyze(self, source: str, device: str, dtype: str | None, request: dict):
         """One Home analysis on a replica (waits in Ray's queue while all replicas are busy)."""
-        return self.handle(source, device, dtype).analyze.remote(request).result()
+        return self.handle(source, self.replica_device(device), dtype).analyze.remote(request).result()
 
     def shutdown(self) -> None:
         from ray import serve
