@@ -130,7 +130,7 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
     _wait_for_analysis()
 
 
-#: Served, Home's examples are computed in the background (``0`` turns it off).
+#: Served, ``1`` computes Home's examples in the background (``make serve`` sets it; off unless set).
 PRECOMPUTE_VARIABLE = "GRADE_PRECOMPUTE_EXAMPLES"
 
 
@@ -140,7 +140,7 @@ def _precompute_examples(lm) -> None:
     from the cache. Each is queued once: skipped while cached or already queued."""
     cache = session.analysis_cache()
     if (not session.config().served or cache.max_entries == 0
-            or os.environ.get(PRECOMPUTE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")):
+            or os.environ.get(PRECOMPUTE_VARIABLE, "0").strip().lower() not in ("1", "true", "yes", "on")):
         return
     queue, probes = session.analysis_queue(), list_probes()
     for question, context, task in _examples(lm.name).values():
