@@ -96,7 +96,7 @@ LLAMA_UP_TO_DATE = [ -f $(FAST_STAMP) ] && [ $(FAST_STAMP) -nt requirements-fast
 install-fast-background: | $(STAMP)
 	@if $(LLAMA_UP_TO_DATE); then :; \
 	elif ! command -v flock >/dev/null 2>&1; then $(LLAMA_SUBMAKE) --no-print-directory install-fast; \
-	elif ! flock -n $(LLAMA_LOCK) true; then \
+	elif ! flock -w 1 $(LLAMA_LOCK) true; then \
 	  echo "llama-cpp-python is being built in the background (log: $(LLAMA_LOG)); the app generates with torch meanwhile."; \
 	else \
 	  echo "Building llama-cpp-python in the background (about 5-6 minutes on 2 idle cores, longer while the app"; \

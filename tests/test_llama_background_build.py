@@ -122,3 +122,104 @@ def test_dry_run_starts_nothing(venv):
     assert done.returncode == 0 and "flock" in done.stdout and "streamlit run app.py" in done.stdout
     time.sleep(0.5)
     assert not (venv / "llama-build.log").exists() and builds(venv) == 0
+
+
+# ------------------------------------------------------------ the app's side (grade/backends.py)
+
+from grade import backends  # noqa: E402
+
+fcntl = pytest.importorskip("fcntl")
+
+
+def hold_lock(folder: Path):
+    fd = os.open(folder / backends.LLAMA_BUILD_LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_build_running_follows_the_lock(tmp_path):
+    assert not backends.build_running(tmp_path)  # no lock file
+    fd = hold_lock(tmp_path)
+    try:
+        assert backends.build_running(tmp_path)
+        assert backends.build_running(tmp_path)  # the probe released its own lock
+    finally:
+        os.close(fd)
+    assert not backends.build_running(tmp_path)
+
+
+def test_status_reads_the_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(backends, "llama_cpp_available", lambda folder=None: False)
+    assert backends.llama_build_status(tmp_path).state == "absent"
+    log = tmp_path / backends.LLAMA_BUILD_LOG
+    log.write_text("started 1700000000\n  [12/80] Building CXX object src/llama.cpp.o\n  [13/80] Building C object ggml.c.o\n")
+    fd = hold_lock(tmp_path)
+    try:
+        status = backends.llama_build_status(tmp_path)
+    finally:
+        os.close(fd)
+    assert (status.state, status.started, status.steps) == ("building", 1700000000.0, (13, 80))
+    with log.open("a") as f:
+        f.write("llama-cpp-python did not install: the app will generate with torch (slower).\n")
+    assert backends.llama_build_status(tmp_path).state == "failed"
+    monkeypatch.setattr(backends, "llama_cpp_available", lambda folder=None: True)
+    assert backends.llama_build_status(tmp_path).state == "installed"
+
+
+@pytest.mark.skipif("llama_cpp" in __import__("sys").modules, reason="a real llama_cpp is already imported")
+def test_a_finished_build_is_found_without_restart(tmp_path, monkeypatch):
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(backends, "_available", {})
+    if backends.llama_cpp_available(tmp_path):
+        pytest.skip("llama_cpp is installed here")
+    fd = hold_lock(tmp_path)  # the build runs and pip writes the package
+    try:
+        (site / "llama_cpp").mkdir()
+        (site / "llama_cpp" / "__init__.py").write_text("FAKE = True\n")
+        assert not backends.llama_cpp_available(tmp_path)  # never imported half-installed
+    finally:
+        os.close(fd)
+    try:
+        (tmp_path / backends.LLAMA_BUILD_STAMP).touch()  # the build's stamp: looked for again
+        assert backends.llama_cpp_available(tmp_path)
+        assert sys.modules["llama_cpp"].FAKE
+    finally:
+        sys.modules.pop("llama_cpp", None)
+
+
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("llama_cpp") is not None, reason="llama_cpp is installed")
+def test_unchanged_build_files_are_not_looked_at_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(backends, "_available", {})
+    tries = []
+    monkeypatch.setattr(backends.importlib, "invalidate_caches", lambda: tries.append(1))
+    assert not backends.llama_cpp_available(tmp_path) and not backends.llama_cpp_available(tmp_path)
+    assert len(tries) == 1  # one look while the build's files stay as they are
+    (tmp_path / backends.LLAMA_BUILD_LOG).write_text("started 1700000000\n")
+    assert not backends.llama_cpp_available(tmp_path)
+    assert len(tries) == 2
+
+
+class FakeLlama:
+    def __init__(self):
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_models_are_closed_at_exit(monkeypatch):
+    import threading
+
+    made = []
+    for n in range(2):
+        backend = object.__new__(backends.LlamaCppBackend)
+        backend._llama, backend._lock, backend.gguf_path = FakeLlama(), threading.Lock(), Path(f"m{n}.gguf")
+        made.append(backend)
+    monkeypatch.setattr(backends, "_llama_backends", {("a", 1): made[0], ("b", 1): made[1]})
+    backends.close_llama_backends()
+    assert [b._llama.closed for b in made] == [1, 1] and backends._llama_backends == {}
+    backends.close_llama_backends()  # twice (atexit after an explicit call): nothing left to close
