@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 import streamlit as st
@@ -69,6 +70,14 @@ def load_estimate(source: str, label: str | None = None) -> LoadEstimate:
                         "a hub id is downloaded first.", None)
 
 
+def _shown(path: Path) -> str:
+    """The log's path relative to the app's folder (`.venv/llama-build.log`), never a server's absolute path."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (OSError, ValueError):
+        return path.name
+
+
 def build_summary(build: LlamaBuild, now: float | None = None) -> str | None:
     """One line on llama-cpp-python's background build; None when there is nothing to say (installed, or never
     built by `make run`)."""
@@ -80,9 +89,9 @@ def build_summary(build: LlamaBuild, now: float | None = None) -> str | None:
             elapsed = max(0, (now or time.time()) - build.started)
             parts.append(f"started {elapsed / 60:.0f} min ago (about {BUILD_SECONDS / 60:.0f} min on 2 idle cores)")
         return (", ".join(parts) + f". Answers are generated with torch (slower) until it is ready; the next answer "
-                f"after it uses llama.cpp, no restart needed. Log: `{build.log}`")
+                f"after it uses llama.cpp, no restart needed. Log: `{_shown(build.log)}`")
     if build.state == "failed":
-        return (f"llama.cpp did not build (log: `{build.log}`): answers are generated with torch (slower). "
+        return (f"llama.cpp did not build (log: `{_shown(build.log)}`): answers are generated with torch (slower). "
                 "`make run` tries again; `make install-fast` builds it in the foreground.")
     return None
 

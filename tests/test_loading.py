@@ -25,10 +25,14 @@ def test_first_start_converts_then_seconds(tmp_path, monkeypatch):
     assert loading.load_estimate("/models/x.gguf").seconds is None
 
 
-def test_build_summary():
+def test_build_summary(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    inside = loading.build_summary(LlamaBuild("failed", tmp_path / ".venv" / "llama-build.log"))
+    assert "`.venv/llama-build.log`" in inside
     log = Path("/v/llama-build.log")
     line = loading.build_summary(LlamaBuild("building", log, started=1000.0, steps=(40, 80)), now=1000.0 + 180)
-    assert "step 40/80" in line and "started 3 min ago" in line and "torch" in line and str(log) in line
+    assert "step 40/80" in line and "started 3 min ago" in line and "torch" in line
+    assert "`llama-build.log`" in line  # outside the app's folder: the name only, not a server path
     assert "did not build" in loading.build_summary(LlamaBuild("failed", log))
     assert loading.build_summary(LlamaBuild("installed", log)) is None
     assert loading.build_summary(LlamaBuild("absent", log)) is None
