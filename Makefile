@@ -100,7 +100,8 @@ install-fast-background: | $(STAMP)
 	  echo "llama-cpp-python is being built in the background (log: $(LLAMA_LOG)); the app generates with torch meanwhile."; \
 	else \
 	  echo "Building llama-cpp-python in the background (about 5-6 minutes on 2 idle cores, longer while the app"; \
-	  echo "converts the model; log: $(LLAMA_LOG)). The app generates with torch until it is ready."; \
+	  echo "converts the model; log: $(LLAMA_LOG)). The app generates with torch until it is ready. The build goes"; \
+	  echo "on if you stop the app; \`make llama-status\` says where it stands."; \
 	  $(LLAMA_DETACH) flock -w 2 $(LLAMA_LOCK) sh -c 'date "+started %s" >$(LLAMA_LOG); \
 	    exec $(LLAMA_NICE) $(LLAMA_SUBMAKE) --no-print-directory install-fast LLAMA_PIP_VERBOSITY=-v >>$(LLAMA_LOG) 2>&1' \
 	    </dev/null >/dev/null 2>&1 & \
