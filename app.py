@@ -14,7 +14,7 @@ import streamlit as st
 
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
-from studio import figures, session, tokens, workflows  # noqa: E402
+from studio import figures, loading, session, tokens, workflows  # noqa: E402
 from studio.resources import default_probe, list_probes, load_questions, model_examples, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading  # noqa: E402
 
@@ -383,4 +383,5 @@ if not session.config().served:
     PAGES.insert(3, st.Page("pages/traces.py", title="Traces", icon=":material/fact_check:"))
 page = st.navigation(PAGES)
 session.load_current_model()
+loading.llama_build_notice()
 page.run()

@@ -21,6 +21,7 @@ import streamlit as st
 import grade
 from grade.errors import GradeError, ProbeError
 
+from . import loading
 from . import served as served_mode
 from .analysis_cache import AnalysisCache
 from .resources import (
@@ -299,8 +300,9 @@ def load_current_model() -> grade.LoadedModel | None:
             lm = registry.get(spec)
         else:
             name = shown_path(spec.source)
-            with st.sidebar.status(f"Loading {name} ...", expanded=True) as status:
-                lm = registry.get(spec, progress=lambda line: status.write(user_text(line)))
+            with loading.model_loading(spec.source, name) as shown, \
+                    st.sidebar.status(f"Loading {name} ...", expanded=True) as status:
+                lm = registry.get(spec, progress=lambda line: (status.write(user_text(line)), shown(user_text(line))))
                 status.update(label=f"Loaded {name}", state="complete", expanded=False)
     except GradeError as exc:
         message = user_message(exc)
