@@ -433,3 +433,79 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(name=name_or_path, model=model, tokenizer=tokenizer, device=device, dtype=torch_dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# a model copy described for a worker, and one model across several GPUs
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How a worker loads its model copy (picklable: it travels to the workers, not the model).
+
+    ``gpus`` is the number of GPUs Ray gives the worker: 0 = CPU, 1 = one GPU (``device`` cuda),
+    more = one copy split across them (device_map="auto"). ``threads`` sets torch's CPU threads.
+    """
+
+    name: str
+    device: str = "cpu"
+    dtype: str | None = None
+    trust_remote_code: bool = False
+    gpus: float = 0
+    threads: int | None = None
+
+    def load(self, progress: Callable[[str], None] | None = None):
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        if self.gpus > 1:
+            return load_sharded_model(self.name, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+                                      progress=progress)
+        # Ray restricts CUDA_VISIBLE_DEVICES to the worker's own GPU, which is then always cuda:0.
+        device = "cuda" if self.gpus > 0 else self.device
+        return load_model(self.name, device=device, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+                          progress=progress)
+
+
+def load_sharded_model(
+    name_or_path: str,
+    *,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+):
+    """Load one model across several devices with ``device_map="auto"`` (accelerate).
+
+    Used for models that do not fit one GPU: the decoder layers are spread over the visible GPUs
+    (``max_memory`` caps each, e.g. ``{0: "70GiB", 1: "70GiB"}``), and whatever does not fit goes to
+    the CPU or, with ``offload_folder``, to disk. Inputs go to the device of the input embeddings;
+    accelerate moves activations between devices, and the capture hooks of :mod:`grade.capture` sit on
+    the modules wherever they live. Returns a :class:`~grade.models.LoadedModel`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gpu = torch.cuda.is_available()
+    torch_dtype = parse_dtype(dtype, torch.device("cuda" if gpu else "cpu"))
+    source = resolve_model_folder(name_or_path, progress)
+    if progress:
+        progress(f"Loading {name_or_path} across {torch.cuda.device_count() if gpu else 0} GPU(s) (device_map=auto)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, device_map="auto", max_memory=max_memory,
+            offload_folder=str(offload_folder) if offload_folder else None, trust_remote_code=trust_remote_code,
+        )
+    except GradeError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not load model {name_or_path!r} with device_map='auto': {exc}") from exc
+    layout_for(model)
+    model.eval()
+    model.requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = model.get_input_embeddings().weight.device
+    if device.type == "meta":  # embeddings offloaded to disk: accelerate brings them to the CPU
+        device = torch.device("cpu")
+    return LoadedModel(name=name_or_path, model=model, tokenizer=tokenizer, device=device, dtype=torch_dtype)

@@ -65,6 +65,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
+from .batch.parts import PartStore
+from .batch.runner import run_local
 from .errors import GradeError, InputError
 from .locate import DEFAULT_LOCATOR, locate, ranked_steps, step_signals
 
@@ -699,24 +701,20 @@ class TraceStore:
 
     # ------------------------------------------------------------------ rows
     def done_keys(self) -> set[str]:
-        from .features import FeatureStore
-
         keys: set[str] = set()
-        for part in FeatureStore(self.traces_dir).parts():
+        for part in PartStore(self.traces_dir).parts():
             keys.update(pq.read_table(part, columns=["trace_id"]).column("trace_id").to_pylist())
         return keys
 
     def write(self, results: list[dict]) -> None:
         """Append analysed traces (``{"trace": row, "tokens": [rows]}`` each): tokens first, so that a stored
         trace always has its tokens (tokens of a trace that a kill left unstored are dropped on reading)."""
-        from .features import FeatureStore
-
         if not results:
             return
         tokens = [t for r in results for t in r["tokens"]]
         if tokens:
-            FeatureStore(self.tokens_dir).write(tokens, TOKEN_SCHEMA)
-        FeatureStore(self.traces_dir).write([r["trace"] for r in results], TRACE_SCHEMA)
+            PartStore(self.tokens_dir).write(tokens, TOKEN_SCHEMA)
+        PartStore(self.traces_dir).write([r["trace"] for r in results], TRACE_SCHEMA)
 
     def version(self) -> int:
         """Changes whenever rows or annotations are added (for caches)."""
@@ -730,9 +728,7 @@ class TraceStore:
         with ``annotated`` also ``error_step``, ``error_kind`` and ``note`` from the annotations."""
         import pandas as pd
 
-        from .features import FeatureStore
-
-        parts = FeatureStore(self.traces_dir).parts()
+        parts = PartStore(self.traces_dir).parts()
         frames = [pq.read_table(p).to_pandas() for p in parts]
         frame = pd.concat(frames, ignore_index=True) if frames else TRACE_SCHEMA.empty_table().to_pandas()
         frame = frame.drop_duplicates("trace_id", keep="last").reset_index(drop=True)
@@ -754,9 +750,7 @@ class TraceStore:
         import pandas as pd
         import pyarrow.compute as pc
 
-        from .features import FeatureStore
-
-        parts = FeatureStore(self.tokens_dir).parts()
+        parts = PartStore(self.tokens_dir).parts()
         tables = []
         for part in parts:
             table = pq.read_table(part)
@@ -829,7 +823,7 @@ class TraceStore:
 
 @dataclass(frozen=True)
 class TraceWork:
-    """Ray work: step-wise analyses of a chunk of traces (see :mod:`grade.distributed`)."""
+    """Ray work: step-wise analyses of a chunk of traces (see :mod:`grade.batch.ray_backend`)."""
 
     srank: str = "paper"
 
@@ -840,7 +834,7 @@ class TraceWork:
 
 
 class TraceStoreSink:
-    """Ray sink: the trace store, written by the driver only."""
+    """The sink of a trace run: the trace store (on Ray written by the driver only)."""
 
     def __init__(self, store: TraceStore):
         self.store = store
@@ -858,49 +852,32 @@ class TraceStoreSink:
 
 def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "paper", chunk_size: int = 8,
                    progress: bool = False, callback: ProgressCallback | None = None):
-    """Analyse the traces of ``source`` not yet in the store ``out``, in this process.
+    """Analyse the traces of ``source`` not yet in the store ``out``, in this process
+    (:func:`grade.batch.run_local`).
 
     Every ``chunk_size`` traces a part is written; an exception (Ctrl-C, or one raised by ``callback``
     to stop the run) still writes the traces finished before it. Returns a
-    :class:`grade.distributed.RunReport`.
+    :class:`grade.batch.RunReport`.
     """
-    from .distributed import RunReport
-
     if chunk_size < 1:
         raise InputError("--chunk-size must be at least 1")
     store = TraceStore(out)
     store.prepare(lm.name, srank, source.describe())
-    report = RunReport(out=store.path, workers=1)
-    t0 = time.perf_counter()
-    done = store.done_keys()
-    todo, seen = [], set()
-    for item in source.items:
-        if item.trace_id in done:
-            report.already += 1
-        elif item.trace_id not in seen:
-            seen.add(item.trace_id)
-            todo.append(item)
 
-    from .features import write_in_chunks
-
-    def analysed():
+    def work(todo, report):
         for item, result in _analysed(lm, todo, srank, report.skipped):
             if result is not None:
                 report.busy_seconds += result["trace"]["seconds"]
             yield item.trace_id, result
 
-    try:
-        write_in_chunks(store, analysed(), total=len(todo), chunk_size=chunk_size, report=report, progress=progress,
-                        desc="traces", unit="trace", callback=callback)
-    finally:
-        report.seconds = time.perf_counter() - t0
-    return report
+    return run_local(source.items, work, TraceStoreSink(store), chunk_size=chunk_size, progress=progress,
+                     desc="traces", unit="trace", callback=callback)
 
 
 def analyze_traces_distributed(spec, source: TraceSource, out: str | Path, *, srank: str = "paper",
                                chunk_size: int = 8, cluster=None, progress: bool = False, callback=None):
-    """:func:`analyze_traces` on Ray workers (:func:`grade.distributed.run_on_ray`): same store, same rows."""
-    from .distributed import ClusterOptions, run_on_ray
+    """:func:`analyze_traces` on Ray workers (:func:`grade.batch.run_on_ray`): same store, same rows."""
+    from .batch.ray_backend import ClusterOptions, run_on_ray
 
     store = TraceStore(out)
     store.prepare(spec.name, srank, source.describe())
@@ -914,7 +891,7 @@ def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem:
     """Sample ``n_per_problem`` traces per problem of a GSM8K / MATH dataset with the model itself, into
     ``<out>/generated.jsonl`` (a labels file, :func:`grade.labeling.label_questions`: seeded per problem
     and sample, resumable, each trace scored). ``lm_or_spec``: a loaded model, or a
-    :class:`grade.distributed.ModelSpec` to sample on Ray workers. Returns the file's path."""
+    :class:`grade.models.ModelSpec` to sample on Ray workers. Returns the file's path."""
     from .tasks import load_questions
 
     if n_per_problem < 1:
@@ -926,7 +903,7 @@ def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem:
     path = Path(out) / "generated.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     if cluster is not None:
-        from .distributed import label_questions_distributed
+        from .labeling import label_questions_distributed
 
         label_questions_distributed(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
                                     max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch,
