@@ -45,6 +45,7 @@ from .grading import (gsm8k_correct, gsm8k_final_number, last_boxed, last_number
                       math_correct, math_equivalent, mmlu_letter, normalize_answer, normalize_latex, numbers_equal,
                       qa_lenient, qa_strict)
 from .hf_datasets import hf_dataset, is_hf_name
+from .registry import LINE_STOPS, REASONING_STOPS, REGISTRY, AnswerFormat, TaskSpec, task_spec  # noqa: F401
 from .io import check_input_file, find_jsonl, iter_jsonl, jsonl_stem
 
 Matcher = Literal["strict", "lenient"]
@@ -67,65 +68,19 @@ PACKAGE_DATASETS_DIR = Path(str(resources.files("grade") / "datasets"))
 SAMPLE_DATA_DIR = Path(str(resources.files("grade") / "sample_data"))
 
 
-#: Short answers are one line; reasoning answers stop when a model starts a new question (base models
-#: continue the few-shot pattern) or writes blank lines. A stop string counts only after some content.
-LINE_STOPS: tuple[str, ...] = ("\n",)
-REASONING_STOPS: tuple[str, ...] = ("\nQuestion:", "\n\n\n")
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """How questions of one task are prompted, sampled, checked and labelled.
-
-    ``max_new_tokens`` and ``stop_strings`` are the answer format: every generated answer of the task
-    (labels' samples, the baselines' greedy answer and samples, ``analyze(generate=True)``, the app)
-    is at most that long and ends at the first stop string.
-    ``unanswerable_below`` / ``answerable_from`` are the reference label thresholds on the sample
-    accuracy: label 0 if accuracy < ``unanswerable_below``, 1 if accuracy >= ``answerable_from``,
-    no label in between. They are compared as exact fractions (see :func:`label_for_accuracy`).
-    """
-
-    name: str
-    prompt_task: str
-    max_new_tokens: int
-    unanswerable_below: float
-    answerable_from: float
-    default_samples: int = 10
-    stop_strings: tuple[str, ...] = ()
-    #: responses are chains of thought, scored one step at a time under ``pos`` (GRADE_pos for reasoning)
-    stepwise: bool = False
-
-
-TASKS: dict[str, TaskSpec] = {
-    "qa": TaskSpec("qa", "qa", 12, 0.2, 0.8, stop_strings=LINE_STOPS),
-    "mmlu": TaskSpec("mmlu", "mmlu", 4, 0.2, 0.8, stop_strings=LINE_STOPS),
-    "gsm8k": TaskSpec("gsm8k", "gsm8k", 256, 0.4, 0.6, stop_strings=REASONING_STOPS, stepwise=True),
-    "math": TaskSpec("math", "math", 512, 0.2, 0.8, stop_strings=REASONING_STOPS, stepwise=True),
-}
-
-#: Prompt styles that are not labelling tasks (no checking rule): only their answer format counts.
-PROMPT_ONLY_TASKS: dict[str, TaskSpec] = {
-    "cot": TaskSpec("cot", "cot", 256, 0.2, 0.8, stop_strings=REASONING_STOPS),
-}
-
-
-@dataclass(frozen=True)
-class AnswerFormat:
-    """How long an answer of a task may run and where it ends (see :class:`TaskSpec`)."""
-
-    max_new_tokens: int
-    stop_strings: tuple[str, ...]
+#: The labelling tasks (with a checking rule) and the prompt styles that are not labelled (only their answer
+#: format counts): two views of :data:`grade.registry.REGISTRY`.
+TASKS: dict[str, TaskSpec] = {name: spec for name, spec in REGISTRY.items() if spec.labelled}
+PROMPT_ONLY_TASKS: dict[str, TaskSpec] = {name: spec for name, spec in REGISTRY.items() if not spec.labelled}
 
 
 def answer_format(task: str, max_new_tokens: int | None = None) -> AnswerFormat:
     """The answer format of ``task`` (a labelling task or a prompt style such as ``cot``);
     ``max_new_tokens`` overrides the length (e.g. the length a labels file was sampled with)."""
-    task = "qa" if task == "qa_doc" else task  # the with-document wording of short QA
-    spec = TASKS.get(task) or PROMPT_ONLY_TASKS.get(task)
+    spec = task_spec(task)
     if spec is None:
-        known = ", ".join(list(TASKS) + list(PROMPT_ONLY_TASKS))
-        raise InputError(f"unknown task {task!r}; use one of {known}")
-    return AnswerFormat(int(max_new_tokens or spec.max_new_tokens), spec.stop_strings)
+        raise InputError(f"unknown task {task!r}; use one of {', '.join(REGISTRY)}")
+    return spec.answer_format(max_new_tokens)
 
 
 @dataclass
@@ -341,17 +296,10 @@ def is_correct(question: Question, reply: str, matcher: Matcher = "strict") -> b
     """
     if matcher not in MATCHERS:
         raise InputError(f"unknown matcher {matcher!r}; use strict or lenient")
-    lenient = matcher == "lenient"
-    if question.task == "qa":
-        return qa_lenient(reply, question.answers) if lenient else qa_strict(reply, question.answers)
-    if question.task == "mmlu":
-        letter = mmlu_letter(reply, question.choices, lenient=lenient)
-        return letter is not None and letter in {a.strip().upper() for a in question.answers}
-    if question.task == "gsm8k":
-        return gsm8k_correct(reply, question.answers, lenient=lenient)
-    if question.task == "math":
-        return math_correct(reply, question.answers, lenient=lenient)
-    raise InputError(f"unknown task {question.task!r}")
+    spec = TASKS.get(question.task)
+    if spec is None:
+        raise InputError(f"unknown task {question.task!r}")
+    return spec.is_correct(reply, question.answers, question.choices, lenient=matcher == "lenient")
 
 
 def scored_stepwise(task: str) -> bool:
@@ -370,18 +318,8 @@ def answer_key(task: str, text: str, choices: list[str] | None = None) -> str | 
     number (written so that equal numbers give equal keys); MATH: the normalised last boxed answer.
     Used for the labeller's majority answer, self-consistency and "confidently wrong".
     """
-    if task == "mmlu":
-        return mmlu_letter(text, choices, lenient=True)
-    if task == "gsm8k":
-        value = gsm8k_final_number(text)
-        if value is None:
-            return None
-        value += 0.0  # -0.0 and 0.0 are one answer
-        return str(int(value)) if value.is_integer() else repr(value)
-    if task == "math":
-        answer = math_answer(text)
-        return normalize_latex(answer) if answer is not None else None
-    return normalize_answer(text) or None
+    spec = REGISTRY.get(task)
+    return spec.answer_key(text, choices) if spec is not None else normalize_answer(text) or None
 
 
 def majority(keys: Iterable[str | None]) -> tuple[str | None, int]:

@@ -39,6 +39,7 @@ LAYERS = {
     "grade.prompts": "engine",
     "grade.tasks": "engine",
     "grade.grading": "engine",
+    "grade.registry": "engine",
     "grade.hf_datasets": "engine",
     "grade.decoding": "engine",
     "grade.generation": "engine",

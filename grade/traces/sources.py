@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from ..errors import InputError
+from ..registry import REGISTRY
 
 
-TRACE_TASKS = ("gsm8k", "math")
+#: The tasks whose answers are reasoning traces: the step-wise tasks of the registry (gsm8k, math).
+TRACE_TASKS = tuple(name for name, spec in REGISTRY.items() if spec.stepwise)
 
 
 PROMPTS = ("task", "run")
