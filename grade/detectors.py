@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from . import __version__
+from .artifacts import detector_paths, model_key, read_metadata, read_weights, save_artifact
 from .errors import GradeError, ProbeError
 from .metrics import heldout_metrics
 
@@ -438,39 +439,28 @@ class Detector:
 
     def check_compatible(self, model_name: str | None) -> None:
         """Raise ProbeError unless this detector was trained on ``model_name``'s statistics."""
-        from .probe import _model_key
-
         trained = self.model
-        if model_name is not None and trained and _model_key(model_name) != _model_key(trained):
+        if model_name is not None and trained and model_key(model_name) != model_key(trained):
             raise ProbeError(f"detector {self.name} was trained on {trained}, not {model_name}")
 
     # ---- saving and loading ---------------------------------------------------------------------
 
     def save(self, path: str | Path) -> tuple[Path, Path]:
         """Write ``path.safetensors`` and ``path.json`` (atomically, a given extension dropped first)."""
-        from safetensors.torch import save_file
-
-        from .io import atomic_paths
-        from .probe import _jsonable, _sha256
-
-        weights, meta_path = detector_paths(path)
-        weights.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_paths(weights, meta_path) as (weights_tmp, meta_tmp):
-            save_file(self.estimator.tensors(), str(weights_tmp), metadata={"format": "grade-detector"})
-            meta = {**self.metadata, "format": "grade-detector", "format_version": DETECTOR_FORMAT,
+        def metadata(weights_name: str, digest: str) -> dict:
+            return {**self.metadata, "format": "grade-detector", "format_version": DETECTOR_FORMAT,
                     "name": self.name, "title": self.spec.title, "statistic": self.spec.statistic,
                     "statistic_definition": STATISTICS[self.spec.statistic], "estimator": self.spec.estimator,
-                    "threshold": THRESHOLD, "package_version": __version__, "weights_file": weights.name,
-                    "weights_sha256": _sha256(weights_tmp)}
-            meta_tmp.write_text(json.dumps(_jsonable(meta), indent=2) + "\n", encoding="utf-8")
-        self.metadata = meta
+                    "threshold": THRESHOLD, "package_version": __version__, "weights_file": weights_name,
+                    "weights_sha256": digest}
+
+        weights, meta_path, self.metadata = save_artifact(path, "detector", self.estimator.tensors(),
+                                                          {"format": "grade-detector"}, metadata)
         return weights, meta_path
 
     @classmethod
     def load(cls, path: str | Path) -> "Detector":
         """Load a detector saved by :meth:`save`; any problem raises ProbeError with one clear line."""
-        from .probe import read_metadata, read_weights
-
         weights, meta_path = detector_paths(path)
         meta = read_metadata(weights, meta_path, "detector", DETECTOR_FORMAT)
         spec = DETECTORS.get(meta.get("name"))
@@ -502,16 +492,6 @@ class Detector:
         return f"Detector(name={self.name!r}, model={self.model!r}, kinds={sorted(self.kinds)})"
 
 
-def detector_paths(path: str | Path) -> tuple[Path, Path]:
-    """(weights, metadata) paths for ``path`` given with or without an extension."""
-    path = Path(path)
-    if path.suffix in (".safetensors", ".json"):
-        path = path.with_suffix("")
-    if path.name in ("", ".", ".."):
-        raise ProbeError(f"{str(path)!r} names no detector file: give a path such as folder/name")
-    return path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
-
-
 # --------------------------------------------------------------------------------------------------
 # shipped detectors
 
@@ -519,9 +499,8 @@ def detector_paths(path: str | Path) -> tuple[Path, Path]:
 def detector_file(model: str, name: str, folder: str | Path = SHIPPED_DETECTORS_DIR) -> Path:
     """Where the shipped detector ``name`` for ``model`` lies: ``<folder>/<model>-<name>.safetensors``."""
     from .baselines import safe_name
-    from .probe import _model_key
 
-    return Path(folder) / f"{safe_name(_model_key(model))}-{name}.safetensors"
+    return Path(folder) / f"{safe_name(model_key(model))}-{name}.safetensors"
 
 
 def detectors_for(model: str, folder: str | Path = SHIPPED_DETECTORS_DIR) -> list[Path]:

@@ -55,6 +55,7 @@ LAYERS = {
     "grade.labeling": "batch",
     "grade.traces": "batch",
     # learning
+    "grade.artifacts": "learning",
     "grade.probe": "learning",
     "grade.detectors": "learning",
     "grade.baselines": "learning",
