@@ -499,12 +499,17 @@ class ScoreCache:
 
 def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, variant: str = "original",
                 config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
-                progress: Callable[[int, int, dict], None] | None = None) -> dict[str, dict]:
+                progress: bool | Callable[[int, int, dict], None] = False,
+                callback: Callable[[int, int, dict], None] | None = None) -> dict[str, dict]:
     """Score every item not yet in the cache at ``path``, appending one JSON line per question
-    (:func:`grade.batch.run_local`, one question a write). ``progress(done, to do, record)`` after each.
+    (:func:`grade.batch.run_local`, one question a write). ``progress``: a progress bar on stderr;
+    ``callback(done, to do, record)`` after each (a function given as ``progress``, the older spelling, is the
+    callback).
 
     Returns the full cache (old and new records), id -> record. Safe to interrupt and rerun.
     """
+    if callable(progress):
+        progress, callback = False, progress if callback is None else callback
     config = config or BaselineConfig()
     sink = ScoreCache(path)
 
@@ -513,7 +518,7 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
             record = score_question(lm, item, variant=variant, config=config, parts=parts)
             yield record, record
 
-    run_local(items, scored, sink, chunk_size=1, callback=progress)
+    run_local(items, scored, sink, chunk_size=1, progress=progress, desc=f"baselines {variant}", callback=callback)
     return sink.records
 
 

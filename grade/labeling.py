@@ -183,8 +183,9 @@ def label_questions(
     max_new_tokens: int | None = None,
     questions_per_batch: int = 4,
     sample_chars: int | None = None,
-    progress: ProgressCallback | None = None,
-    show_progress: bool = False,
+    progress: bool | ProgressCallback = False,
+    callback: ProgressCallback | None = None,
+    show_progress: bool | None = None,
 ) -> LabelSummary:
     """Sample, score and label ``questions``, appending one JSON line per question to ``out``.
 
@@ -196,12 +197,18 @@ def label_questions(
     max_new_tokens : answer length (default: the task's, e.g. 12 for short QA).
     questions_per_batch : questions decoded together (see :func:`grade.sampling.sample_answers`).
     sample_chars : store each sample cut to this many characters (scores use the full text).
-    progress : called as ``progress(done, total, record)`` after each question is written; an
+    progress : draw a tqdm progress bar on stderr (the package's convention, :mod:`grade.batch.runner`).
+    callback : called as ``callback(done, total, record)`` after each question is written; an
         exception raised there stops the run, leaving a valid, resumable file.
-    show_progress : draw a tqdm progress bar on stderr.
+    show_progress : the older name of ``progress``; a function given as ``progress`` is taken as ``callback``
+        (the older spelling), so existing callers keep working.
 
     Returns a :class:`LabelSummary` over the whole file.
     """
+    if callable(progress):  # the older spelling: progress=callback, show_progress=bar
+        progress, callback = False, progress if callback is None else callback
+    if show_progress is not None:
+        progress = show_progress
     out = Path(out)
     questions = _checked(questions, matcher, questions_per_batch)
     run = {"model": lm.name, "matcher": matcher, "seed": seed}
@@ -238,7 +245,7 @@ def label_questions(
 
     # one record a write: a question is on disk before the callback hears of it
     write_in_chunks(sink, labelled(), total=total, initial=done, chunk_size=1, report=report,
-                    progress=show_progress, desc=f"labelling {out.name}", unit="q", callback=progress,
+                    progress=progress, desc=f"labelling {out.name}", unit="q", callback=callback,
                     postfix=lambda r: {"label": r["label"], "acc": f"{r['accuracy']:.1f}"},
                     bar_options={"dynamic_ncols": True})
     summary = summarize(out)

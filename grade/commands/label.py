@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         questions_per_batch=args.batch,
         sample_chars=args.sample_chars,
-        show_progress=not args.quiet,
+        progress=not args.quiet,
     )
     for where in summary.too_long[:10]:
         print(f"  skipped {where}", file=sys.stderr)

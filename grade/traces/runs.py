@@ -78,5 +78,5 @@ def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem:
 
         label_questions(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
                         max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch,
-                        show_progress=progress)
+                        progress=progress)
     return path
