@@ -58,6 +58,7 @@ LAYERS = {
     "grade.artifacts": "learning",
     "grade.probe": "learning",
     "grade.detectors": "learning",
+    "grade.model_statistics": "learning",
     "grade.baselines": "learning",
     "grade.studies": "learning",
     "grade.report": "learning",
