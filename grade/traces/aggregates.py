@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 import re
 from typing import Any
+
 import numpy as np
+
 from ..locate import DEFAULT_LOCATOR
 from .analysis import TOKEN_CLASSES
 from .store import ERROR_KINDS, _missing

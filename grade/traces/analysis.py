@@ -3,12 +3,14 @@ of a trace store (:func:`analyze_trace_item`), token classes and shock, and the 
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Iterable
+
 import numpy as np
+
 from .. import __version__
 from ..errors import GradeError, InputError
 from ..locate import DEFAULT_LOCATOR, locate, ranked_steps, step_signals

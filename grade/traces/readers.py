@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any, Sequence
+
 from ..errors import InputError
 from ..grading import last_boxed
 from .inspect_logs import is_inspect_log, read_inspect_log
 from .sources import PROMPTS, TRACE_TASKS, TraceItem, TraceSource, _check_task, trace_id
-
 
 _LM_EVAL_BOOKKEEPING = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
                         "doc_hash", "prompt_hash", "target_hash"}

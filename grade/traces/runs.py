@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
+
 from ..batch.runner import run_local
 from ..errors import InputError
 from .analysis import TraceWork, _analysed
 from .sources import TRACE_TASKS, TraceSource
 from .store import TraceStore, TraceStoreSink
-
 
 ProgressCallback = Callable[[int, int, str], None]  # (traces done, traces to do, id of the last trace)
 

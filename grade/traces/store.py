@@ -7,13 +7,14 @@ import json
 import threading
 import time
 from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from .. import __version__
 from ..batch.parts import PartStore
 from ..errors import InputError
 from .sources import TraceItem
-
 
 FORMAT_VERSION = 2  # 2: step-error localization columns and token surprisal
 
