@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .errors import InputError
 from .grading import gsm8k_correct, gsm8k_final_number, math_answer, math_correct, mmlu_letter, normalize_answer, \
     normalize_latex, qa_lenient, qa_strict
 
@@ -151,3 +152,18 @@ REGISTRY: dict[str, TaskSpec] = {
 def task_spec(name: str) -> TaskSpec | None:
     """The spec of ``name``; ``qa_doc`` (the with-document wording of short QA) is ``qa``."""
     return REGISTRY.get("qa" if name == "qa_doc" else name)
+
+
+#: The labelling tasks (with a checking rule) and the prompt styles that are not labelled (only their answer
+#: format counts): two views of :data:`REGISTRY`.
+TASKS: dict[str, TaskSpec] = {name: spec for name, spec in REGISTRY.items() if spec.labelled}
+PROMPT_ONLY_TASKS: dict[str, TaskSpec] = {name: spec for name, spec in REGISTRY.items() if not spec.labelled}
+
+
+def answer_format(task: str, max_new_tokens: int | None = None) -> AnswerFormat:
+    """The answer format of ``task`` (a labelling task or a prompt style such as ``cot``);
+    ``max_new_tokens`` overrides the length (e.g. the length a labels file was sampled with)."""
+    spec = task_spec(task)
+    if spec is None:
+        raise InputError(f"unknown task {task!r}; use one of {', '.join(REGISTRY)}")
+    return spec.answer_format(max_new_tokens)

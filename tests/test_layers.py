@@ -40,6 +40,7 @@ LAYERS = {
     "grade.tasks": "engine",
     "grade.grading": "engine",
     "grade.registry": "engine",
+    "grade.question_sets": "engine",
     "grade.hf_datasets": "engine",
     "grade.decoding": "engine",
     "grade.generation": "engine",
