@@ -80,9 +80,10 @@ run: install install-fast
 
 # Served to a class or a team: other browsers can reach it, so the studio runs in served mode
 # (studio/served.py: embedded models and GRADE_MODEL_DIRS only, caps per request, probes per user,
-# no error details). Put it behind an authenticating proxy with TLS when it leaves a trusted network.
+# no error details; Home's analyses queued per model, its examples precomputed while nobody waits).
+# Put it behind an authenticating proxy with TLS when it leaves a trusted network.
 serve: install install-fast
-	GRADE_SERVED=1 GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
+	GRADE_SERVED=1 GRADE_PRECOMPUTE_EXAMPLES=$${GRADE_PRECOMPUTE_EXAMPLES:-1} GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
 	  --server.maxUploadSize 8 --client.showErrorDetails none --server.enableXsrfProtection true
 
 test: install browser

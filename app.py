@@ -6,6 +6,7 @@ The pages are thin: the engine is :mod:`grade`, UI support is :mod:`studio`.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pandas as pd
@@ -14,7 +15,7 @@ import streamlit as st
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
 from studio import figures, session, tokens, workflows  # noqa: E402
-from studio.resources import load_questions, model_examples, reference_set  # noqa: E402
+from studio.resources import default_probe, list_probes, load_questions, model_examples, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading  # noqa: E402
 
 TASKS = {
@@ -64,41 +65,146 @@ def _request() -> dict:
             "max_new_tokens": int(st.session_state.get("max_new_tokens", 48))}
 
 
-def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
-    """Analyse ``request`` (from the shared cache unless ``recompute``) into this session's state."""
-    probe, info, problem = session.active_probe(lm, task=request["task"])
+PENDING = "analysis_ticket"  # this session's studio.queue.Ticket while its analysis waits or runs
+
+
+def _analysis_job(lm, request: dict, probe, info, problem: str | None, shared: bool, recompute: bool = False):
+    """(cache key, job key, compute): what ``request`` is cached under, which requests are the same computation
+    (the key without its owner: identical requests share one), and the work itself, which runs in a queue
+    worker without Streamlit."""
     detectors, detectors_problem = session.active_detectors(lm)
-    cache = session.analysis_cache()
-    asked = ((request["question"] or "").strip(), (request["context"] or "").strip() or None, request["task"])
-    example = any((q.strip(), (c or "").strip() or None, t) == asked for q, c, t in _examples(lm.name).values())
     key = session.analysis_key(lm, info if probe is not None else None, request, session.detectors_stamp(lm),
-                               shared=example)
+                               shared=shared)
+    label, limits = st.session_state["model_spec"].label, session.limits()
+    probe_info = info if probe is not None else None
+    spec, backend = st.session_state["model_spec"], session.ray_backend()
+
+    def compute(progress):
+        if backend is not None:  # GRADE_BACKEND: a Ray Serve replica holds the model and computes
+            progress("Sent to the Ray Serve replicas (Ray's queue when all are busy) ...")
+            analysis = backend.analyze(spec.source, spec.device, None if spec.dtype == "auto" else spec.dtype, {
+                "question": request["question"], "context": request["context"], "task": request["task"],
+                "probe": probe, "probe_info": probe_info, "max_new_tokens": request["max_new_tokens"],
+                "model_label": label, "limits": limits, "detectors": detectors})
+        else:
+            analysis = workflows.analyze_question(
+                lm, request["question"], context=request["context"], task=request["task"], probe=probe,
+                probe_info=probe_info, max_new_tokens=request["max_new_tokens"], progress=progress,
+                model_label=label, limits=limits, detectors=detectors)
+        if analysis.probe_problem is None and probe is None:
+            analysis.probe_problem = problem
+        analysis.detectors_problem = detectors_problem
+        return analysis
+
+    # A recompute is never joined to a computation that a cached result would answer.
+    job_key = key[1:] + (("recompute", session.user_key()) if recompute else ())
+    return key, job_key, compute
+
+
+def _is_example(lm, request: dict) -> bool:
+    asked = ((request["question"] or "").strip(), (request["context"] or "").strip() or None, request["task"])
+    return any((q.strip(), (c or "").strip() or None, t) == asked for q, c, t in _examples(lm.name).values())
+
+
+def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
+    """Analyse ``request``: from the shared cache unless ``recompute``, else through the model's queue
+    (:mod:`studio.queue`), whose ticket this session keeps until the result comes (a rerun keeps waiting)."""
+    probe, info, problem = session.active_probe(lm, task=request["task"])
+    cache = session.analysis_cache()
+    key, job_key, compute = _analysis_job(lm, request, probe, info, problem, shared=_is_example(lm, request),
+                                          recompute=recompute)
     entry = None if recompute else cache.get(key)
-    if entry is not None:
-        analysis = entry.value.as_cached(entry.computed_at)
-    else:
-        with st.status("Analyzing ...", expanded=True) as status:
-            try:
-                analysis = workflows.analyze_question(
-                    lm, request["question"], context=request["context"], task=request["task"], probe=probe,
-                    probe_info=info if probe is not None else None, max_new_tokens=request["max_new_tokens"],
-                    progress=status.write, model_label=st.session_state["model_spec"].label, limits=session.limits(),
-                    detectors=detectors,
-                )
-                if analysis.probe_problem is None and probe is None:
-                    analysis.probe_problem = problem
-                analysis.detectors_problem = detectors_problem
-            except Exception as exc:  # shown in the page; the session stays usable
-                status.update(label="Analysis failed", state="error", expanded=True)
-                st.session_state.pop(session.ANALYSIS, None)
-                st.session_state["analysis_error"] = exc
-                return
-            status.update(label=f"Analyzed in {sum(analysis.seconds.values()):.1f} s", state="complete",
-                          expanded=False)
-        cache.put(key, analysis, analysis.computed_at)
+    if entry is not None:  # computed before (an example, precomputed or asked by anyone; or this user's own)
+        _keep_result(entry.value.as_cached(entry.computed_at), request)
+        return
+    try:
+        ticket = session.analysis_queue().submit(
+            st.session_state["model_spec"].label, session.user_key(), job_key, compute,
+            on_result=lambda analysis: cache.put(key, analysis, analysis.computed_at))
+    except Exception as exc:  # the queue is full, or this user already waits: one line in the page
+        st.session_state.pop(session.ANALYSIS, None)
+        st.session_state["analysis_error"] = exc
+        return
+    st.session_state[PENDING] = (ticket, request)
+    st.session_state.pop("analysis_error", None)
+    _wait_for_analysis()
+
+
+#: Served, ``1`` computes Home's examples in the background (``make serve`` sets it; off unless set).
+PRECOMPUTE_VARIABLE = "GRADE_PRECOMPUTE_EXAMPLES"
+
+
+def _precompute_examples(lm) -> None:
+    """Served: queue Home's examples for the loaded model (with the shipped probe and the default answer
+    length) as background work, run only while no user's analysis waits, so that an example answers at once
+    from the cache. Each is queued once: skipped while cached or already queued."""
+    cache = session.analysis_cache()
+    if (not session.config().served or cache.max_entries == 0
+            or os.environ.get(PRECOMPUTE_VARIABLE, "0").strip().lower() not in ("1", "true", "yes", "on")):
+        return
+    queue, probes = session.analysis_queue(), list_probes()
+    for question, context, task in _examples(lm.name).values():
+        request = {"question": question, "context": context, "task": task, "max_new_tokens": 48}
+        info = default_probe(lm.name, probes, task=task)
+        try:
+            probe, problem = (session.cached_probe(info.path), None) if info is not None else (None, "no probe")
+        except Exception as exc:
+            probe, problem = None, session.user_message(exc)
+        key, job_key, compute = _analysis_job(lm, request, probe, info, problem, shared=True)
+        if cache.peek(key) is None:
+            queue.submit_background(st.session_state["model_spec"].label, job_key, compute,
+                                    on_result=lambda analysis, key=key: cache.put(key, analysis,
+                                                                                  analysis.computed_at))
+
+
+def _keep_result(analysis, request: dict) -> None:
     st.session_state[session.ANALYSIS] = analysis
     st.session_state["analysis_request"] = request
     st.session_state.pop("analysis_error", None)
+
+
+def _cancel_analysis() -> None:
+    pending = st.session_state.pop(PENDING, None)
+    if pending is not None:
+        session.analysis_queue().cancel(pending[0])
+        st.session_state["analysis_cancelled"] = True
+
+
+def _wait_for_analysis() -> None:
+    """Show this session's place in the queue, updated every second, with a Cancel button, until its
+    analysis is done; then keep the result. A rerun (another widget, another page and back) waits again."""
+    ticket, request = st.session_state[PENDING]
+    queue = session.analysis_queue()
+    holder = st.empty()
+    with holder.container(key="queue_status", border=True):
+        line = st.empty()
+        lines = st.empty()
+        if not ticket.done:
+            st.button("Cancel", key="cancel_analysis", icon=":material/cancel:", on_click=_cancel_analysis,
+                      help="Leave the queue (an analysis that already runs finishes for the cache)")
+        while not ticket.wait(1.0):  # once a second: a click (Cancel) interrupts the run at the next update
+            status = queue.status(ticket)
+            rough = "" if status.measured else " (a first guess: nothing measured yet)"
+            if status.state == "waiting":
+                ahead = status.position - 1
+                line.markdown(f"**Waiting in the queue: position {status.position}** of {status.waiting} · "
+                              f"{ahead} analys{'is' if ahead == 1 else 'es'} ahead of yours · result in about "
+                              f"{status.estimate_s:.0f} s{rough}")
+            else:
+                line.markdown(f"**Analyzing** (your turn) · about {status.estimate_s:.0f} s left{rough} · "
+                              f"{status.elapsed_s:.0f} s since you asked")
+            lines.caption("  \n".join(session.user_text(p) for p in status.progress[-3:]))
+    holder.empty()
+    st.session_state.pop(PENDING, None)
+    if ticket.cancelled:
+        return
+    try:
+        analysis = ticket.result()
+    except Exception as exc:  # shown in the page; the session stays usable
+        st.session_state.pop(session.ANALYSIS, None)
+        st.session_state["analysis_error"] = exc
+        return
+    _keep_result(analysis, request)
 
 
 def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
@@ -223,6 +329,8 @@ def home() -> None:
     lm = session.current_model()
     if lm is None:
         session.no_model_message()
+    else:
+        _precompute_examples(lm)
 
     st.selectbox("Try an example", [""] + list(_examples(lm.name if lm else None)), key="example", **session.KEEP,
                  on_change=_use_example,
@@ -238,12 +346,18 @@ def home() -> None:
     # No max_value: a widget would silently clamp a larger number; the check says what the cap is.
     col_tokens.number_input("Answer length (tokens)", min_value=1, step=8, key="max_new_tokens", **session.KEEP,
                             help=f"At most {session.limits().answer_tokens} tokens")
-    clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None, width="stretch")
+    waiting = st.session_state.get(PENDING) is not None  # one analysis per user in the queue
+    clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None or waiting,
+                                width="stretch")
 
     # The "Recompute" button under a cached result: its click reruns the script with it set.
     recompute = bool(st.session_state.get("recompute")) and st.session_state.get("analysis_request") is not None
-    if lm is not None and (clicked or recompute):
+    if st.session_state.pop("analysis_cancelled", False):
+        st.info("Analysis cancelled: you left the queue.")
+    if lm is not None and (clicked or recompute) and not waiting:
         _run_analysis(lm, _request() if clicked else st.session_state["analysis_request"], recompute=recompute)
+    elif st.session_state.get(PENDING) is not None:  # still waiting after a rerun: show the queue again
+        _wait_for_analysis()
     if st.session_state.get("analysis_error") is not None:
         session.show_error(st.session_state["analysis_error"], "Analysis failed")
     analysis = st.session_state.get(session.ANALYSIS)

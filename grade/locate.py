@@ -28,9 +28,9 @@ from .step_checks import check_steps
 #: Signals that need no model at all (the check) and those from the model's pass.
 SIGNALS = ("check", "rank_ratio", "rank_ratio_band", "rank_ratio_change", "shock_max", "shock_mean", "step_loss",
            "surprisal_max", "surprisal_mean")
-#: The layer band (fraction of depth, start and end) of ``rank_ratio_band``: chosen on the injected errors of
-#: the benchmark's train split (``python -m grade steperrors``), where the upper layers localized best.
-LAYER_BAND = (0.5, 1.0)
+#: The layer band (fraction of depth, start and end) of ``rank_ratio_band``: the top fifth of the layers, chosen
+#: among contiguous bands on the injected errors of the benchmark's train split only (results/step_errors).
+LAYER_BAND = (0.8, 1.0)
 #: The check's score: an arithmetic error outranks an unexplained number; earlier findings outrank later ones
 #: (the *first* wrong step), each in (0, 1] so that a model signal can break ties below them.
 CHECK_WEIGHTS = {"arithmetic": 2.0, "provenance": 1.0}
@@ -106,6 +106,42 @@ def step_signals(question: str, step_texts: Sequence[str], step_ratios: np.ndarr
     return StepSignals(values, findings)
 
 
+def token_shock(scores: np.ndarray) -> np.ndarray:
+    """Per-token shock in [0, 1] within one trace. scores: (L, n) raw row sums of C_g -> (n,).
+
+    Layers have very different scales, so each layer's absolute scores are divided by their largest value
+    over the trace's tokens, then averaged over layers and divided by the largest result (the Reasoning
+    trace page's scale, for one trace).
+    """
+    scores = np.abs(np.asarray(scores, dtype=np.float64))
+    if scores.size == 0:
+        return np.zeros(scores.shape[-1] if scores.ndim == 2 else 0)
+    top = np.nanmax(scores, axis=1, keepdims=True)
+    top[~(top > 0)] = 1.0
+    values = np.nanmean(scores / top, axis=0)
+    peak = np.nanmax(values) if values.size else 0.0
+    return np.nan_to_num(values / peak if peak > 0 else values)
+
+
+def signals_of_result(result) -> tuple[StepSignals, np.ndarray, np.ndarray, np.ndarray]:
+    """Signals of a step-wise ``pos`` :class:`~grade.result.GradeResult` with token scores.
+
+    Returns (signals, step of each response token (n,) 1-based, shock (n,) in [0, 1], surprisal (n,) nats).
+    """
+    start = result.response_start or 0
+    n = len(result.input_ids) - start
+    step_of = np.zeros(n, dtype=int)
+    for k, step in enumerate(result.steps, 1):
+        step_of[step.start - start: step.end - start] = k
+    shock = token_shock(result.token_scores[:, start:]) if result.token_scores is not None else np.full(n, np.nan)
+    surprisal = (np.asarray(result.token_surprisal[start:], dtype=float) if result.token_surprisal is not None
+                 else np.full(n, np.nan))
+    ratios = np.stack([s.rank_ratio for s in result.steps])
+    signals = step_signals(result.question, [s.text for s in result.steps], ratios,
+                           [s.loss_value for s in result.steps], step_of, shock, surprisal)
+    return signals, step_of, shock, surprisal
+
+
 # ------------------------------------------------------------------------------------------------
 # locators
 
@@ -131,10 +167,9 @@ LOCATORS: dict[str, tuple[str, Callable[[StepSignals], np.ndarray]]] = {
     "check+surprisal": ("arithmetic / provenance check, then max token surprisal", _check_then("surprisal_max")),
     "check": ("arithmetic / provenance check alone (ties: earliest flagged)", _signal("check")),
     "surprisal_max": ("max token surprisal in the step", _signal("surprisal_max")),
-    "surprisal_mean": ("mean token surprisal in the step", _signal("surprisal_mean")),
-    "step_loss": ("step cross-entropy", _signal("step_loss")),
+    "step_loss": ("step cross-entropy (the mean token surprisal of the step)", _signal("step_loss")),
     "rank_ratio": ("step rank ratio, mean over layers (the Traces page's peak step)", _signal("rank_ratio")),
-    "rank_ratio_band": ("step rank ratio, upper half of the layers", _signal("rank_ratio_band")),
+    "rank_ratio_band": ("step rank ratio, top fifth of the layers", _signal("rank_ratio_band")),
     "rank_ratio_change": ("change of the step rank ratio from the previous step", _signal("rank_ratio_change")),
     "shock_max": ("max epistemic shock in the step (the heatmap's brightest token)", _signal("shock_max")),
     "shock_mean": ("mean epistemic shock in the step", _signal("shock_mean")),
@@ -162,7 +197,7 @@ def ranked_steps(scores: np.ndarray) -> list[int]:
 
 #: Per-step features of :class:`StepProbe`, besides the per-layer step rank ratios: each z-scored within its
 #: trace, since a probe compares steps of one trace.
-PROBE_SCALARS = ("step_loss", "surprisal_max", "surprisal_mean", "shock_max", "shock_mean", "rank_ratio_change")
+PROBE_SCALARS = ("step_loss", "surprisal_max", "shock_max", "shock_mean", "rank_ratio_change")
 GRADE_FEATURES = ("layers", "shock_max", "shock_mean", "rank_ratio_change")
 
 
@@ -273,6 +308,21 @@ def localization_metrics(per_trace: Sequence[tuple[np.ndarray, int]], *, n_boot:
         out[name] = {"value": float(np.nanmean(values)), "low": float(np.nanpercentile(means, 2.5)),
                      "high": float(np.nanpercentile(means, 97.5)), "chance": chance}
     return out
+
+
+#: Package data: ``<model>.json``, the results of ``python -m grade steperrors`` for an embedded model.
+MEASURED_DIR = "assets/step_errors"
+
+
+def measured_accuracy(model: str) -> dict | None:
+    """The step-error benchmark's results for ``model`` as shipped (``{"groups": {group: {locator: metrics}},
+    "machine": ...}``, see :func:`grade.step_errors.score_store`), or None where it was not measured."""
+    from importlib import resources
+
+    path = resources.files("grade") / MEASURED_DIR / f"{model}.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def signals_of_row(row: Mapping, tokens=None) -> StepSignals:

@@ -97,7 +97,7 @@ def normalise(text: str) -> str:
 
 # A number (with a decimal part and an optional percent sign), an operator, an (in)equality sign, a
 # word, or anything else. Signs are operators; the parser puts unary minus back.
-_TOKEN = re.compile(r"(?P<num>\d+(?:\.\d+)?%?)|(?P<op>[-+*/^()])|(?P<eq>=|≈)|(?P<word>[A-Za-z][A-Za-z'’]*)|(?P<other>\S)")
+_TOKEN = re.compile(r"(?P<num>\d+(?:\.\d+)?%?)|(?P<op>[-+*/^()])|(?P<eq>=|≈|\bequals\b)|(?P<word>[A-Za-z][A-Za-z'’]*)|(?P<other>\S)")
 _ARITHMETIC_WORDS = {"of": "*", "times": "*", "x": "*", "plus": "+", "minus": "-"}
 _MAX_UNIT_WORDS = 3
 
@@ -343,9 +343,12 @@ def check_step(step: str, known: set[Fraction]) -> list[Finding]:
     tokens = _tokens(normalise(text))
     results: set[Fraction] = set()  # the values the step states as results: they need no source
     for exprs, signs in _expressions(tokens):
-        for left, right, sign in zip(exprs, exprs[1:], signs):
+        left = None  # the nearest computing side before: "12 + 18 = 30 = 31" checks 31 against 12 + 18 too
+        for previous, right, sign in zip(exprs, exprs[1:], signs):
+            if previous.has_operator and previous.complete:
+                left = previous
             # the left side must compute something: "4 dozen = 4 * 12" defines, it does not calculate
-            if not (left.complete and right.complete) or not left.has_operator:
+            if left is None or not right.complete:
                 continue
             value = _parse_value(left.tokens)
             if value is None:

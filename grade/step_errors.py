@@ -337,5 +337,5 @@ def results_markdown(results: dict, *, machine: str = "") -> str:
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     if machine:
-        lines.append(f"Measured on {machine}.")
+        lines.append(f"Machine: {machine}.")
     return "\n".join(lines)

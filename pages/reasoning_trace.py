@@ -9,7 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from grade.errors import InputError
-from studio import figures, session, tokens, workflows
+from grade.tasks import answer_format
+from studio import figures, localization, session, tokens, workflows
 from studio.resources import load_questions, trace_examples
 
 TRACES = ("A", "B")
@@ -20,8 +21,20 @@ st.markdown(
     "A chain-of-thought answer is cut into steps at punctuation and line breaks. Each step gets its own loss "
     "(cross-entropy of that step's tokens given everything before it), hence its own rank ratio per layer; "
     "**GRADE_pos** is their mean. Each token is coloured by its *epistemic shock*, the row sum of C_g: how much "
-    "the model would have to change to produce it. Both traces share one colour scale."
+    "the model would have to change to produce it. Both traces share one colour scale. Each trace also gets a "
+    "**suspect step**: where it most plausibly goes wrong first (an arithmetic and provenance check of every step, "
+    "then token surprisal), with how often that pick was right on traces whose wrong step is known."
 )
+with st.expander("What you are looking at"):
+    st.markdown(
+        "- **Steps** are numbered from 1 everywhere on this page.\n"
+        "- **Suspect step**: the first step where an `a op b = c` does not hold (re-computed exactly) or a number "
+        "appears that is neither in the problem nor in an earlier step; if none, the step with the most "
+        "surprising token. The ranked list shows why.\n"
+        "- **Epistemic shock** colours a token by how much the model would have to change to produce it (GRADE's row "
+        "sums of C_g); **token surprisal** by how unexpected the token was (its cross-entropy). Each view states "
+        "how often it pointed at the wrong step on the benchmark, beside the chance rate: on the model's own slips "
+        "the shock heatmap does no better than chance.")
 
 lm = session.current_model()
 if lm is None:
@@ -66,7 +79,8 @@ for key in TRACES:
 if "rt_question" not in st.session_state and problems:
     st.session_state["rt_choice"] = next(iter(dev or problems))
     _load_problem()
-st.session_state.setdefault("rt_max_tokens", 128)
+# The task's own answer length (GSM8K: 256): a shorter default cuts traces off before their answer.
+st.session_state.setdefault("rt_max_tokens", min(answer_format("gsm8k").max_new_tokens, session.limits().cot_tokens))
 
 st.selectbox("Math problem (the model's own solved / failed ones, then the GSM8K dev set)", [OWN] + list(problems), key="rt_choice", **session.KEEP, on_change=_load_problem)
 q_col, g_col = st.columns([4, 1])
@@ -101,9 +115,13 @@ def _gold() -> list[str]:
 
 def _analyze(keys: list[str]) -> None:
     traces = dict(st.session_state.get("rt_traces") or {})
+    question = str(st.session_state.get("rt_question", ""))
+    # a trace whose text and problem did not change keeps its analysis
+    keys = [k for k in keys if k not in traces or traces[k].response != str(st.session_state.get(f"rt_text_{k}") or "").strip()
+            or traces[k].question.strip() != question.strip()]
     progress = st.progress(0.0, text="Analyzing ...")
     for i, key in enumerate(keys):
-        progress.progress(i / len(keys), text=f"Analyzing trace {key} (one backward pass, spectra per step) ...")
+        progress.progress(i / len(keys), text=f"Analyzing trace {key} (one backward pass per step) ...")
         try:
             traces[key] = workflows.analyze_trace(lm, st.session_state.get("rt_question", ""),
                                                   st.session_state.get(f"rt_text_{key}", ""), title=f"Trace {key}",
@@ -126,12 +144,20 @@ if not traces:
 
 shown = [traces[k] for k in TRACES if k in traces]
 n_layers = shown[0].result.n_layers
-layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(n_layers)), key="rt_layer", **session.KEEP,
-                                help="Each layer is scaled by its largest score over both traces before averaging")
-layer = None if layer_choice == "mean over layers" else int(layer_choice)
-scored = [tokens.TokenScores(t.display_tokens, *t.scored_tokens()) for t in shown]
+SHOCK, SURPRISAL = "epistemic shock (heatmap)", "token surprisal (heatmap)"
+colour_by = st.radio("Colour tokens by", [SHOCK, SURPRISAL], horizontal=True, key="rt_colour", **session.KEEP,
+                     help="Each choice has its own colour scale, shared by the traces shown")
+layer = None
+if colour_by == SHOCK:
+    layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(n_layers)), key="rt_layer",
+                                    **session.KEEP, help="Each layer is scaled by its largest score over both traces before averaging")
+    layer = None if layer_choice == "mean over layers" else int(layer_choice)
+    scored = [tokens.TokenScores(t.display_tokens, *t.scored_tokens()) for t in shown]
+else:
+    scored = [tokens.TokenScores(t.display_tokens, *t.surprisal_tokens()) for t in shown]
 values = tokens.shared_scale(scored, layer)
-st.html(tokens.colorbar_html())
+st.html(tokens.colorbar_html(f"{colour_by.split(' (')[0]} (shared scale)"))
+st.caption(localization.accuracy_line(lm.name, colour_by))
 
 all_ratios = np.concatenate([t.step_ratios for t in shown if len(t.step_ratios)]) if shown else np.zeros((1, 1))
 zmin, zmax = float(np.nanmin(all_ratios)), float(np.nanmax(all_ratios))
@@ -146,7 +172,20 @@ for trace, score, value, column in zip(shown, scored, values, columns):
         m2.metric("Steps", len(trace.result.steps))
         m3.metric("Mean CE loss", f"{trace.result.loss_value:.3f}")
         raw = np.nanmean(score.scores, axis=0) if layer is None else score.scores[layer]
-        st.html(tokens.token_html(score, value, raw=raw))
+        signals = trace.localization()[0]
+        ranked = localization.ranked_table(trace.step_texts, signals)
+        suspect = int(ranked["step"].iloc[0])
+        st.html(tokens.token_html(score, value, raw=raw, label="shock" if colour_by == SHOCK else "surprisal",
+                                  flagged={k - 1 for k, v in enumerate(signals.values["check"], 1) if v > 0},
+                                  suspect=suspect - 1))
+        flagged = int((ranked["check"] != "").sum())
+        st.markdown(f"**Suspect step {suspect}** of {len(ranked)}: {session.plain(trace.step_texts[suspect - 1].strip()[:200])}"
+                    + (f"  \n:orange-badge[check] {session.plain(ranked['check'].iloc[0])}" if ranked["check"].iloc[0] else
+                       "  \n:gray-badge[no check finding] ranked by token surprisal"))
+        st.caption(localization.accuracy_line(lm.name, "suspect step"))
+        with st.expander(f"Steps ranked by suspicion ({flagged} flagged by the check)"):
+            st.dataframe(ranked, hide_index=True, key=f"rt_ranked_{trace.title[-1]}",
+                         column_config={"text": st.column_config.TextColumn(width="large")})
         if str(st.session_state.get(f"rt_text_{trace.title[-1]}") or "").strip() != trace.response:
             st.caption("The text above was edited after this analysis; press **Analyze traces** to update.")
 
@@ -165,7 +204,8 @@ st.markdown("Edit a step (fix an arithmetic slip, or plant one) and re-run: see 
 for trace in shown:
     key = trace.title[-1]
     with st.expander(f"Edit the steps of {trace.title}"):
-        edited = st.data_editor(pd.DataFrame({"step": trace.step_texts}), key=f"rt_editor_{key}", hide_index=False,
+        steps_frame = pd.DataFrame({"step": trace.step_texts}, index=range(1, len(trace.step_texts) + 1))
+        edited = st.data_editor(steps_frame, key=f"rt_editor_{key}", hide_index=False,
                                 num_rows="dynamic", width="stretch",
                                 column_config={"step": st.column_config.TextColumn("step text", width="large")})
         if st.button(f"Re-run {trace.title} with these steps", key=f"rt_rerun_{key}"):

@@ -10,8 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from grade.errors import GradeError, InputError
+from grade.locate import DEFAULT_LOCATOR, LOCATORS, signals_of_row
 from grade.traces import ERROR_KINDS, TraceStore, aggregate, read_traces
-from studio import figures, session, tokens
+from studio import figures, localization, session, tokens
 from studio import traces as tr
 
 st.title("Traces")
@@ -43,10 +44,19 @@ with open_tab:
     c1.text_input("Trace store folder", key="tr_store_path", placeholder="runs/traces/gsm8k",
                   help="A folder written by `python -m grade traces --out ...` or by this page")
     if c2.button("Open store", key="tr_open_store", width="stretch"):
-        try:
-            _open(st.session_state.get("tr_store_path") or "")
-        except GradeError as exc:
-            session.show_error(exc, "Store not opened")
+        if not str(st.session_state.get("tr_store_path") or "").strip():
+            st.warning("Type the folder of a trace store first (or open the demo store below).")
+        else:
+            try:
+                _open(st.session_state.get("tr_store_path") or "")
+            except GradeError as exc:
+                session.show_error(exc, "Store not opened")
+    if st.button("Open the demo store", key="tr_open_demo",
+                 help="Qwen2.5-Coder-1.5B's own GSM8K traces with an arithmetic slip and reference solutions with an "
+                      "injected error, analysed on a GPU; their wrong steps are known"):
+        demo = tr.demo_store(session.selected_model_name())
+        if demo is not None:
+            _open(demo)
     if stores:
         c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
         c1.selectbox("... or one made on this page", [str(p) for p in stores], key="tr_recent",
@@ -134,9 +144,19 @@ if st.session_state.get(JOB) is not None:
 
 # ------------------------------------------------------------------------------------------- table
 
+if not st.session_state.get(STORE) and not st.session_state.get("tr_demo_shown"):
+    # A first visit opens on something: the demo store (a writable copy), once per session.
+    st.session_state["tr_demo_shown"] = True
+    demo = tr.demo_store(session.selected_model_name())
+    if demo is not None:
+        _open(demo)
 if not st.session_state.get(STORE):
     st.info("Open a trace store, or analyse a samples file.")
     st.stop()
+if Path(st.session_state[STORE]).parent == tr.stores_dir() / "demo":
+    st.caption("This is the **demo store**: the model's own GSM8K traces with a verified arithmetic slip and reference "
+               "solutions with one injected error, analysed on a GPU. Their wrong steps are known, so the aggregates "
+               "below show how often the suspect step finds them. Open your own store above.")
 
 store = TraceStore(st.session_state[STORE])
 
@@ -226,6 +246,10 @@ with st.expander("Aggregates: where the shock peaks, and how well GRADE_pos find
     st.markdown("**Token class of the highest-shock token**, beside each class's share of all tokens")
     st.dataframe(pd.DataFrame(agg["peak_token_class"]), hide_index=True, key="tr_agg_class")
     notes = agg["annotations"]
+    if notes.get("with_step") and "suspect_step_is_error_step" in notes:
+        st.markdown(f"**Suspect step.** It is the marked (or known) error step in "
+                    f"{notes['suspect_step_is_error_step']:.0%} of {notes['with_step']} traces "
+                    f"(a random step would hit {notes['chance']:.0%}).")
     if notes.get("with_step"):
         st.markdown(f"**Annotated error steps: {notes['with_step']}.** The peak step is the error step in "
                     f"{notes['peak_step_is_error_step']:.0%} of them (the peak token's step: "
@@ -243,25 +267,50 @@ if not chosen:
 
 row = frame.set_index("trace_id").loc[chosen]
 ratios = tr.step_ratios(row)
-trace_tokens = tr.token_scores(store.tokens(chosen), int(row["n_layers"]))
+token_rows = store.tokens(chosen)
+trace_tokens = tr.token_scores(token_rows, int(row["n_layers"]))
+model_name = str(meta.get("model") or "")
 with st.container(border=True, key="tr_trace"):
     badge = {"correct": ":green-badge[correct]", "wrong": ":red-badge[wrong]",
              "unknown": ":gray-badge[not known]"}[tr.correctness_label(row["correct"])]
     st.markdown(f"#### Trace {chosen} {badge}")
     st.markdown(f"**Question.** {session.plain(str(row['question']))}")
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric("GRADE_pos", f"{row['grade_pos']:.4f}", help="Mean rank ratio over steps and layers")
-    m2.metric("Steps", int(row["n_steps"]))
-    m3.metric("Peak step", int(row["peak_step"]), help="The step with the largest rank ratio (mean over layers)")
-    m4.metric("Mean CE loss", f"{row['loss_value']:.3f}")
-    layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(int(row["n_layers"]))),
-                                    key="tr_layer")
-    layer = None if layer_choice == "mean over layers" else int(layer_choice)
+    signals = signals_of_row(row, token_rows)
+    ranked = localization.ranked_table(list(row["step_texts"]), signals)
+    suspect = int(ranked["step"].iloc[0])
+    m1, m2, m3, m4, m5 = st.columns(5)
+    m1.metric("Suspect step", suspect, help="Where the trace most plausibly goes wrong first: " + LOCATORS[DEFAULT_LOCATOR][0])
+    m2.metric("GRADE_pos", f"{row['grade_pos']:.4f}", help="Mean rank ratio over steps and layers")
+    m3.metric("Steps", int(row["n_steps"]))
+    m4.metric("Peak step", int(row["peak_step"]), help="The step with the largest rank ratio (mean over layers)")
+    m5.metric("Mean CE loss", f"{row['loss_value']:.3f}")
+    st.markdown(f"**Suspect step {suspect}:** {session.plain(str(row['step_texts'][suspect - 1]).strip()[:200])}"
+                + (f"  \n:orange-badge[check] {session.plain(ranked['check'].iloc[0])}" if ranked["check"].iloc[0]
+                   else "  \n:gray-badge[no check finding] ranked by token surprisal"))
+    st.caption(localization.accuracy_line(model_name, "suspect step") + " "
+               + localization.accuracy_line(model_name, "peak step (step rank ratio)"))
+    SHOCK, SURPRISAL = "epistemic shock (heatmap)", "token surprisal (heatmap)"
+    colour_by = st.radio("Colour tokens by", [SHOCK, SURPRISAL], horizontal=True, key="tr_colour",
+                         help="Each choice has its own colour scale")
+    layer = None
+    if colour_by == SHOCK:
+        layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(int(row["n_layers"]))),
+                                        key="tr_layer")
+        layer = None if layer_choice == "mean over layers" else int(layer_choice)
+    else:
+        trace_tokens = tr.token_scores(token_rows, int(row["n_layers"]), surprisal=True)
     values = tokens.shared_scale([trace_tokens], layer)[0]
-    st.html(tokens.colorbar_html("epistemic shock (this trace)"))
+    st.html(tokens.colorbar_html(f"{colour_by.split(' (')[0]} (this trace)"))
     raw = np.nanmean(trace_tokens.scores, axis=0) if layer is None else trace_tokens.scores[layer]
-    st.html(tokens.token_html(trace_tokens, values, raw=raw))
-    st.caption(f"Highest-shock token: {row['peak_token']!r} ({row['peak_token_class']}) in step {int(row['peak_token_step'])}.")
+    st.html(tokens.token_html(trace_tokens, values, raw=raw, label="shock" if colour_by == SHOCK else "surprisal",
+                              flagged={k - 1 for k, v in enumerate(signals.values["check"], 1) if v > 0},
+                              suspect=suspect - 1))
+    st.caption(localization.accuracy_line(model_name, colour_by))
+    if colour_by == SHOCK:
+        st.caption(f"Highest-shock token: {row['peak_token']!r} ({row['peak_token_class']}) in step {int(row['peak_token_step'])}.")
+    with st.expander(f"Steps ranked by suspicion ({int((ranked['check'] != '').sum())} flagged by the check)"):
+        st.dataframe(ranked, hide_index=True, key="tr_ranked",
+                     column_config={"text": st.column_config.TextColumn(width="large")})
 
 left, right = st.columns(2, gap="medium")
 with left:

@@ -106,6 +106,11 @@ class AnalysisCache:
             self.hits += 1
             return entry
 
+    def peek(self, key: Hashable) -> CachedEntry | None:
+        """The entry of ``key`` without counting a hit or a miss or refreshing its age (a check, not a use)."""
+        with self._lock:
+            return self._entries.get(key)
+
     def put(self, key: Hashable, value: Any, computed_at: float | None = None) -> CachedEntry | None:
         """Store ``value`` (replacing any entry of ``key``); None when it alone exceeds the bounds."""
         nbytes = approximate_bytes(value)

@@ -98,6 +98,24 @@ class ModelRegistry:
             return list(self._models)
 
 
+_shared_registry: ModelRegistry | None = None
+_shared_registry_lock = threading.Lock()
+
+
+def shared_registry(capacity: int = 2) -> ModelRegistry:
+    """The one model registry of this process, whatever the number of sessions.
+
+    Created under a lock rather than only through ``st.cache_resource``: two sessions that call a cached
+    resource for the first time at the same moment can each run its function (Streamlit's known
+    concurrent-first-call race), and two registries would mean two copies of every model. Inside the one
+    registry a per-model lock makes concurrent first uses of a model load it once."""
+    global _shared_registry
+    with _shared_registry_lock:
+        if _shared_registry is None:
+            _shared_registry = ModelRegistry(capacity=capacity)
+        return _shared_registry
+
+
 # ----------------------------------------------------------------------------------------- probes
 
 

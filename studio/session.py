@@ -37,8 +37,10 @@ from .resources import (
     load_probe,
     probe_metadata_path,
     read_probe_info,
+    shared_registry,
     user_data_dir,
 )
+from .queue import AnalysisQueue, shared_queue
 
 log = logging.getLogger("grade.studio")
 
@@ -127,9 +129,21 @@ def after_user_write() -> None:
 # ------------------------------------------------------------------------------- shared resources
 
 
-@st.cache_resource(show_spinner=False)
 def model_registry() -> ModelRegistry:
-    return ModelRegistry(capacity=2)
+    """The process's one model registry (:func:`studio.resources.shared_registry`, created under a lock)."""
+    return shared_registry()
+
+
+def ray_backend():
+    """The Ray Serve backend named by ``GRADE_BACKEND`` (:mod:`studio.ray_serve`), None to analyse in this process."""
+    from .ray_serve import shared_backend
+
+    return shared_backend()
+
+
+def analysis_queue() -> AnalysisQueue:
+    """The process's queue of analyses (:mod:`studio.queue`): one bounded queue per model, shared by all sessions."""
+    return shared_queue()
 
 
 @st.cache_resource(show_spinner=False)
@@ -258,8 +272,14 @@ def model_picker() -> ModelSpec | None:
                                        placeholder="/path/to/model or org/name").strip()
         col1, col2 = st.columns(2)
         device = col1.selectbox("Device", _device_options(), key="model_device")
-        dtype = col2.selectbox("dtype", DTYPES, key="model_dtype",
-                               help="auto: float32 on CPU, bfloat16 on a GPU")
+        if config().served:  # one dtype per model: sessions picking others would each hold a copy
+            dtype = "auto"
+            col2.selectbox("dtype", ["auto"], key="model_dtype_served", disabled=True,
+                           help="This server loads every model in one dtype (float32 on CPU, bfloat16 on a GPU), "
+                                "so that all users share one copy")
+        else:
+            dtype = col2.selectbox("dtype", DTYPES, key="model_dtype",
+                                   help="auto: float32 on CPU, bfloat16 on a GPU")
     if not source:
         return None
     return ModelSpec(source=source, device=device, dtype=dtype)

@@ -52,8 +52,11 @@ def _text_color(value: float) -> str:
     return "#ffffff" if value > 0.72 else "#111111"
 
 
-def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = None, step_marks: bool = True) -> str:
-    """Tokens as coloured ``<span>``s; hovering shows the normalised and the raw score."""
+def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = None, step_marks: bool = True,
+               label: str = "shock", flagged: frozenset[int] | set[int] = frozenset(), suspect: int | None = None) -> str:
+    """Tokens as coloured ``<span>``s; hovering shows the normalised and the raw score (``label``: what the
+    colour is, e.g. shock or surprisal). Step marks of ``flagged`` steps (0-based: the arithmetic / provenance
+    check found something) are red with a warning sign; the ``suspect`` step's mark is boxed."""
     colors = sample_colorscale(COLORSCALE, np.clip(values, 0, 1).tolist()) if len(values) else []
     parts = ['<div style="font-family: ui-monospace, Menlo, monospace; font-size: 0.92rem; line-height: 1.9; '
              'white-space: normal; word-break: break-word;">']
@@ -61,10 +64,14 @@ def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = 
     for i, (token, value, color) in enumerate(zip(trace.tokens, values, colors)):
         step = trace.step_of_token[i] if i < len(trace.step_of_token) else -1
         if step_marks and step != previous_step and step >= 0:
-            parts.append(f'<sup style="color:#6a3d9a; font-weight:600; margin:0 2px;">[{step + 1}]</sup>')
+            color, sign = ("#c0392b", "⚠") if step in flagged else ("#6a3d9a", "")
+            box = "border:1.5px solid #c0392b; border-radius:3px; padding:0 2px;" if step == suspect else ""
+            what = " (suspect step)" if step == suspect else ""
+            parts.append(f'<sup title="step {step + 1}{what}" style="color:{color}; font-weight:600; margin:0 2px; '
+                         f'{box}">[{step + 1}{sign}]</sup>')
             previous_step = step
         raw_text = f", raw {raw[i]:.3g}" if raw is not None else ""
-        title = f"shock {value:.3f}{raw_text} (step {step + 1})" if step >= 0 else f"shock {value:.3f}{raw_text}"
+        title = f"{label} {value:.3f}{raw_text} (step {step + 1})" if step >= 0 else f"{label} {value:.3f}{raw_text}"
         shown = html.escape(token).replace("\n", "↵<br>")
         parts.append(f'<span title="{html.escape(title)}" style="background:{color}; color:{_text_color(value)}; '
                      f'padding:1px 1px; border-radius:3px;">{shown}</span>')

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,26 @@ def known_stores(folder: Path | None = None) -> list[Path]:
     folder = folder or stores_dir()
     found = [p.parent for p in folder.glob("*/*/meta.json")] if folder.is_dir() else []
     return sorted(found, key=lambda p: -p.stat().st_mtime)
+
+
+def demo_store(model: str | None = None) -> Path | None:
+    """A writable copy (annotations are saved into a store) of the demo store shipped for ``model``, else of
+    the first one shipped; None where none is. The copy lives under :func:`stores_dir` and is made once."""
+    from importlib import resources
+
+    shipped = Path(str(resources.files("grade") / "assets" / "demo_traces"))
+    if not shipped.is_dir():
+        return None
+    names = sorted(p.name for p in shipped.iterdir() if (p / "meta.json").is_file())
+    if not names:
+        return None
+    name = (model or "").split("/")[-1]
+    name = name if name in names else names[0]
+    copy = stores_dir() / "demo" / name
+    if not (copy / "meta.json").is_file():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(shipped / name, copy, dirs_exist_ok=True)
+    return copy
 
 
 def _slug(text: str) -> str:
@@ -174,9 +195,15 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
     shown = shown[keep]
     column = SORT_KEYS[sort]
     shown = shown.sort_values([column, "trace_id"], ascending=[not descending, True], kind="stable")
+    missing = pd.Series([None] * len(shown), index=shown.index, dtype="object")
+    suspect = shown["suspect_step"] if "suspect_step" in shown else missing  # stores of format 1 have none
+    flagged = (shown["step_check"].map(lambda v: int(np.sum(np.asarray(v) > 0)) if v is not None else None)
+               if "step_check" in shown else missing)
     return pd.DataFrame({
         "trace": shown["trace_id"],
         "correctness": shown["correctness"],
+        "suspect step": suspect,
+        "check flags": flagged,
         "GRADE_pos": shown["grade_pos"],
         "peak step": shown["peak_step"],
         "peak shock": shown["peak_step_ratio"],
@@ -189,10 +216,15 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
     }).reset_index(drop=True)
 
 
-def token_scores(tokens: pd.DataFrame, n_layers: int) -> TokenScores:
-    """The Reasoning trace heatmap's input from a trace's token rows (sorted by position)."""
-    scores = np.stack([np.asarray(s, dtype=np.float64) for s in tokens["scores"]], axis=1) if len(tokens) \
-        else np.zeros((n_layers, 0))
+def token_scores(tokens: pd.DataFrame, n_layers: int, *, surprisal: bool = False) -> TokenScores:
+    """The Reasoning trace heatmap's input from a trace's token rows (sorted by position): the per-layer shock
+    scores, or with ``surprisal`` each token's surprisal as one row (NaN in stores of format 1)."""
+    if surprisal:
+        values = tokens["surprisal"].to_numpy(dtype=np.float64) if "surprisal" in tokens else np.full(len(tokens), np.nan)
+        scores = values[None, :]
+    else:
+        scores = np.stack([np.asarray(s, dtype=np.float64) for s in tokens["scores"]], axis=1) if len(tokens) \
+            else np.zeros((n_layers, 0))
     return TokenScores(tokens["token"].tolist(), scores, [int(s) - 1 for s in tokens["step"]])
 
 

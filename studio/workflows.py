@@ -205,6 +205,19 @@ class Trace:
         """GRADE_pos of the whole response: mean over steps and layers of the rank ratio."""
         return float(self.result.grade)
 
+    def localization(self):
+        """(signals, step of each response token, shock, surprisal): :func:`grade.locate.signals_of_result`."""
+        from grade.locate import signals_of_result
+
+        return signals_of_result(self.result)
+
+    def surprisal_tokens(self):
+        """(surprisal (1, n_response) in nats, step index per response token): the heatmap's other colouring."""
+        start = self.result.response_start or 0
+        _, step_of = self.scored_tokens()
+        values = self.result.token_surprisal[start:] if self.result.token_surprisal is not None else np.zeros(0)
+        return np.asarray(values, dtype=float)[None, :], step_of
+
     def scored_tokens(self):
         """(scores (L, n_response), step index per response token)."""
         start = self.result.response_start or 0
@@ -229,7 +242,7 @@ def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_
 
 def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title: str, task: str = "gsm8k",
                   gold: list[str] | None = None, limits: Limits = LOCAL_LIMITS) -> Trace:
-    """Step-wise ``pos`` analysis of ``response`` with spectra and per-token scores.
+    """Step-wise ``pos`` analysis of ``response`` with per-token scores (shock and surprisal).
 
     The trace is measured first (characters, tokens, steps: each step costs a backward pass and a
     spectrum per layer) and refused with a message above ``limits``."""
@@ -243,7 +256,10 @@ def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title:
         check_trace(len(text), 0, 0, limits)
     ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
     check_trace(len(text), len(ids), len(steps_for_response(lm.tokenizer, ids, 0, text)), limits)
-    result = grade.analyze(lm, question, task=task, loss="pos", response=response.strip(), steps=True, spectra=True)
+    # No eigen-decompositions: stable ranks through their identities and token shock from C_g = ΔΔᵀ where C_h is
+    # certified full rank, the exact route's values (bench/trace_page.py measures both routes side by side).
+    result = grade.analyze(lm, question, task=task, loss="pos", response=response.strip(), steps=True, spectra=False,
+                           token_scores=True)
     start = result.response_start or 0
     display = [lm.tokenizer.decode([i], skip_special_tokens=False) for i in result.input_ids[start:]]
     return Trace(title=title, question=question, response=response.strip(), result=result, display_tokens=display,

@@ -429,3 +429,38 @@ def test_page_analyses_a_samples_file_in_the_background(tmp_path, monkeypatch):
     assert len(at.dataframe(key="tr_table").value) == 2
     assert any(s.value.startswith("Finished: 2 traces analysed") for s in at.success), [s.value for s in at.success]
     assert list((tmp_path / "stores").glob("*/*/meta.json"))
+
+
+@pytest.mark.slow
+def test_page_opens_on_the_demo_store_with_the_suspect_step_and_its_measured_accuracy(tmp_path, monkeypatch):
+    """A first visit shows something: the shipped demo store (Qwen's traces, analysed on a GPU; no model needed to
+    read it), the suspect step beside the peak step, and how often each view finds the wrong step."""
+    import studio.traces
+
+    monkeypatch.setattr(studio.traces, "stores_dir", lambda: tmp_path / "stores")
+    at = _app().run()
+    at.switch_page("pages/traces.py").run()
+    _no_exception(at)
+    table = at.dataframe(key="tr_table").value
+    demo = TraceStore(tmp_path / "stores" / "demo" / "qwen2.5-coder-1.5b-instruct").traces()
+    assert len(table) == len(demo) >= 10 and "suspect step" in table and "check flags" in table
+    shown = table.set_index("trace")["suspect step"]
+    assert all(int(shown[t]) == int(s) for t, s in zip(demo["trace_id"], demo["suspect_step"]))
+    captions = " ".join(c.value for c in at.caption)
+    assert "demo store" in captions and "chance" in captions and "Measured top-1" in captions
+    suspect = {m.label: m.value for m in at.metric}["Suspect step"]
+    opened = demo.set_index("trace_id").loc[at.selectbox(key="tr_open").value]
+    assert int(suspect) == int(opened["suspect_step"])
+    assert any("Suspect step." in m.value for m in at.markdown), "the aggregates' suspect-step line is missing"
+    at.radio(key="tr_colour").set_value("token surprisal (heatmap)").run()
+    _no_exception(at)
+    assert any('title="surprisal' in h.proto.body for h in at.get("html"))
+    # annotations go into the writable copy, never into the package
+    import re
+
+    chosen = at.selectbox(key="tr_open").value
+    suffix = re.sub(r"[^A-Za-z0-9_]", "_", chosen)  # the page's per-trace key suffix
+    at.selectbox(key=f"tr_error_step_{suffix}").set_value(1)
+    next(b for b in at.button if b.label == "Save annotation").click().run()
+    _no_exception(at)
+    assert TraceStore(tmp_path / "stores" / "demo" / "qwen2.5-coder-1.5b-instruct").annotations()[chosen]["error_step"] == 1

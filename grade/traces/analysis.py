@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import GradeError, InputError
-from ..locate import DEFAULT_LOCATOR, locate, ranked_steps, step_signals
+from ..locate import DEFAULT_LOCATOR, locate, ranked_steps, signals_of_result, token_shock  # noqa: F401 (token_shock: re-exported)
 from .sources import TraceItem
 from .store import FORMAT_VERSION
 
@@ -44,23 +44,6 @@ def token_class(token: str) -> str:
     return "other"
 
 
-def token_shock(scores: np.ndarray) -> np.ndarray:
-    """Per-token shock in [0, 1] within one trace. scores: (L, n) raw row sums of C_g -> (n,).
-
-    Layers have very different scales, so each layer's absolute scores are divided by their largest value
-    over the trace's tokens, then averaged over layers and divided by the largest result (the Reasoning
-    trace page's scale, for one trace).
-    """
-    scores = np.abs(np.asarray(scores, dtype=np.float64))
-    if scores.size == 0:
-        return np.zeros(scores.shape[-1] if scores.ndim == 2 else 0)
-    top = np.nanmax(scores, axis=1, keepdims=True)
-    top[~(top > 0)] = 1.0
-    values = np.nanmean(scores / top, axis=0)
-    peak = np.nanmax(values) if values.size else 0.0
-    return np.nan_to_num(values / peak if peak > 0 else values)
-
-
 def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: float) -> tuple[dict, list[dict]]:
     """The store's trace row and token rows of one analysed trace (``result``: a step-wise ``pos``
     :class:`~grade.result.GradeResult` with token scores)."""
@@ -69,17 +52,10 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
     ratios = np.stack([s.rank_ratio for s in steps])  # (K, L)
     step_ratio = ratios.mean(axis=1)
     scores = result.token_scores[:, start:]  # (L, n_response)
-    shock = token_shock(scores)
-    step_of = np.zeros(scores.shape[1], dtype=int)
-    for k, step in enumerate(steps, 1):
-        step_of[step.start - start : step.end - start] = k
+    signals, step_of, shock, surprisal = signals_of_result(result)
     peak = int(np.argmax(step_ratio))
     peak_token = int(np.argmax(shock)) if shock.size else 0
     classes = [token_class(t) for t in display_tokens]
-    surprisal = (result.token_surprisal[start:] if result.token_surprisal is not None
-                 else np.full(scores.shape[1], np.nan))
-    signals = step_signals(item.question, [s.text for s in steps], ratios, [s.loss_value for s in steps],
-                           step_of, shock, surprisal)
     ranking = ranked_steps(locate(signals, DEFAULT_LOCATOR))
     row = {
         "trace_id": item.trace_id,

@@ -1,0 +1,389 @@
+"""A class at once: N headless-Chromium sessions against the served studio on 127.0.0.1 (issue 24, item 5).
+
+    python -m bench.load_test [--sessions 8] [--model smollm2-135m-instruct] [--out bench/results/load_test]
+    python -m bench.load_test --model qwen2.5-coder-1.5b-instruct --sessions 4   # the Qwen check (needs ~10 GB)
+
+Starts the app as ``make serve`` does (``GRADE_SERVED=1``, the same server flags) but on the loopback address
+and a free port only, with the analysis cache off (``GRADE_ANALYSIS_CACHE_ENTRIES=0``) so that every analysis
+is computed. Then, side by side in one run:
+
+1. **one after another**: one browser session analyses the N questions in turn (click to verdict, summed);
+2. **all at once**: N browser sessions (each its own Chromium profile) type their own question, then click
+   Analyze at the same moment; every session's page is read every ~0.3 s for its queue position until its
+   verdict appears.
+
+Reported per session: the queue positions its page showed, its wait (click to verdict), its answer and
+GRADE number against the one-after-another run of the same question (no mixing), and the server's peak RSS
+(sampled every 0.2 s over the whole run). The checks (SmolLM2, 8 sessions): all complete with their own
+question's result; every page that waited showed its position; the last finishes within 1.5x the
+one-after-another total; peak RSS under 3 GB. Qwen, 4 sessions: all complete, none mixed, peak RSS under 10 GB.
+
+Bounded: at most 16 sessions, ``--timeout`` seconds in all (default 900); it talks to 127.0.0.1 only.
+Needs Debian's chromium and chromium-driver (``make browser``) and selenium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"  # loopback only, never any other address
+MAX_SESSIONS = 16
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+QUESTIONS = (
+    "What is the capital of France?",
+    "Who wrote the novel Pride and Prejudice?",
+    "What is the largest planet in the solar system?",
+    "In which year did World War II end?",
+    "What is the chemical symbol for gold?",
+    "Who painted the Mona Lisa?",
+    "What is the boiling point of water in degrees Celsius?",
+    "Which ocean lies between Africa and Australia?",
+    "What is the square root of 144?",
+    "Who was the first person to walk on the Moon?",
+    "What is the longest river in South America?",
+    "How many legs does a spider have?",
+    "What language is spoken in Brazil?",
+    "Which element has the atomic number 1?",
+    "What is the capital of Japan?",
+    "Who developed the theory of general relativity?",
+)
+#: What the issue asks of each model: (sessions, peak RSS bound in GB, ratio to one-after-another or None).
+CHECKS = {"smollm2-135m-instruct": (8, 3.0, 1.5), "qwen2.5-coder-1.5b-instruct": (4, 10.0, None)}
+
+
+@dataclass
+class Session:
+    question: str
+    positions: list[int] = field(default_factory=list)  # every queue position its page showed
+    saw_running: bool = False
+    clicked: float = 0.0  # seconds since the common start
+    finished: float | None = None
+    answer: str = ""
+    grade: str = ""
+    question_box: str = ""
+    error: str | None = None
+
+    @property
+    def wait_s(self) -> float | None:
+        return None if self.finished is None else self.finished - self.clicked
+
+
+# ------------------------------------------------------------------------------------------ server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def start_server(model: str, port: int, log) -> subprocess.Popen:
+    env = {**os.environ, "GRADE_SERVED": "1", "GRADE_START_MODEL": model, "GRADE_ANALYSIS_CACHE_ENTRIES": "0",
+           "TRANSFORMERS_VERBOSITY": "error"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", HOST, "--server.port", str(port),
+         "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+         "--server.maxUploadSize", "8", "--client.showErrorDetails", "none", "--server.enableXsrfProtection",
+         "true"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"the server did not answer at {url} in {timeout} s")
+
+
+class PeakRSS(threading.Thread):
+    """The largest resident set of a process and its children, sampled every ``every`` seconds."""
+
+    def __init__(self, pid: int, every: float = 0.2):
+        super().__init__(daemon=True)
+        import psutil
+
+        self.process, self.every, self.peak, self._halt = psutil.Process(pid), every, 0, threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self._halt.is_set():
+            try:
+                total = self.process.memory_info().rss + sum(
+                    c.memory_info().rss for c in self.process.children(recursive=True))
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                pass
+            self._halt.wait(self.every)
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join(5)
+        return self.peak
+
+
+# ----------------------------------------------------------------------------------------- browser
+
+
+def new_driver(profile: str):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1280,900"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def _css(driver, selector: str):
+    return driver.find_elements("css selector", selector)
+
+
+def _until(driver, condition, timeout: float, what: str):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.3,
+                         ignored_exceptions=[StaleElementReferenceException]).until(condition, what)
+
+
+def _idle(driver) -> bool:
+    return not _css(driver, '[data-testid="stStatusWidget"]')
+
+
+def open_and_type(driver, url: str, question: str, timeout: float) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    driver.get(url)
+    _until(driver, lambda d: _css(d, ".st-key-question textarea"), timeout, "the question box")
+    time.sleep(1.0)
+    _until(driver, _idle, timeout, "the model to load")
+    set_question(driver, question, timeout)
+
+
+def set_question(driver, question: str, timeout: float) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = _until(driver, lambda d: next(iter(_css(d, ".st-key-question textarea")), None), 60, "the question box")
+    box.click()
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    box.send_keys(question)
+    box.send_keys(Keys.TAB)
+    time.sleep(1.0)
+    _until(driver, _idle, timeout, "the question to be committed")
+
+
+def click_analyze(driver) -> None:
+    _until(driver, lambda d: next((b for b in _css(d, ".st-key-analyze button") if b.is_enabled()), None), 60,
+           "the Analyze button").click()
+
+
+def read_result(driver, session: Session) -> None:
+    session.answer = next((e.text for e in _css(driver, ".st-key-answer")), "")
+    session.grade = next((m.text for m in _css(driver, '[data-testid="stMetric"]') if m.text.startswith("GRADE")), "")
+    session.question_box = next((t.get_attribute("value") for t in _css(driver, ".st-key-question textarea")), "")
+
+
+def _verdict_shown(driver) -> bool:
+    return any("Probability that the model can answer" in v.text for v in _css(driver, ".st-key-verdict")) \
+        and not _css(driver, ".st-key-queue_status")
+
+
+def follow(driver, session: Session, start: float, timeout: float) -> None:
+    """Read the page until its verdict shows, noting every queue position it displayed."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            for box in _css(driver, ".st-key-queue_status"):
+                text = box.text
+                found = re.search(r"position (\d+)", text)
+                if found:
+                    session.positions.append(int(found.group(1)))
+                if "Analyzing" in text:
+                    session.saw_running = True
+            if _verdict_shown(driver):
+                session.finished = time.monotonic() - start
+                time.sleep(0.5)
+                _until(driver, _idle, 60, "the page to settle")
+                read_result(driver, session)
+                return
+            errors = [e.text for e in _css(driver, '[data-testid="stException"], [data-testid="stAlertContentError"]')]
+            if errors:
+                session.error = errors[0][:300]
+                return
+        except StaleElementReferenceException:
+            pass
+        time.sleep(0.3)
+    session.error = f"no verdict within {timeout:.0f} s"
+
+
+# -------------------------------------------------------------------------------------------- runs
+
+
+def one_after_another(driver, questions, start: float, timeout: float) -> list[Session]:
+    done = []
+    for question in questions:
+        session = Session(question)
+        set_question(driver, question, timeout)
+        session.clicked = time.monotonic() - start
+        click_analyze(driver)
+        # the cache is off, so every analysis passes the queue: its box first, so that the last verdict
+        # is not read as this one's
+        _until(driver, lambda d: _css(d, ".st-key-queue_status"), 60, "the queue box")
+        follow(driver, session, start, timeout)
+        done.append(session)
+    return done
+
+
+def all_at_once(drivers, url: str, questions, timeout: float) -> tuple[list[Session], float]:
+    sessions = [Session(q) for q in questions]
+    for driver, question in zip(drivers, questions):  # opened and typed one by one, before the clock starts
+        open_and_type(driver, url, question, timeout)
+    barrier = threading.Barrier(len(drivers) + 1)
+    start_box: list[float] = []
+
+    def run(driver, session):
+        barrier.wait()
+        session.clicked = time.monotonic() - start_box[0]
+        try:
+            click_analyze(driver)
+            follow(driver, session, start_box[0], timeout)
+        except Exception as exc:  # recorded, the others go on
+            session.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+
+    threads = [threading.Thread(target=run, args=(d, s)) for d, s in zip(drivers, sessions)]
+    for thread in threads:
+        thread.start()
+    start_box.append(time.monotonic())
+    barrier.wait()
+    for thread in threads:
+        thread.join(timeout + 60)
+    return sessions, start_box[0]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.load_test", description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=None, help="simultaneous sessions (default: the check's)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", choices=sorted(CHECKS))
+    parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole run")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "load_test")
+    args = parser.parse_args(argv)
+    wanted, rss_bound, ratio_bound = CHECKS[args.model]
+    n = args.sessions or wanted
+    if not 1 <= n <= MAX_SESSIONS:
+        parser.error(f"--sessions must be between 1 and {MAX_SESSIONS}")
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        parser.error("headless Chromium is missing: run `make browser`")
+    questions = QUESTIONS[:n]
+    deadline = time.monotonic() + args.timeout
+    left = lambda: max(30.0, deadline - time.monotonic())  # noqa: E731
+
+    port = _free_port()
+    url = f"http://{HOST}:{port}"
+    log = tempfile.NamedTemporaryFile(prefix="grade-load-test-", suffix=".log", delete=False)
+    server = start_server(args.model, port, log)
+    profiles, drivers = [], []
+    report: dict = {"model": args.model, "sessions": n, "host": HOST, "cpus": os.cpu_count(),
+                    "queue_workers": os.environ.get("GRADE_QUEUE_WORKERS", "default"),
+                    "load_before": os.getloadavg()}
+    try:
+        wait_healthy(url, server)
+        rss = PeakRSS(server.pid)
+        rss.start()
+        for _ in range(n):
+            profiles.append(tempfile.mkdtemp(prefix="grade-load-chromium-"))
+            drivers.append(new_driver(profiles[-1]))
+        # 1. one after another, in the first session (it also loads the model, before any clock starts)
+        open_and_type(drivers[0], url, questions[0], left())
+        start = time.monotonic()
+        serial = one_after_another(drivers[0], questions, start, left())
+        print("one after another:", [(s.question[:30], s.wait_s, s.error) for s in serial], flush=True)
+        serial_total = sum(s.wait_s or float("nan") for s in serial)
+        # 2. all at once: fresh sessions (a reload gives the first browser a new one too)
+        together, _ = all_at_once(drivers, url, questions, left())
+        report["peak_rss_gb"] = rss.stop() / 1024 ** 3
+    finally:
+        for driver in drivers:
+            try:
+                driver.quit()
+            except Exception:
+                pass
+        for profile in profiles:
+            shutil.rmtree(profile, ignore_errors=True)
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    report["load_after"] = os.getloadavg()
+
+    by_question = {s.question: s for s in serial}
+    last = max((s.finished for s in together if s.finished is not None), default=float("nan"))
+    rows = []
+    for s in together:
+        alone = by_question[s.question]
+        rows.append({**asdict(s), "wait_s": s.wait_s, "alone_s": alone.wait_s,
+                     "own_result": (s.error is None and s.question_box == s.question and s.answer == alone.answer
+                                    and s.grade == alone.grade and alone.error is None)})
+    waited = [r for r in rows if r["positions"]]
+    checks = {
+        "all_complete": all(r["finished"] is not None and r["error"] is None for r in rows),
+        "own_results": all(r["own_result"] for r in rows),
+        # with one worker, all but the first page to be served wait; each of them must show its position
+        "waiting_pages_show_position": len(waited) >= n - int(os.environ.get("GRADE_QUEUE_WORKERS") or 1),
+        "peak_rss_under_bound": report["peak_rss_gb"] < rss_bound,
+    }
+    if ratio_bound is not None:
+        checks["last_within_ratio"] = last <= ratio_bound * serial_total
+    report.update({"serial": [asdict(s) | {"wait_s": s.wait_s} for s in serial], "serial_total_s": serial_total,
+                   "together": rows, "last_finished_s": last, "ratio_last_to_serial": last / serial_total,
+                   "rss_bound_gb": rss_bound, "ratio_bound": ratio_bound, "checks": checks, "server_log": log.name})
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"load_{args.model}_{n}.json"
+    out.write_text(json.dumps(report, indent=2))
+
+    print(f"\n{n} sessions on the served studio ({args.model}), {os.cpu_count()} CPUs, "
+          f"load average before {report['load_before'][0]:.1f}")
+    print("| session | question | positions shown | wait (s) | alone (s) | own result |")
+    print("|---|---|---|---:|---:|---|")
+    for i, r in enumerate(rows):
+        shown = ",".join(str(p) for p in dict.fromkeys(r["positions"])) or "-"
+        print(f"| {i + 1} | {r['question'][:40]} | {shown} | {r['wait_s'] or float('nan'):.1f} | "
+              f"{r['alone_s'] or float('nan'):.1f} | {'yes' if r['own_result'] else 'NO: ' + str(r['error'])} |")
+    print(f"\none after another: {serial_total:.1f} s in all; all at once: the last finished after {last:.1f} s "
+          f"(ratio {last / serial_total:.2f}, bound {ratio_bound}); server peak RSS {report['peak_rss_gb']:.2f} GB "
+          f"(bound {rss_bound} GB)")
+    print("checks:", json.dumps(checks))
+    print(f"written to {out}")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

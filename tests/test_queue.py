@@ -1,0 +1,247 @@
+"""The served studio's queue of analyses (studio/queue.py): order, positions, estimates, one ticket per user,
+cancelling, identical requests computed once, the cap on running analyses; then Home through it under AppTest
+with the embedded SmolLM2."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from studio.queue import CANCELLED, DONE, FAILED, AnalysisQueue, QueueRefused
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gate():
+    """A job that runs until its gate opens, recording when it started."""
+    gate, started = threading.Event(), threading.Event()
+
+    def job(progress):
+        started.set()
+        progress("working")
+        assert gate.wait(30)
+        return "done"
+
+    return job, gate, started
+
+
+def test_jobs_run_one_at_a_time_in_order_and_report_positions():
+    queue = AnalysisQueue(workers=1, max_running=1, max_waiting=8, default_seconds=4.0)
+    order: list[str] = []
+    first, gate, started = _gate()
+    a = queue.submit("m", "alice", "qa", first)
+    assert started.wait(10)
+    tickets = []
+    for user in ("bob", "carol", "dave"):
+        tickets.append(queue.submit("m", user, f"q-{user}", lambda progress, u=user: order.append(u) or u))
+    states = [queue.status(t) for t in tickets]
+    assert [s.position for s in states] == [1, 2, 3] and all(s.state == "waiting" for s in states)
+    assert all(s.waiting == 3 for s in states)
+    # nothing measured yet: 4 s a job; the running one is just started, so about 4 s more before each slot
+    assert [round(s.estimate_s) for s in states] == [8, 12, 16] and not states[0].measured
+    running = queue.status(a)
+    assert running.state == "running" and running.position == 0 and running.progress == ("working",)
+    gate.set()
+    for t in tickets:
+        assert t.wait(30)
+    assert order == ["bob", "carol", "dave"] and [t.result() for t in tickets] == order
+    assert a.result() == "done" and queue.peak_running == 1 and queue.status(tickets[0]).state == DONE
+    assert queue.average_seconds("m") != 4.0  # measured now
+
+
+def test_a_user_holds_one_ticket_and_can_cancel_it():
+    queue = AnalysisQueue(workers=1, max_running=1, max_waiting=2)
+    job, gate, started = _gate()
+    queue.submit("m", "alice", "first", job)
+    assert started.wait(10)
+    bob = queue.submit("m", "bob", "second", lambda p: "bob")
+    with pytest.raises(QueueRefused, match="already have an analysis waiting in the queue .position 1."):
+        queue.submit("m", "bob", "third", lambda p: "again")
+    carol = queue.submit("m", "carol", "third", lambda p: "carol")
+    with pytest.raises(QueueRefused, match="queue for this model is full"):
+        queue.submit("m", "dave", "fourth", lambda p: "dave")
+    assert queue.cancel(bob) and bob.state == CANCELLED and bob.wait(0)
+    assert queue.status(carol).position == 1  # moved up
+    again = queue.submit("m", "bob", "fifth", lambda p: "bob again")  # free to ask again
+    gate.set()
+    assert carol.wait(30) and again.wait(30)
+    assert carol.result() == "carol" and again.result() == "bob again"
+    with pytest.raises(QueueRefused, match="cancelled"):
+        bob.result()
+    assert not queue.cancel(carol)  # finished: nothing to cancel
+
+
+def test_identical_requests_are_computed_once_and_each_gets_its_result():
+    queue = AnalysisQueue(workers=1, max_running=1)
+    calls, received = [], {}
+    job, gate, started = _gate()
+    queue.submit("m", "alice", "blocker", job)
+    assert started.wait(10)
+
+    def compute(progress):
+        calls.append(1)
+        return {"rank_ratio": [0.5]}
+
+    tickets = [queue.submit("m", user, "same question", compute,
+                            on_result=lambda value, u=user: received.__setitem__(u, value))
+               for user in ("bob", "carol", "dave")]
+    assert len({id(t.job) for t in tickets}) == 1 and queue.status(tickets[0]).shared == 3
+    queue.cancel(tickets[2])  # one leaves: the job stays for the others
+    assert queue.status(tickets[0]).position == 1 and queue.status(tickets[0]).shared == 2
+    gate.set()
+    assert all(t.wait(30) for t in tickets[:2])
+    assert calls == [1] and tickets[0].result() is tickets[1].result()
+    assert set(received) == {"bob", "carol", "dave"}  # every cache key gets the result
+
+
+def test_background_work_runs_only_when_no_user_waits_and_a_user_can_join_it():
+    queue = AnalysisQueue(workers=1, max_running=1)
+    order, stored = [], {}
+    job, gate, started = _gate()
+    queue.submit("m", "alice", "blocker", job)
+    assert started.wait(10)
+    assert queue.submit_background("m", "example-1", lambda p: order.append("example-1") or 1,
+                                   on_result=lambda v: stored.__setitem__("example-1", v))
+    assert queue.submit_background("m", "example-2", lambda p: order.append("example-2") or 2)
+    assert not queue.submit_background("m", "example-2", lambda p: 0)  # already queued
+    bob = queue.submit("m", "bob", "own question", lambda p: order.append("bob") or "bob")
+    assert queue.status(bob).position == 1  # examples are never ahead of a user
+    carol = queue.submit("m", "carol", "example-2", lambda p: "never called")  # joins the precomputation
+    assert queue.status(carol).position == 2 and carol.job.key == "example-2"
+    gate.set()
+    assert bob.wait(30) and carol.wait(30)
+    deadline = time.monotonic() + 30
+    while len(order) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert order == ["bob", "example-2", "example-1"] and carol.result() == 2 and stored == {"example-1": 1}
+
+
+def test_a_failure_reaches_its_ticket_and_the_worker_goes_on():
+    queue = AnalysisQueue(workers=1, max_running=1)
+
+    def broken(progress):
+        raise ValueError("no such layer")
+
+    bad = queue.submit("m", "alice", "bad", broken)
+    assert bad.wait(30) and bad.state == FAILED
+    with pytest.raises(ValueError, match="no such layer"):
+        bad.result()
+    good = queue.submit("m", "alice", "good", lambda p: 42)  # the user is free again, the worker alive
+    assert good.wait(30) and good.result() == 42
+
+
+def test_the_operator_cap_holds_over_all_models():
+    queue = AnalysisQueue(workers=2, max_running=2)
+    gates, tickets, lock, running, peak = [], [], threading.Lock(), [0], [0]
+
+    def job(progress, gate):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        gate.wait(30)
+        with lock:
+            running[0] -= 1
+        return True
+
+    for i in range(6):
+        gates.append(threading.Event())
+        tickets.append(queue.submit(f"model-{i % 3}", f"user-{i}", i, lambda p, g=gates[-1]: job(p, g)))
+    deadline = time.monotonic() + 10
+    while queue.running() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert queue.running() == 2  # three models, two workers each, but the cap is two
+    for gate in gates:
+        gate.set()
+    assert all(t.wait(30) and t.result() for t in tickets)
+    assert peak[0] == 2 and queue.peak_running == 2
+
+
+# ------------------------------------------------------------------------------------------ the app
+
+
+def _app(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("GRADE_START_MODEL", "smollm2-135m-instruct")
+    monkeypatch.setenv("GRADE_SERVED", "1")
+    monkeypatch.setenv("GRADE_PRECOMPUTE_EXAMPLES", "0")  # only what the test asks runs
+    monkeypatch.chdir(ROOT)
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+
+
+@pytest.mark.slow
+def test_two_sessions_queue_one_after_the_other_with_their_own_results(monkeypatch):
+    """Two served Home sessions click Analyze at once: the analyses run one at a time through the queue, the
+    second waits at position 1 while the first runs, and each session gets its own question's answer."""
+    from studio import session
+
+    session._settings.cache_clear()
+    session.analysis_cache.clear()
+    queue = session.analysis_queue()
+    questions = ["What is the capital of France?", "Who wrote the novel Pride and Prejudice?"]
+    apps = [_app(monkeypatch).run() for _ in questions]
+    for at, question in zip(apps, questions):
+        assert not at.exception, [e.value for e in at.exception]
+        at.text_area(key="question").input(question)
+    seen_positions: list[int] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            with queue._cond:
+                waiting = [t for jobs in queue._waiting.values() for j in jobs for t in j.tickets]
+            seen_positions.extend(queue.status(t).position for t in waiting)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    before = queue.peak_running
+    threads = [threading.Thread(target=lambda at=at: at.button(key="analyze").click().run()) for at in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    done.set()
+    watcher.join()
+    assert 1 in seen_positions  # one of them waited, at position 1
+    assert queue.peak_running == max(before, 1)
+    answers = []
+    for at, question in zip(apps, questions):
+        assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+        analysis = at.session_state[session.ANALYSIS]
+        assert question in analysis.result.prompt
+        answers.append(analysis.answer)
+    assert "Paris" in answers[0] and "Paris" not in answers[1], answers
+    session._settings.cache_clear()
+
+
+@pytest.mark.slow
+def test_served_home_precomputes_its_examples_and_answers_one_at_once(monkeypatch):
+    """Served, opening Home queues the model's examples as background work; once it has run, picking an
+    example and clicking Analyze answers from the cache without queueing."""
+    from studio import session
+
+    session._settings.cache_clear()
+    session.analysis_cache.clear()
+    queue = session.analysis_queue()
+    at = _app(monkeypatch)
+    monkeypatch.setenv("GRADE_PRECOMPUTE_EXAMPLES", "1")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    with queue._cond:
+        queued = sum(len(jobs) for jobs in queue._background.values()) + queue.running_total()
+    assert queued >= 2  # the examples (France, the model's own, the datasets') are queued
+    # France is Home's first example, so the first to be precomputed
+    deadline, completed = time.monotonic() + 600, queue.completed
+    while queue.completed == completed and time.monotonic() < deadline:
+        time.sleep(0.5)
+    at.selectbox(key="example").set_value("Capital of France (well known)").run()
+    at.button(key="analyze").click().run()
+    assert not at.exception and not at.error
+    analysis = at.session_state[session.ANALYSIS]
+    assert analysis.from_cache and "Paris" in analysis.answer  # from the cache: precomputed, not queued
+    session._settings.cache_clear()
