@@ -82,7 +82,8 @@ def work_items(args, lm_name: str):
 
 
 def make_work_and_sink(args, model_name: str, folder: Path):
-    from grade.distributed import FeatureStoreSink, FeatureWork, LabelFileSink, LabelWork
+    from grade.features import FeatureStoreSink, FeatureWork
+    from grade.labeling import LabelFileSink, LabelWork
 
     if args.work == "label":
         work = LabelWork(n_samples=args.samples, matcher="lenient", seed=0, max_new_tokens=args.max_new_tokens,
@@ -96,7 +97,7 @@ def make_work_and_sink(args, model_name: str, folder: Path):
 def time_local(args, model_name: str, items) -> dict:
     """The single-process path on the same items (warm-up item first, not timed)."""
     import grade
-    from grade.distributed import ModelSpec
+    from grade.models import ModelSpec
 
     device = "cuda" if args.gpus_per_worker > 0 else "cpu"
     # As many torch threads as one CPU worker: on a shared machine more threads than free cores
@@ -114,7 +115,8 @@ def time_local(args, model_name: str, items) -> dict:
 
 
 def time_ray(args, model_name: str, items, workers: int) -> dict:
-    from grade.distributed import ClusterOptions, ModelSpec, RayRun
+    from grade.batch import ClusterOptions, RayRun
+    from grade.models import ModelSpec
 
     cluster = ClusterOptions(workers=workers, gpus_per_worker=args.gpus_per_worker,
                              cpus_per_worker=args.threads_per_worker)
@@ -152,7 +154,7 @@ def main() -> int:
 
     import ray
 
-    from grade.distributed import connect
+    from grade.batch import connect
 
     with tempfile.TemporaryDirectory() as scratch:
         model_name = random_model(args.random_init, Path(scratch) / "model") if args.random_init else args.model

@@ -31,7 +31,7 @@ from typing import Collection, Sequence
 import torch
 
 from .errors import InputError, ModelLoadError
-from .generation import DecodeSettings, hits_stop
+from .decoding import DecodeSettings, hits_stop
 from .models import EMBEDDED_MODELS, LoadedModel
 
 log = logging.getLogger(__name__)

@@ -46,6 +46,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
+from .batch.runner import run_local
 from .errors import InputError
 from .generation import DecodeSettings, Generation, cache_keyword, encode_prompt, generate, output_cache, settings_for_task
 from .models import LoadedModel
@@ -467,33 +468,58 @@ def read_cache(path: str | Path) -> dict[str, dict]:
     return records
 
 
+class ScoreCache:
+    """The sink of a baseline run (:func:`score_items`): a JSONL cache, one line appended per scored question;
+    ``records`` holds the old and new records, id -> record."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.records = read_cache(self.path)
+        self._line_ended = False
+
+    def key(self, item: dict) -> str:
+        return str(item["id"])
+
+    def done_keys(self) -> set[str]:
+        return set(self.records)
+
+    def write(self, records: list[dict]) -> None:
+        if not self._line_ended and self.path.exists() and self.path.stat().st_size:
+            with self.path.open("rb") as fh:  # an interrupted run may have left half a line: end it first
+                fh.seek(-1, 2)
+                if fh.read(1) != b"\n":
+                    with self.path.open("a", encoding="utf-8") as out:
+                        out.write("\n")
+        self._line_ended = True
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write("".join(json.dumps(record) + "\n" for record in records))
+        self.records.update((str(record["id"]), record) for record in records)
+
+
 def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, variant: str = "original",
                 config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
-                progress: Callable[[int, int, dict], None] | None = None) -> dict[str, dict]:
-    """Score every item not yet in the cache at ``path``, appending one JSON line per question.
+                progress: bool | Callable[[int, int, dict], None] = False,
+                callback: Callable[[int, int, dict], None] | None = None) -> dict[str, dict]:
+    """Score every item not yet in the cache at ``path``, appending one JSON line per question
+    (:func:`grade.batch.run_local`, one question a write). ``progress``: a progress bar on stderr;
+    ``callback(done, to do, record)`` after each (a function given as ``progress``, the older spelling, is the
+    callback).
 
     Returns the full cache (old and new records), id -> record. Safe to interrupt and rerun.
     """
+    if callable(progress):
+        progress, callback = False, progress if callback is None else callback
     config = config or BaselineConfig()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    done = read_cache(path)
-    items = list(items)
-    todo = [it for it in items if str(it["id"]) not in done]
-    if todo and path.exists() and path.stat().st_size:
-        with path.open("rb") as fh:  # an interrupted run may have left half a line: end it first
-            fh.seek(-1, 2)
-            if fh.read(1) != b"\n":
-                with path.open("a", encoding="utf-8") as out:
-                    out.write("\n")
-    for i, item in enumerate(todo):
-        record = score_question(lm, item, variant=variant, config=config, parts=parts)
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
-        done[str(item["id"])] = record
-        if progress:
-            progress(i + 1, len(todo), record)
-    return done
+    sink = ScoreCache(path)
+
+    def scored(todo, report):
+        for item in todo:
+            record = score_question(lm, item, variant=variant, config=config, parts=parts)
+            yield record, record
+
+    run_local(items, scored, sink, chunk_size=1, progress=progress, desc=f"baselines {variant}", callback=callback)
+    return sink.records
 
 
 def read_caches(paths: Iterable[str | Path]) -> dict[str, dict]:
@@ -510,6 +536,6 @@ __all__ = [
     "AnswerStates", "BaselineConfig", "METHODS", "PARTS", "SCORE_KEYS", "VARIANTS", "answer_states", "answer_statistics",
     "coe_scores",
     "decode_vector",
-    "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "read_caches", "score_items",
+    "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "read_caches", "ScoreCache", "score_items",
     "score_question", "self_consistency", "task_prompt",
 ]

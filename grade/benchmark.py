@@ -165,7 +165,7 @@ def ensure_baselines(model: LazyModel, cache: Path, name: str, dataset: str, row
             if i == n or i % 10 == 0:
                 say(f"    {i}/{n}  {time.perf_counter() - t:.0f} s")
 
-        score_items(lm, missing, path, variant=variant, config=config, parts=parts, progress=progress)
+        score_items(lm, missing, path, variant=variant, config=config, parts=parts, callback=progress)
     return read_caches([main, samples])
 
 

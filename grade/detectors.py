@@ -5,10 +5,9 @@ entropy after the prompt, P-Entropy of the greedy answer, a hidden state) are co
 **estimators** that turn one statistic into P(answerable), and the metrics are :mod:`grade.metrics`'s.
 
 * :data:`DETECTORS`: each detector, the statistic it reads and its estimator (one table);
-* statistics: :func:`table_statistic` (training data: the benchmark's tables), :func:`labelled_statistics`
-  (labelled questions, for ``grade evaluate --detector``), :func:`question_statistics` (one question in
-  the app); every model pass is an existing one (:func:`grade.features.features_of_rows`,
-  :func:`grade.baselines.answer_statistics`), answers come from :mod:`grade.generation`;
+* statistics, in :mod:`grade.model_statistics` (re-exported here): :func:`table_statistic` (training data:
+  the benchmark's tables), :func:`labelled_statistics` (labelled questions, for ``grade evaluate
+  --detector``), :func:`question_statistics` (one question in the app);
 * estimators, sklearn-like (``fit`` / ``predict_proba``): :class:`KindLogistic` (one scalar, a slope
   and an intercept per kind of question) and :class:`SaplmaMLP` (the benchmark's SAPLMA recipe);
 * :class:`Detector`: a fitted estimator with its metadata, saved as safetensors + JSON (never pickle),
@@ -34,7 +33,10 @@ import torch
 from torch import nn
 
 from . import __version__
-from .errors import GradeError, ProbeError
+from .artifacts import detector_paths, model_key, read_metadata, read_weights, save_artifact
+from .errors import ProbeError
+from .model_statistics import (ANSWER_STATISTICS, STATISTICS, answer_for_task, labelled_statistics,  # noqa: F401
+                               question_statistics, record_statistic, table_statistic)
 from .metrics import heldout_metrics
 
 DETECTOR_FORMAT = 1
@@ -46,20 +48,6 @@ SHIPPED_DETECTORS_DIR = Path(str(resources.files("grade") / "assets" / "detector
 
 # --------------------------------------------------------------------------------------------------
 # what each detector is
-
-
-#: statistic -> what it is. The names are the keys the training data stores them under (a feature
-#: store's ``loss_value``, a baseline cache's ``p_entropy`` / ``saplma_hidden``).
-STATISTICS: dict[str, str] = {
-    "loss_value": "entropy (nats) of the next-token distribution after the prompt: the GRADE_pre loss "
-                  "(grade.losses.entropy_at_last_position)",
-    "p_entropy": "minus the summed full-vocabulary entropy over the greedy answer's decoding steps, the answer "
-                 "at the task's length (grade.baselines.answer_statistics)",
-    "saplma_hidden": "hidden_states[-12] at the greedy answer's last token, float16 "
-                     "(grade.baselines.answer_statistics)",
-}
-#: the statistics one pass over the prompt and the greedy answer gives
-ANSWER_STATISTICS = ("p_entropy", "saplma_hidden")
 
 
 @dataclass(frozen=True)
@@ -86,124 +74,6 @@ def spec_of(name: str) -> DetectorSpec:
     if name not in DETECTORS:
         raise ProbeError(f"unknown detector {name!r}; the detectors are {', '.join(DETECTORS)}")
     return DETECTORS[name]
-
-
-# --------------------------------------------------------------------------------------------------
-# statistics
-
-
-def table_statistic(table, statistic: str) -> np.ndarray:
-    """(n, d) values of ``statistic`` for the rows of a benchmark :class:`~grade.studies.Table` (NaN rows
-    where its caches lack one)."""
-    n = len(table.y)
-    if statistic == "loss_value":
-        values = table.prompt_entropy
-    elif statistic == "p_entropy":
-        values = table.scores.get("P-Entropy")
-    elif statistic == "saplma_hidden":
-        values = table.saplma
-    else:
-        raise ProbeError(f"unknown statistic {statistic!r}")
-    if values is None:
-        return np.full((n, 1), np.nan)
-    values = np.asarray(values, dtype=np.float64)
-    return values.reshape(n, -1)
-
-
-def record_statistic(record: dict, statistic: str) -> np.ndarray:
-    """(d,) value of ``statistic`` from a feature record (``loss_value``) or a baseline record
-    (:func:`grade.baselines.answer_statistics`)."""
-    from .baselines import decode_vector
-
-    value = record.get(statistic)
-    if value is None:
-        raise ProbeError(f"the record holds no {statistic!r}")
-    if statistic == "saplma_hidden":
-        return decode_vector(value).astype(np.float64)
-    return np.array([float(value)])
-
-
-def answer_for_task(lm, prompt_ids: list[int], task: str, shown=None):
-    """The greedy answer at ``task``'s own length, which the answer statistics of the training data were
-    computed on: read off ``shown`` (the greedy answer the app shows, possibly longer) where it can be
-    (:func:`grade.generation.shorter_answer`), else generated."""
-    from .generation import generate, settings_for_task, shorter_answer
-
-    settings = settings_for_task(task)
-    answer = shorter_answer(lm.tokenizer, shown, settings) if shown is not None else None
-    return answer if answer is not None else generate(lm, [prompt_ids], settings)[0][0]
-
-
-def question_statistics(lm, prompt: str, *, task: str, statistics: Sequence[str], result=None,
-                        shown_answer=None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The statistics one question gives, for the app: ``({statistic: (d,) value}, {statistic: why
-    missing})``.
-
-    ``loss_value`` is read off ``result`` (a GRADE_pre analysis of ``prompt``); the answer statistics
-    cost one pass over the prompt and the greedy answer at the task's length (:func:`answer_for_task`).
-    """
-    from .baselines import answer_statistics
-    from .generation import encode_prompt
-
-    values: dict[str, np.ndarray] = {}
-    missing: dict[str, str] = {}
-    if "loss_value" in statistics:
-        if result is not None and result.loss == "pre":
-            values["loss_value"] = np.array([float(result.loss_value)])
-        else:
-            missing["loss_value"] = "the analysis used the pos loss; the entropy after the prompt is the pre loss"
-    wanted = [s for s in statistics if s in ANSWER_STATISTICS]
-    if wanted:
-        prompt_ids = encode_prompt(lm.tokenizer, prompt)
-        record = answer_statistics(lm, prompt_ids, answer_for_task(lm, prompt_ids, task, shown_answer))
-        for statistic in wanted:
-            values[statistic] = record_statistic(record, statistic)
-    return values, missing
-
-
-def labelled_statistics(lm, rows: list[dict], statistic: str, *, progress: bool = False
-                        ) -> tuple[np.ndarray, list[int], list[tuple[str, str, str]]]:
-    """``statistic`` for labelled rows (:func:`grade.features.read_labelled`), by the passes that made the
-    training data: a GRADE_pre analysis (:func:`grade.features.features_of_rows`) for ``loss_value``, the
-    benchmark's greedy-answer pass (:func:`grade.baselines.score_question`) for the answer statistics.
-
-    Returns ((n_kept, d) values, the kept rows' indices, skipped ``(dataset, id, reason)``).
-    """
-    if statistic == "loss_value":
-        from .features import features_of_rows
-
-        frame, skipped = features_of_rows(lm, rows, loss="pre", progress=progress)
-        where = {(str(r["dataset"]), str(r["id"]), bool(r.get("context"))): i for i, r in enumerate(rows)}
-        kept = [where[(str(d), str(i), bool(c))] for d, i, c in zip(frame["dataset"], frame["id"], frame["has_context"])]
-        return frame["loss_value"].to_numpy(dtype=np.float64)[:, None], kept, skipped
-    if statistic not in ANSWER_STATISTICS:
-        raise ProbeError(f"unknown statistic {statistic!r}")
-    from .baselines import score_question
-
-    bar = None
-    if progress:
-        import sys
-
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(rows), desc=statistic, unit="q", file=sys.stderr)
-    values, kept, skipped = [], [], []
-    try:
-        for i, row in enumerate(rows):
-            try:
-                record = score_question(lm, row, parts=("answer",))
-            except GradeError as exc:  # one bad row must not stop the others
-                skipped.append((str(row.get("dataset")), str(row["id"]), str(exc)))
-            else:
-                values.append(record_statistic(record, statistic))
-                kept.append(i)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-    width = values[0].shape[0] if values else 1
-    return np.array(values, dtype=np.float64).reshape(len(values), width), kept, skipped
 
 
 # --------------------------------------------------------------------------------------------------
@@ -438,39 +308,28 @@ class Detector:
 
     def check_compatible(self, model_name: str | None) -> None:
         """Raise ProbeError unless this detector was trained on ``model_name``'s statistics."""
-        from .probe import _model_key
-
         trained = self.model
-        if model_name is not None and trained and _model_key(model_name) != _model_key(trained):
+        if model_name is not None and trained and model_key(model_name) != model_key(trained):
             raise ProbeError(f"detector {self.name} was trained on {trained}, not {model_name}")
 
     # ---- saving and loading ---------------------------------------------------------------------
 
     def save(self, path: str | Path) -> tuple[Path, Path]:
         """Write ``path.safetensors`` and ``path.json`` (atomically, a given extension dropped first)."""
-        from safetensors.torch import save_file
-
-        from .io import atomic_paths
-        from .probe import _jsonable, _sha256
-
-        weights, meta_path = detector_paths(path)
-        weights.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_paths(weights, meta_path) as (weights_tmp, meta_tmp):
-            save_file(self.estimator.tensors(), str(weights_tmp), metadata={"format": "grade-detector"})
-            meta = {**self.metadata, "format": "grade-detector", "format_version": DETECTOR_FORMAT,
+        def metadata(weights_name: str, digest: str) -> dict:
+            return {**self.metadata, "format": "grade-detector", "format_version": DETECTOR_FORMAT,
                     "name": self.name, "title": self.spec.title, "statistic": self.spec.statistic,
                     "statistic_definition": STATISTICS[self.spec.statistic], "estimator": self.spec.estimator,
-                    "threshold": THRESHOLD, "package_version": __version__, "weights_file": weights.name,
-                    "weights_sha256": _sha256(weights_tmp)}
-            meta_tmp.write_text(json.dumps(_jsonable(meta), indent=2) + "\n", encoding="utf-8")
-        self.metadata = meta
+                    "threshold": THRESHOLD, "package_version": __version__, "weights_file": weights_name,
+                    "weights_sha256": digest}
+
+        weights, meta_path, self.metadata = save_artifact(path, "detector", self.estimator.tensors(),
+                                                          {"format": "grade-detector"}, metadata)
         return weights, meta_path
 
     @classmethod
     def load(cls, path: str | Path) -> "Detector":
         """Load a detector saved by :meth:`save`; any problem raises ProbeError with one clear line."""
-        from .probe import read_metadata, read_weights
-
         weights, meta_path = detector_paths(path)
         meta = read_metadata(weights, meta_path, "detector", DETECTOR_FORMAT)
         spec = DETECTORS.get(meta.get("name"))
@@ -502,16 +361,6 @@ class Detector:
         return f"Detector(name={self.name!r}, model={self.model!r}, kinds={sorted(self.kinds)})"
 
 
-def detector_paths(path: str | Path) -> tuple[Path, Path]:
-    """(weights, metadata) paths for ``path`` given with or without an extension."""
-    path = Path(path)
-    if path.suffix in (".safetensors", ".json"):
-        path = path.with_suffix("")
-    if path.name in ("", ".", ".."):
-        raise ProbeError(f"{str(path)!r} names no detector file: give a path such as folder/name")
-    return path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
-
-
 # --------------------------------------------------------------------------------------------------
 # shipped detectors
 
@@ -519,9 +368,8 @@ def detector_paths(path: str | Path) -> tuple[Path, Path]:
 def detector_file(model: str, name: str, folder: str | Path = SHIPPED_DETECTORS_DIR) -> Path:
     """Where the shipped detector ``name`` for ``model`` lies: ``<folder>/<model>-<name>.safetensors``."""
     from .baselines import safe_name
-    from .probe import _model_key
 
-    return Path(folder) / f"{safe_name(_model_key(model))}-{name}.safetensors"
+    return Path(folder) / f"{safe_name(model_key(model))}-{name}.safetensors"
 
 
 def detectors_for(model: str, folder: str | Path = SHIPPED_DETECTORS_DIR) -> list[Path]:

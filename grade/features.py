@@ -11,7 +11,7 @@ Output: a *feature store* (:class:`FeatureStore`), a folder (conventionally name
 stores (or single ``.parquet`` files). Parts are written atomically (temporary name, then rename), so
 an interrupted run keeps every finished chunk and a re-run skips the rows already stored: nothing is
 lost or duplicated. The local path (:func:`extract_features`), the Ray driver
-(:mod:`grade.distributed`) and the benchmark (:mod:`grade.benchmark`) all write through it.
+(:mod:`grade.batch.ray_backend`) and the benchmark (:mod:`grade.benchmark`) all write through it.
 
 Columns (one row per question):
 
@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -56,6 +54,8 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import GradeError, InputError
+from .batch.parts import PartStore
+from .batch.runner import RunReport, run_local, write_in_chunks
 from .io import atomic_path, check_input_file, iter_jsonl, jsonl_stem
 
 log = logging.getLogger(__name__)
@@ -300,7 +300,7 @@ def row_key(row: dict[str, Any]) -> tuple[str, str, bool]:
     return (str(row["dataset"]), str(row["id"]), bool(row.get("context")))
 
 
-class FeatureStore:
+class FeatureStore(PartStore):
     """A folder of Parquet part files holding feature rows (:data:`SCHEMA`), one part per written chunk.
 
     Parameters
@@ -308,20 +308,7 @@ class FeatureStore:
     path : the folder (conventionally ``something.parquet``); created by :meth:`create`.
     """
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def __repr__(self) -> str:
-        return f"FeatureStore({str(self.path)!r})"
-
-    def create(self) -> "FeatureStore":
-        if self.path.exists() and not self.path.is_dir():
-            raise InputError(f"{self.path} exists and is not a feature store folder")
-        self.path.mkdir(parents=True, exist_ok=True)
-        return self
-
-    def parts(self) -> list[Path]:
-        return sorted(p for p in self.path.glob("part-*.parquet") if p.is_file()) if self.path.is_dir() else []
+    what = "a feature store"
 
     def keys(self) -> set[tuple[str, str, bool]]:
         """:func:`row_key` of every stored row (empty for a missing store)."""
@@ -345,17 +332,8 @@ class FeatureStore:
             )
 
     def write(self, records: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> Path | None:
-        """Write one chunk atomically: a reader never sees a half-written part. ``schema``: the store's
-        columns (other part stores, e.g. :mod:`grade.traces`, write their own)."""
-        if not records:
-            return None
-        self.create()
-        parts = self.parts()
-        index = int(parts[-1].name.split("-")[1]) + 1 if parts else 0  # parts may have been removed
-        name = f"part-{index:05d}-{uuid.uuid4().hex[:8]}.parquet"
-        with atomic_path(self.path / name) as tmp:
-            pq.write_table(pa.Table.from_pylist(records, schema=schema), tmp, compression="zstd")
-        return self.path / name
+        """Write one chunk of feature rows atomically: a reader never sees a half-written part."""
+        return super().write(records, schema)
 
     def stale_keys(self, rows: list[dict[str, Any]]) -> set[tuple[str, str, bool]]:
         """Keys of stored ``pos`` rows whose scored response is no longer the row's
@@ -462,7 +440,7 @@ def extract_features(
     Rows whose :func:`row_key` is already stored are skipped, so an interrupted run can simply be
     repeated. Stored rows are first brought in line with ``rows`` (:meth:`FeatureStore.refresh`): a label
     that changed since is updated, a ``pos`` row whose response changed is computed again. Every ``chunk_size`` rows a part file is written; the rows finished before an exception
-    (Ctrl-C included) are written too before it propagates.
+    (Ctrl-C included) are written too before it propagates. The loop is :func:`grade.batch.run_local`.
 
     Parameters
     ----------
@@ -474,61 +452,80 @@ def extract_features(
     prompt_for : ``row -> prompt``: analyse every row under another wording of its prompt (the
         benchmark's robustness study, :func:`grade.baselines.task_prompt`).
     """
-    store = FeatureStore(out).create()
-    store.check(lm.name, loss, srank)
-    report = ExtractionReport(store=store.path)
-    report.relabelled, report.removed = store.refresh(rows, loss)
-    done = store.keys()
-    todo, seen = [], set(done)
-    for row in rows:
-        if row.get("label") is None:
-            continue
-        key = row_key(row)
-        if key in done:
-            report.already += 1
-        elif key in seen:
-            log.warning("duplicate row %s/%s in the input: kept the first", key[0], key[1])
-        else:
-            seen.add(key)
-            todo.append(row)
+    sink = FeatureStoreSink(out, lm.name, loss, srank)
+    report = ExtractionReport(store=sink.out)
+    report.relabelled, report.removed = sink.store.refresh(rows, loss)
 
-    rows_out = feature_rows(lm, todo, loss=loss, srank=srank, keep_hidden=keep_hidden, skipped=report.skipped,
-                            prompt_for=prompt_for)
-    write_in_chunks(store, ((row["id"], record) for row, record in rows_out), total=len(todo),
-                    chunk_size=chunk_size, report=report, progress=progress, desc=f"features {loss}", unit="q",
-                    callback=callback)
-    return report
+    def work(todo, report):
+        for row, record in feature_rows(lm, todo, loss=loss, srank=srank, keep_hidden=keep_hidden,
+                                        skipped=report.skipped, prompt_for=prompt_for):
+            yield row["id"], record
+
+    labelled = [row for row in rows if row.get("label") is not None]
+    return run_local(labelled, work, sink, chunk_size=chunk_size, report=report, progress=progress,
+                     desc=f"features {loss}", unit="q", callback=callback, warn_duplicates=True)
 
 
-def write_in_chunks(store, results, *, total: int, chunk_size: int, report, progress: bool = False,
-                    desc: str = "", unit: str = "q", callback: ProgressCallback | None = None) -> None:
-    """Write ``(key, record or None)`` pairs from ``results`` to ``store`` (``store.write(list)``) every
-    ``chunk_size`` records, and whatever is left when the loop ends or is interrupted, so a stopped run keeps
-    what it computed; ``report.written`` counts the records, ``callback(done, total, key)`` each pair."""
-    bar = None
-    if progress:
-        from tqdm import tqdm
+def extract_features_distributed(spec, rows: list[dict], out: str | Path, *, chunk_size: int = 32, cluster=None,
+                                 progress: bool = False, callback=None, **settings):
+    """:func:`extract_features` on Ray workers (:func:`grade.batch.run_on_ray`; ``spec``: a
+    :class:`grade.models.ModelSpec`): same store, same rows, same values. ``settings``: ``loss``, ``srank``
+    and ``keep_hidden`` of :func:`extract_features` (the fields of :class:`FeatureWork`). Returns a
+    :class:`grade.batch.RunReport`."""
+    from .batch.ray_backend import ClusterOptions, run_on_ray
 
-        bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
-    buffer: list[dict[str, Any]] = []
-    try:
-        for count, (key, record) in enumerate(results, 1):
-            if record is not None:
-                buffer.append(record)
-            if len(buffer) >= chunk_size:
-                store.write(buffer)
-                report.written += len(buffer)
-                buffer = []
-            if bar is not None:
-                bar.update(1)
-            if callback is not None:
-                callback(count, total, key)
-    finally:
-        if buffer:
-            store.write(buffer)
-            report.written += len(buffer)
-        if bar is not None:
-            bar.close()
+    work = FeatureWork(**settings)
+    rows = [r for r in rows if r.get("label") is not None]
+    sink = FeatureStoreSink(out, spec.name, work.loss, work.srank, rows)
+    return run_on_ray(rows, work, sink, spec, cluster or ClusterOptions(), chunk_size=chunk_size, progress=progress,
+                      callback=callback)
+
+
+@dataclass(frozen=True)
+class FeatureWork:
+    """Ray work: GRADE features of labelled rows, :func:`analyze_row` on each, as the local path."""
+
+    loss: str = "pre"
+    srank: str = "paper"
+    keep_hidden: bool = True
+
+    def process(self, lm, rows: list[dict]) -> dict:
+        skipped: list[tuple[str, str, str]] = []
+        records = [record for _, record in feature_rows(lm, rows, loss=self.loss, srank=self.srank,
+                                                        keep_hidden=self.keep_hidden, skipped=skipped)
+                   if record is not None]
+        return {"results": records, "skipped": skipped}
+
+
+class FeatureStoreSink:
+    """The sink of a feature run: the Parquet feature store (:class:`FeatureStore`): one
+    part file per finished chunk, stored rows first brought in line with the labelled rows as locally."""
+
+    def __init__(self, out: str | Path, model: str, loss: str, srank: str, rows: list[dict] | None = None):
+        self.store = FeatureStore(out).create()
+        self.out = self.store.path
+        self.store.check(model, loss, srank)
+        if rows is not None:
+            self.store.refresh(rows, loss)
+
+    def key(self, row: dict) -> tuple:
+        return row_key(row)
+
+    def done_keys(self) -> set:
+        return self.store.keys()
+
+    def write(self, records: list[dict]) -> None:
+        self.store.write(records)
+
+
+class _InMemory:
+    """A sink that keeps the records in a list (:func:`features_of_rows`)."""
+
+    def __init__(self):
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        self.records.extend(records)
 
 
 def features_of_rows(lm, rows: list[dict[str, Any]], *, loss: str = "pre", srank: str = "paper",
@@ -538,25 +535,12 @@ def features_of_rows(lm, rows: list[dict[str, Any]], *, loss: str = "pre", srank
     import pandas as pd
 
     skipped: list[tuple[str, str, str]] = []
-    records = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(rows), desc=f"features {loss}", unit="q", file=sys.stderr)
-    try:
-        for count, (row, record) in enumerate(feature_rows(lm, rows, loss=loss, srank=srank, keep_hidden=keep_hidden,
-                                                           skipped=skipped), 1):
-            if record is not None:
-                records.append(record)
-            if bar is not None:
-                bar.update(1)
-            if callback is not None:
-                callback(count, len(rows), row["id"])
-    finally:
-        if bar is not None:
-            bar.close()
-    table = pa.Table.from_pylist(records, schema=SCHEMA)
+    sink, report = _InMemory(), RunReport(out=Path())
+    pairs = ((row["id"], record) for row, record in feature_rows(lm, rows, loss=loss, srank=srank,
+                                                                 keep_hidden=keep_hidden, skipped=skipped))
+    write_in_chunks(sink, pairs, total=len(rows), chunk_size=max(1, len(rows)), report=report, progress=progress,
+                    desc=f"features {loss}", unit="q", callback=callback)
+    table = pa.Table.from_pylist(sink.records, schema=SCHEMA)
     return table.to_pandas(), skipped
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from .errors import InputError
+from .grading import last_boxed
 from .io import atomic_path, ensure_output_folder
 
 PREFIX = "hf:"
@@ -88,8 +89,6 @@ MATH_ANSWER_OVERRIDES: dict[str, str] = {
 def math_row(row: dict, row_id: str) -> dict:
     """MATH (``problem``, ``solution``, ``type``): the answer is the last boxed expression of the
     solution, unmodified LaTeX (no answer when the solution boxes nothing: the row is left out)."""
-    from .tasks import last_boxed
-
     answer = MATH_ANSWER_OVERRIDES.get(row["problem"]) or last_boxed(row["solution"])
     return project_row(row_id, row["problem"], [answer] if answer else [], solution=row["solution"],
                        subject=row["type"])

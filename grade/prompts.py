@@ -1,6 +1,6 @@
 """Prompts, built with the model's chat template when it has one.
 
-The wording follows the reference pipeline's settings (see ``shared/notes/method.md``) in our own
+The wording (each task's instruction, :mod:`grade.registry`) follows the reference pipeline's settings (see ``shared/notes/method.md``) in our own
 words: short QA asks for one or a few words from the model's own knowledge; the with-document variant
 puts the passage first; GSM8K asks for brief reasoning and a final ``#### <number>``; MATH asks for
 the final answer in ``\\boxed{}``.
@@ -8,14 +8,15 @@ the final answer in ``\\boxed{}``.
 
 from __future__ import annotations
 
-INSTRUCTIONS: dict[str, str] = {
-    "qa": "Answer the question with one or a few words, using only your own knowledge.",
-    "qa_doc": "Answer the question with one or a few words. You may use the document above.",
-    "mmlu": "Answer the multiple-choice question with the letter (A, B, C or D) of the correct option.",
-    "gsm8k": "Solve the problem. Reason briefly, step by step, then give the final answer on its own line as '#### <number>'.",
-    "math": "Solve the problem. Reason step by step and put the final answer in \\boxed{}.",
-    "cot": "Answer the question. Reason step by step in short sentences.",
-}
+from .registry import REGISTRY
+
+#: Each task's instruction (:data:`grade.registry.REGISTRY`), and ``qa_doc``: short QA's wording when a document
+#: comes first.
+INSTRUCTIONS: dict[str, str] = {}
+for _name, _spec in REGISTRY.items():
+    INSTRUCTIONS[_name] = _spec.instruction
+    if _spec.document_instruction:
+        INSTRUCTIONS[f"{_name}_doc"] = _spec.document_instruction
 
 TASKS = tuple(INSTRUCTIONS)
 

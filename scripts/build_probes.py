@@ -69,7 +69,7 @@ class Config(NamedTuple):
 
 QWEN = "qwen2.5-coder-1.5b-instruct"
 #: Qwen's probes read the two stable ranks apart and the loss (``sranks_loss``). Mean test AUROC over six split
-#: seeds (scripts/probe_inputs.py, results/README.md): trained on every dataset, the GRADE_pre MLP ranks TriviaQA
+#: seeds (experiments/probe_inputs.py, results/README.md): trained on every dataset, the GRADE_pre MLP ranks TriviaQA
 #: at 0.848 with them against 0.608 with the ratios alone, all test rows at 0.875 against 0.803; on GSM8K alone
 #: GRADE_pre 0.800 (logistic regression) / 0.781 (MLP) against 0.761 / 0.744 with the ratios, GRADE_pos 0.839 /
 #: 0.832 against 0.807 / 0.793. Logistic regression wins there: ~600 training rows are few for a 4-layer MLP.

@@ -127,7 +127,7 @@ class RayServeBackend:
                          runtime_env={"py_modules": [str(Path(grade.__file__).parent),
                                                      str(Path(studio.__file__).parent)], "env_vars": env})
             else:  # $RAY_ADDRESS, else a local cluster on the loopback address
-                from grade.distributed import connect
+                from grade.batch import connect
 
                 connect(None)
         from ray import serve

@@ -48,7 +48,7 @@ def run_cli(argv: list[str], *, model=None) -> tuple[int | str, str, str]:
     """
     out, err = io.StringIO(), io.StringIO()
     loader = (lambda *a, **k: model) if model is not None else _refuse_to_load
-    with mock.patch("grade.models.load_model", loader), mock.patch("grade.distributed.connect", _refuse_to_load), \
+    with mock.patch("grade.models.load_model", loader), mock.patch("grade.batch.ray_backend.connect", _refuse_to_load), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             status: int | str = main(argv)

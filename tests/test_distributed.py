@@ -1,4 +1,4 @@
-"""Labelling and extraction on a Ray cluster (grade.distributed): a real local cluster of 2 CPU workers,
+"""Labelling and extraction on a Ray cluster (grade.batch, grade.labeling, grade.features): a real local cluster of 2 CPU workers,
 the embedded model, compared with the single-process path; a worker is killed and a run interrupted."""
 
 import json
@@ -41,7 +41,7 @@ def write_questions(path):
 def ray_cluster():
     """A local Ray cluster with 2 CPUs, started here and stopped after this module; yields its address."""
     ray = pytest.importorskip("ray")
-    from grade.distributed import connect
+    from grade.batch import connect
 
     started = connect(num_cpus=2)
     yield ray.get_runtime_context().gcs_address
@@ -62,7 +62,7 @@ def test_ray_options_need_engine_ray(tmp_path, capsys):
 
 
 def test_cluster_options_are_checked(tmp_path):
-    from grade.distributed import _cluster_from_args, check_engine_arguments
+    from grade.commands.engine import _cluster_from_args, check_engine_arguments
     from argparse import Namespace
 
     args = Namespace(engine="ray", address=None, workers=0, gpus_per_worker=None, device="cpu")
@@ -80,7 +80,9 @@ def test_cluster_options_are_checked(tmp_path):
 @pytest.mark.slow
 def test_impossible_placements_fail_at_once(ray_cluster):
     """Ray would wait forever for GPUs the cluster does not have: say so instead."""
-    from grade.distributed import ClusterOptions, FeatureWork, ModelSpec, RayRun
+    from grade.batch import ClusterOptions, RayRun
+    from grade.features import FeatureWork
+    from grade.models import ModelSpec
     from grade.errors import GradeError
 
     with pytest.raises(GradeError, match="the cluster has 0"):
@@ -89,7 +91,9 @@ def test_impossible_placements_fail_at_once(ray_cluster):
 
 @pytest.mark.slow
 def test_extract_on_ray_matches_local_despite_a_killed_worker_and_an_interrupted_run(smollm, ray_cluster, tmp_path):
-    from grade.distributed import ClusterOptions, ModelSpec, extract_features_distributed
+    from grade.batch import ClusterOptions
+    from grade.features import extract_features_distributed
+    from grade.models import ModelSpec
     from grade.features import extract_features, load_features
 
     rows = labelled_rows()
@@ -167,7 +171,7 @@ def test_device_map_model_keeps_every_layer_hooked(smollm, tmp_path):
     move them to other devices) still has all its MLPs captured, with the plain model's features."""
     import grade
     from grade.capture import capture_mlp
-    from grade.distributed import load_sharded_model
+    from grade.models import load_sharded_model
 
     sharded = load_sharded_model("smollm2-135m-instruct", max_memory={"cpu": "480MB"}, offload_folder=tmp_path)
     placements = set(sharded.model.hf_device_map.values())
@@ -201,7 +205,7 @@ def test_model_split_across_two_gpus_matches_one_gpu():
     hooked, features and sampled answers equal those of the same model on one GPU."""
     import grade
     from grade.architectures import down_projections
-    from grade.distributed import load_sharded_model
+    from grade.models import load_sharded_model
     from grade.prompts import format_prompt
     from grade.sampling import SamplingSettings, sample_answers
 
@@ -228,16 +232,17 @@ def test_model_split_across_two_gpus_matches_one_gpu():
 def test_ray_labelling_resumes_only_with_the_same_answer_length(tmp_path, monkeypatch):
     """The Ray driver resumes a labels file under the local path's conditions, answer length included,
     and says so before any worker starts."""
-    from grade import distributed
+    from grade import labeling, models
+    from grade.batch import ray_backend
     from grade.tasks import load_questions
 
     out = tmp_path / "labels.jsonl"
     out.write_text(json.dumps({"id": "known-capital-france", "task": "qa", "model": "smollm2-135m-instruct",
                                "matcher": "strict", "seed": 0, "n_samples": 10, "max_new_tokens": 24}) + "\n")
-    monkeypatch.setattr(distributed, "run_on_ray", lambda *a, **k: pytest.fail("a cluster was started"))
-    spec = distributed.ModelSpec("smollm2-135m-instruct")
+    monkeypatch.setattr(ray_backend, "run_on_ray", lambda *a, **k: pytest.fail("a cluster was started"))
+    spec = models.ModelSpec("smollm2-135m-instruct")
     questions = load_questions("facts_known", limit=3)
     with pytest.raises(InputError, match="answers of up to 24 tokens, this run uses 12"):
-        distributed.label_questions_distributed(spec, questions, out)
+        labeling.label_questions_distributed(spec, questions, out)
     with pytest.raises(InputError, match="answers of up to 24 tokens, this run uses 16"):
-        distributed.label_questions_distributed(spec, questions, out, max_new_tokens=16)
+        labeling.label_questions_distributed(spec, questions, out, max_new_tokens=16)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = '''
 import json, psutil, ray
-from grade.distributed import connect
+from grade.batch import connect
 assert connect(num_cpus=1)
 ray.get(ray.remote(lambda: 1).remote())  # a worker process is up too
 me = psutil.Process()

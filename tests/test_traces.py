@@ -252,7 +252,8 @@ def test_stored_token_shock_equals_the_exact_route(gsm8k_trace_run, smollm):
 
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_and_ray_writes_the_same_rows(smollm, tmp_path):
-    from grade.distributed import ClusterOptions, ModelSpec, connect
+    from grade.batch import ClusterOptions, connect
+    from grade.models import ModelSpec
     from grade.traces import analyze_traces, analyze_traces_distributed
 
     from grade.features import FeatureStore

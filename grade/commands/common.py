@@ -83,7 +83,7 @@ def add_threads_argument(parser: argparse.ArgumentParser, default: int | None = 
                         help=help or "torch CPU threads (default: torch's choice)")
 
 
-def load_model_from_args(args: argparse.Namespace, progress=None):
+def load_model_from_args(args: argparse.Namespace, say=None):
     from ..models import load_model
 
-    return load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code, progress=progress)
+    return load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code, say=say)

@@ -107,7 +107,7 @@ def run_detector(args: argparse.Namespace) -> int:
         raise InputError(f"no question is of a kind detector {detector.name} was trained on: {skipped[0][2]}")
     quiet = args.quiet or args.json
     lm = load_model(model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                    progress=None if quiet else (lambda line: print(line, file=sys.stderr)))
+                    say=None if quiet else (lambda line: print(line, file=sys.stderr)))
     detector.check_compatible(lm.name)
     values, kept, failed = labelled_statistics(lm, usable, detector.spec.statistic, progress=not quiet)
     skipped += failed
@@ -136,7 +136,7 @@ def run_probe(args: argparse.Namespace) -> int:
     rows, bad_rows = _labelled_rows(args)
     quiet = args.quiet or args.json
     lm = load_model(model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                    progress=None if quiet else (lambda line: print(line, file=sys.stderr)))
+                    say=None if quiet else (lambda line: print(line, file=sys.stderr)))
     probe.check_compatible(lm)
     df, skipped = features_of_rows(lm, rows, loss=meta.get("loss", "pre"), srank=meta.get("srank", "paper"),
                                    progress=not quiet)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..distributed import add_engine_arguments, check_engine_arguments
+from .engine import add_engine_arguments, check_engine_arguments
 from .common import add_model_arguments, add_threads_argument, load_model_from_args, positive_int
 
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the labelled file(s) hold no row with a label")
     ensure_output_folder(args.out, "feature store")
     if args.engine == "ray":
-        from ..distributed import run_extract
+        from .engine import run_extract
 
         return run_extract(args, rows)
     lm = load_model_from_args(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..distributed import add_engine_arguments, check_engine_arguments
+from .engine import add_engine_arguments, check_engine_arguments
 from .common import add_model_arguments, int_range, load_model_from_args, non_negative_int, positive_int, thread_count
 
 #: a longer answer than any task needs, and more than a small model's context; refused when parsed
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.out, "labels file")
     hold_output_lock(args.out, "the labels file")  # one writer per labels file, until this process ends
     if args.engine == "ray":
-        from ..distributed import run_label
+        from .engine import run_label
 
         return run_label(args, questions)
     lm = load_model_from_args(args, (lambda line: print(line, file=sys.stderr)) if not args.quiet else None)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         questions_per_batch=args.batch,
         sample_chars=args.sample_chars,
-        show_progress=not args.quiet,
+        progress=not args.quiet,
     )
     for where in summary.too_long[:10]:
         print(f"  skipped {where}", file=sys.stderr)

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from ..distributed import add_engine_arguments, check_engine_arguments
+from .engine import add_engine_arguments, check_engine_arguments
 from .common import (add_model_arguments, add_threads_argument, int_range, load_model_from_args, non_negative_int,
                      positive_int)
 
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.samples or args.generate:
         cluster = spec = lm = None
         if args.engine == "ray":
-            from ..distributed import _cluster_from_args, model_spec_from_args
+            from .engine import _cluster_from_args, model_spec_from_args
 
             cluster = _cluster_from_args(args)
             spec = model_spec_from_args(args, cluster.gpus_per_worker)

@@ -12,7 +12,7 @@ logistic regression (standardised inputs) on:
 * ``early / middle / late``: the ratios of the first, middle and last third of the layers;
 * ``length``: the number of tokens alone (prompt, plus the response under ``pos``).
 
-Loads no model. ``python scripts/pre_signal.py --model qwen2.5-coder-1.5b-instruct [--loss pre]``.
+Loads no model. ``python experiments/pre_signal.py --model qwen2.5-coder-1.5b-instruct [--loss pre]``.
 """
 
 from __future__ import annotations

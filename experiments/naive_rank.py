@@ -9,7 +9,7 @@ rank(C_g)/rank(C_h) at each threshold beside the stable-rank ratio, stored one r
 ratio vector, and the share of (question, layer) cells whose naive ratio is exactly 1 (both ranks equal:
 no information). Resumes: questions already in ``--out`` are not analysed again.
 
-    python scripts/naive_rank.py --model qwen2.5-coder-1.5b-instruct \\
+    python experiments/naive_rank.py --model qwen2.5-coder-1.5b-instruct \\
         --labels data/labels/qwen2.5-coder-1.5b-instruct/{triviaqa,gsm8k}.jsonl.xz --per-class 60 \\
         --out runs/naive_rank/qwen.parquet
 """

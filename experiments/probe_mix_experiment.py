@@ -11,7 +11,7 @@ between 0.52 and 0.67 across mixes, with 95% intervals about ±0.2 wide. It also
 0.671 -> 0.567) when 20 unanswerable GSM8K rows were dropped from an otherwise identical mix, while the
 selection AUROC stayed at 0.733 / 0.732. That is noise at this sample size, so the shipped probe keeps
 its mix. (The "all" row is a rebuild with today's labels, GSM8K included: check 0.565; the shipped file
-predates those labels: 0.528.) Run: ``python scripts/probe_mix_experiment.py`` after
+predates those labels: 0.528.) Run: ``python experiments/probe_mix_experiment.py`` after
 ``make probes``.
 """
 

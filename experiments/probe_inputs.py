@@ -7,7 +7,7 @@ Markdown row per (probe, loss, inputs, estimator): the mean test AUROC over the 
 dataset), with the lowest and highest seed beside the pooled one. ``general`` trains on every labelled
 dataset, ``math`` on GSM8K alone (as the shipped ``-math`` probes are). Loads no model.
 
-    python scripts/probe_inputs.py --model qwen2.5-coder-1.5b-instruct --features-dir data/probe_features
+    python experiments/probe_inputs.py --model qwen2.5-coder-1.5b-instruct --features-dir data/probe_features
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ How much each layer's ratio alone separates answerable from unanswerable questio
 ratio and the prompt length (a confound a probe could learn). Reads the caches of ``python -m grade
 benchmark`` (``data/benchmark/<model>/``); loads no model.
 
-    python scripts/layer_signal.py --model smollm2-135m-instruct --datasets hotpotqa hotpotqa_closed
+    python experiments/layer_signal.py --model smollm2-135m-instruct --datasets hotpotqa hotpotqa_closed
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .traces import TraceItem, TraceSource, _check_task, trace_id
+from ..errors import InputError
+from ..grading import last_boxed
+from .sources import TraceItem, TraceSource, _check_task, trace_id
 
 INSTALL = "pip install 'grade-studio[inspect]'"
 #: inspect_ai's CORRECT / INCORRECT score values (``inspect_ai.scorer.CORRECT``, ``INCORRECT``).
@@ -107,8 +108,6 @@ def _question_text(value: Any) -> str | None:
 
 
 def _answers(target: Any, task: str) -> tuple[str, ...]:
-    from .tasks import last_boxed
-
     targets = target if isinstance(target, list) else [target]
     answers = []
     for text in targets:

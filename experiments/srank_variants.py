@@ -5,7 +5,7 @@ labels file each (on a GPU for Qwen: ``.xfer``-style runs, see data/labels/READM
 prints the 5-fold logistic-regression AUROC (mean of 3 seeds, :func:`grade.metrics.cross_validated_auroc`) of the rank
 ratios and of log srank(C_h), log srank(C_g) as two vectors, on the questions every store holds.
 
-    python scripts/srank_variants.py paper=STORE sum=STORE squared=STORE
+    python experiments/srank_variants.py paper=STORE sum=STORE squared=STORE
 """
 
 from __future__ import annotations

@@ -1,0 +1,111 @@
+"""The Ray options of ``label``, ``extract`` and ``traces`` (``--engine ray``) and the entry points that run
+those commands on a Ray cluster (:mod:`grade.batch.ray_backend`)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from typing import TYPE_CHECKING
+
+from ..errors import InputError
+from .common import int_range
+
+if TYPE_CHECKING:  # imported where used: torch and Ray load only for a Ray run
+    from ..batch.ray_backend import ClusterOptions
+    from ..models import ModelSpec
+
+ENGINES = ("local", "ray")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--address``, ``--workers``, ``--gpus-per-worker``."""
+    group = parser.add_argument_group("distributed run (--engine ray)")
+    group.add_argument("--engine", choices=ENGINES, default="local",
+                       help="local: this process (default); ray: workers of a Ray cluster")
+    group.add_argument("--address", default=None,
+                       help="Ray cluster to join: 'auto' (a `ray start` cluster on this machine), host:6379, "
+                            "or ray://host:10001; default: $RAY_ADDRESS, else a local cluster on this machine")
+    group.add_argument("--workers", type=int_range(1, 4096), default=None,
+                       help="model copies (Ray actors); default: cluster GPUs / --gpus-per-worker, or CPUs")
+    group.add_argument("--gpus-per-worker", type=_gpu_count, default=None,
+                       help="GPUs per model copy (default 1 with --device cuda, else 0); above 1 the model "
+                            "is split across them with device_map='auto'")
+
+
+def _gpu_count(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= 1024):
+        raise argparse.ArgumentTypeError(f"must be a number of GPUs (0, a fraction such as 0.5, or more), got {text!r}")
+    return value
+
+
+def check_engine_arguments(args: argparse.Namespace) -> None:
+    """Reject Ray options given without ``--engine ray`` (they would be silently ignored)."""
+    if getattr(args, "engine", "local") == "ray":
+        return
+    given = [f"--{name.replace('_', '-')}" for name in ("address", "workers", "gpus_per_worker")
+             if getattr(args, name, None) is not None]
+    if given:
+        raise InputError(f"{', '.join(given)} only apply with --engine ray")
+
+
+def model_spec_from_args(args: argparse.Namespace, gpus: float) -> ModelSpec:
+    from ..models import ModelSpec
+
+    return ModelSpec(name=args.model, device=args.device, dtype=args.dtype,
+                     trust_remote_code=getattr(args, "trust_remote_code", False), gpus=gpus)
+
+
+def _gpus_for(args: argparse.Namespace) -> float:
+    gpus = args.gpus_per_worker
+    if gpus is None:
+        return 1.0 if str(args.device).startswith("cuda") else 0.0
+    if gpus < 0:
+        raise InputError("--gpus-per-worker cannot be negative")
+    if gpus > 1 and gpus != int(gpus):
+        raise InputError("--gpus-per-worker above 1 must be a whole number")
+    return float(gpus)
+
+
+def _cluster_from_args(args: argparse.Namespace) -> ClusterOptions:
+    from ..batch.ray_backend import ClusterOptions
+
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers must be at least 1")
+    return ClusterOptions(address=args.address, workers=args.workers, gpus_per_worker=_gpus_for(args))
+
+
+def run_extract(args: argparse.Namespace, rows: list[dict]) -> int:
+    """``python -m grade extract --engine ray``: called by :mod:`grade.commands.extract`."""
+    cluster = _cluster_from_args(args)
+    spec = model_spec_from_args(args, cluster.gpus_per_worker)
+    from ..features import extract_features_distributed
+
+    report = extract_features_distributed(spec, rows, args.out, loss=args.loss, srank=args.srank,
+                                          keep_hidden=not args.no_hidden, chunk_size=args.chunk_size,
+                                          cluster=cluster, progress=not args.quiet)
+    print(report)
+    for *key, reason in report.skipped[:10]:
+        print(f"  skipped {'/'.join(map(str, key[:2]))}: {reason}", file=sys.stderr)
+    return 0
+
+
+def run_label(args: argparse.Namespace, questions: list) -> int:
+    """``python -m grade label --engine ray``: called by :mod:`grade.commands.label`."""
+    cluster = _cluster_from_args(args)
+    spec = model_spec_from_args(args, cluster.gpus_per_worker)
+    from ..labeling import label_questions_distributed
+
+    report, summary = label_questions_distributed(
+        spec, questions, args.out, n_samples=args.samples, matcher=args.matcher, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, questions_per_batch=args.batch, sample_chars=args.sample_chars,
+        cluster=cluster, progress=not args.quiet,
+    )
+    print(report)
+    print(summary.balance_line())
+    return 0

@@ -1,0 +1,158 @@
+"""One trace analysed: the step-wise ``pos`` analysis of a :class:`~grade.traces.sources.TraceItem` as the rows
+of a trace store (:func:`analyze_trace_item`), token classes and shock, and the Ray work (:class:`TraceWork`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from .. import __version__
+from ..errors import GradeError, InputError
+from ..locate import DEFAULT_LOCATOR, locate, ranked_steps, signals_of_result, token_shock  # noqa: F401 (token_shock: re-exported)
+from .sources import TraceItem
+from .store import FORMAT_VERSION
+
+log = logging.getLogger(__name__)
+
+
+#: Token classes of :func:`token_class`.
+TOKEN_CLASSES = ("number", "operator", "word", "other")
+
+
+_OPERATOR_CHARS = set("+-*/×÷=<>^%()−·≈±")
+_LATEX_OPERATORS = {"\\times", "\\cdot", "\\div", "\\frac", "\\dfrac", "\\pm", "\\le", "\\ge", "\\leq", "\\geq",
+                    "\\sqrt", "\\neq", "\\approx"}
+
+
+def token_class(token: str) -> str:
+    """``number`` (has a digit), ``operator`` (only arithmetic signs, or a LaTeX operator), ``word`` (has a
+    letter) or ``other`` (punctuation, white space)."""
+    text = token.strip()
+    if not text:
+        return "other"
+    if any(c.isdigit() for c in text):
+        return "number"
+    if all(c in _OPERATOR_CHARS for c in text) or text in _LATEX_OPERATORS:
+        return "operator"
+    if any(c.isalpha() for c in text):
+        return "word"
+    return "other"
+
+
+def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: float) -> tuple[dict, list[dict]]:
+    """The store's trace row and token rows of one analysed trace (``result``: a step-wise ``pos``
+    :class:`~grade.result.GradeResult` with token scores)."""
+    start = result.response_start or 0
+    steps = result.steps
+    ratios = np.stack([s.rank_ratio for s in steps])  # (K, L)
+    step_ratio = ratios.mean(axis=1)
+    scores = result.token_scores[:, start:]  # (L, n_response)
+    signals, step_of, shock, surprisal = signals_of_result(result)
+    peak = int(np.argmax(step_ratio))
+    peak_token = int(np.argmax(shock)) if shock.size else 0
+    classes = [token_class(t) for t in display_tokens]
+    ranking = ranked_steps(locate(signals, DEFAULT_LOCATOR))
+    row = {
+        "trace_id": item.trace_id,
+        "doc_id": item.doc_id,
+        "sample": item.sample,
+        "task": item.task,
+        "source": item.source,
+        "question": item.question,
+        "response": result.response,
+        "answers": list(item.answers),
+        "correct": item.correct,
+        "model": result.model,
+        "loss": result.loss,
+        "srank": result.srank,
+        "n_layers": result.n_layers,
+        "n_tokens": int(scores.shape[1]),
+        "n_steps": len(steps),
+        "grade_pos": float(result.grade),
+        "loss_value": float(result.loss_value),
+        "rank_ratio": [float(x) for x in result.rank_ratio],
+        "step_texts": [s.text for s in steps],
+        "step_ratio": [float(x) for x in step_ratio],
+        "step_loss": [float(s.loss_value) for s in steps],
+        "step_start": [int(s.start - start) for s in steps],
+        "step_ratios": ratios.tolist(),
+        "peak_step": peak + 1,
+        "peak_step_text": steps[peak].text,
+        "peak_step_ratio": float(step_ratio[peak]),
+        "peak_token": display_tokens[peak_token] if display_tokens else "",
+        "peak_token_position": peak_token,
+        "peak_token_step": int(step_of[peak_token]) if shock.size else 0,
+        "peak_token_class": classes[peak_token] if classes else "other",
+        "locator": DEFAULT_LOCATOR,
+        "suspect_step": ranking[0],
+        "suspect_step_text": steps[ranking[0] - 1].text,
+        "step_ranking": ranking,
+        "step_check": [float(x) for x in signals.values["check"]],
+        "step_findings": [json.dumps(found) for found in signals.findings],
+        **{f"step_{name}": [float(x) for x in signals.values[name]]
+           for name in ("surprisal_max", "surprisal_mean", "shock_max", "shock_mean")},
+        "known_error_step": item.error_step,
+        "known_error_kind": item.error_kind,
+        "seconds": float(seconds),
+        "format_version": FORMAT_VERSION,
+        "package_version": __version__,
+    }
+    tokens = [
+        {"trace_id": item.trace_id, "position": i, "step": int(step_of[i]), "token": display_tokens[i],
+         "token_class": classes[i], "shock": float(shock[i]), "surprisal": float(surprisal[i]),
+         "scores": np.nan_to_num(scores[:, i].astype(np.float32)).tolist()}
+        for i in range(scores.shape[1])
+    ]
+    return row, tokens
+
+
+def analyze_trace_item(lm, item: TraceItem, *, srank: str = "paper") -> tuple[dict, list[dict]]:
+    """Step-wise GRADE_pos and token shock of one trace; returns (trace row, token rows)."""
+    from ..analysis import analyze
+    from ..labeling import MAX_CHARS_PER_TOKEN
+
+    response = item.response if item.prompt is not None else item.response.strip()
+    if not response.strip():
+        raise InputError("the response is empty")
+    # bounded before tokenizing: a 5 MB response would cost gigabytes only to be refused as too long
+    if len(item.question) + len(response) + len(item.prompt or "") > MAX_CHARS_PER_TOKEN * lm.max_context:
+        raise InputError(f"question and response have {len(item.question) + len(response):,} characters, more than "
+                         f"this model's {lm.max_context} tokens can hold")
+    t = time.perf_counter()
+    # Token shock from the fast route (C_g = ΔΔᵀ where C_h is certified full rank): the exact route's values
+    # without its float64 eigen-decompositions, which cost as much as the backward passes on a CPU.
+    result = analyze(lm, item.question, task=item.task, loss="pos", response=response, steps=True, spectra=False,
+                     token_scores=True, srank=srank, prompt=item.prompt)
+    seconds = time.perf_counter() - t
+    start = result.response_start or 0
+    display = [lm.tokenizer.decode([i], skip_special_tokens=False) for i in result.input_ids[start:]]
+    return trace_records(item, result, display, seconds)
+
+
+def _analysed(lm, items: Iterable[TraceItem], srank: str, skipped: list) -> Iterable[tuple[TraceItem, dict | None]]:
+    for item in items:
+        try:
+            row, tokens = analyze_trace_item(lm, item, srank=srank)
+        except GradeError as exc:  # one bad trace (too long for the model, empty) must not stop a run
+            log.warning("skipped trace %s: %s", item.trace_id, exc)
+            skipped.append((item.trace_id, str(exc)))
+            yield item, None
+            continue
+        yield item, {"trace": row, "tokens": tokens}
+
+
+@dataclass(frozen=True)
+class TraceWork:
+    """Ray work: step-wise analyses of a chunk of traces (see :mod:`grade.batch.ray_backend`)."""
+
+    srank: str = "paper"
+
+    def process(self, lm, items: list[TraceItem]) -> dict:
+        skipped: list[tuple[str, str]] = []
+        results = [r for _, r in _analysed(lm, items, self.srank, skipped) if r is not None]
+        return {"results": results, "skipped": skipped}

@@ -1,0 +1,82 @@
+"""Trace runs: analyse a source into a store, in this process or on Ray (:mod:`grade.batch`), and sample
+the model's own traces (:func:`generate_traces`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..batch.runner import run_local
+from ..errors import InputError
+from .analysis import TraceWork, _analysed
+from .sources import TRACE_TASKS, TraceSource
+from .store import TraceStore, TraceStoreSink
+
+ProgressCallback = Callable[[int, int, str], None]  # (traces done, traces to do, id of the last trace)
+
+
+def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "paper", chunk_size: int = 8,
+                   progress: bool = False, callback: ProgressCallback | None = None):
+    """Analyse the traces of ``source`` not yet in the store ``out``, in this process
+    (:func:`grade.batch.run_local`).
+
+    Every ``chunk_size`` traces a part is written; an exception (Ctrl-C, or one raised by ``callback``
+    to stop the run) still writes the traces finished before it. Returns a
+    :class:`grade.batch.RunReport`.
+    """
+    if chunk_size < 1:
+        raise InputError("--chunk-size must be at least 1")
+    store = TraceStore(out)
+    store.prepare(lm.name, srank, source.describe())
+
+    def work(todo, report):
+        for item, result in _analysed(lm, todo, srank, report.skipped):
+            if result is not None:
+                report.busy_seconds += result["trace"]["seconds"]
+            yield item.trace_id, result
+
+    return run_local(source.items, work, TraceStoreSink(store), chunk_size=chunk_size, progress=progress,
+                     desc="traces", unit="trace", callback=callback)
+
+
+def analyze_traces_distributed(spec, source: TraceSource, out: str | Path, *, srank: str = "paper",
+                               chunk_size: int = 8, cluster=None, progress: bool = False, callback=None):
+    """:func:`analyze_traces` on Ray workers (:func:`grade.batch.run_on_ray`): same store, same rows."""
+    from ..batch.ray_backend import ClusterOptions, run_on_ray
+
+    store = TraceStore(out)
+    store.prepare(spec.name, srank, source.describe())
+    return run_on_ray(source.items, TraceWork(srank), TraceStoreSink(store), spec, cluster or ClusterOptions(),
+                      chunk_size=chunk_size, progress=progress, callback=callback)
+
+
+def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem: int, limit: int | None = None,
+                    offset: int = 0, matcher: str = "strict", seed: int = 0, max_new_tokens: int | None = None,
+                    questions_per_batch: int = 4, cluster=None, progress: bool = False) -> Path:
+    """Sample ``n_per_problem`` traces per problem of a GSM8K / MATH dataset with the model itself, into
+    ``<out>/generated.jsonl`` (a labels file, :func:`grade.labeling.label_questions`: seeded per problem
+    and sample, resumable, each trace scored). ``lm_or_spec``: a loaded model, or a
+    :class:`grade.models.ModelSpec` to sample on Ray workers. Returns the file's path."""
+    from ..tasks import load_questions
+
+    if n_per_problem < 1:
+        raise InputError("--generate must be at least 1")
+    questions = load_questions(dataset, limit=limit, offset=offset)
+    wrong = sorted({q.task for q in questions} - set(TRACE_TASKS))
+    if wrong:
+        raise InputError(f"dataset {dataset!r} is a {', '.join(wrong)} set; traces come from gsm8k or math problems")
+    path = Path(out) / "generated.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if cluster is not None:
+        from ..labeling import label_questions_distributed
+
+        label_questions_distributed(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
+                                    max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch,
+                                    cluster=cluster, progress=progress)
+    else:
+        from ..labeling import label_questions
+
+        label_questions(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
+                        max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch,
+                        progress=progress)
+    return path
