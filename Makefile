@@ -146,9 +146,9 @@ test: install browser
 test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 
-# Re-take the README's page screenshots (assets/screenshots/) with the browser test.
+# Re-take the page screenshots (assets/screenshots/) with the browser test, on the model the app opens on.
 screenshots: install browser
-	GRADE_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_browser.py
+	GRADE_START_MODEL=$(START_MODEL) GRADE_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_browser.py
 
 bench: install
 	$(PY) -m bench
