@@ -255,6 +255,31 @@ def _show_cached_hint(analysis: workflows.QuestionAnalysis) -> None:
                help="Analyse this question again and replace the cached result")
 
 
+PINNED = "pinned_analysis"  # session key: a result kept to compare the next question with
+
+
+def _verdict_text(analysis: workflows.QuestionAnalysis) -> str:
+    verdict = analysis.verdict
+    if verdict is None:
+        return "no verdict"
+    return f"{verdict.probability:.0%} ({'can probably answer' if verdict.answerable else 'probably cannot answer'})"
+
+
+def _show_comparison(pinned: workflows.QuestionAnalysis, current: workflows.QuestionAnalysis) -> None:
+    """Two questions side by side: the pinned one and this one (verdicts, answers, the numbers)."""
+    with st.container(border=True, key="comparison"):
+        st.markdown("**Side by side** (the pinned result and this one; both layer curves are in the chart below)")
+        rows = []
+        for label, a in (("pinned", pinned), ("this question", current)):
+            rows.append({"": label, "question": a.result.question, "answer": a.answer.strip()[:80],
+                         "probe verdict": _verdict_text(a), "GRADE": round(a.result.grade, 3),
+                         f"loss ({a.result.loss})": round(a.result.loss_value, 3),
+                         **{v.title: (f"{v.probability:.0%}" if v.probability is not None else "-")
+                            for v in a.detector_verdicts}})
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                     column_config={"question": st.column_config.TextColumn(width="large")})
+
+
 def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     result = analysis.result
     _show_cached_hint(analysis)
@@ -286,9 +311,26 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
         if analysis.disagreement:
             st.warning(analysis.disagreement, icon=":material/call_split:")
 
+    pinned = st.session_state.get(PINNED)
+    if pinned is not None and pinned.result.question == result.question and pinned.result.model == result.model:
+        pinned = None  # the pinned result is this one: nothing to compare
+    if pinned is not None and pinned.result.n_layers == result.n_layers:
+        _show_comparison(pinned, analysis)
     bands = figures.reference_bands(reference.ratios, reference.labels) if reference is not None else None
-    fig = figures.rank_ratio_trend(result.rank_ratio, bands, title="Overview: rank ratio across layers", height=340)
+    extra = [(f"pinned: {pinned.result.question[:40]}", pinned.result.rank_ratio)] \
+        if pinned is not None and pinned.result.n_layers == result.n_layers else []
+    fig = figures.rank_ratio_trend(result.rank_ratio, bands, title="Overview: rank ratio across layers", height=340,
+                                   extra=extra)
     session.show_figure(fig, "rank-ratio-overview", key="home_trend")
+    pin_row = st.container(horizontal=True, vertical_alignment="center", key="pin_row")
+    if pin_row.button("Pin for comparison", key="pin", icon=":material/push_pin:",
+                      help="Keep this result beside the next question you analyse: verdicts side by side, both layer "
+                           "curves in one chart"):
+        st.session_state[PINNED] = analysis
+        st.rerun()
+    if st.session_state.get(PINNED) is not None and pin_row.button("Unpin", key="unpin"):
+        st.session_state.pop(PINNED, None)
+        st.rerun()
     if bands is None:
         st.caption("No reference bands: the shipped reference set has no rows for this model and loss.")
     else:

@@ -300,3 +300,28 @@ def test_a_probe_for_another_model_gives_no_verdict_but_the_features(tmp_path):
     assert not at.error, [e.value for e in at.error]
     assert any("does not fit" in i.value and "gemma-3-270m" in i.value for i in at.info), [i.value for i in at.info]
     assert float(_metric(at, "GRADE")) > 0
+
+
+def _comparison(at):
+    """The side-by-side table (plain dataframes carry no key in AppTest): the one with a probe verdict column."""
+    return next((d.value for d in at.dataframe if "probe verdict" in d.value.columns), None)
+
+
+def test_a_pinned_result_is_compared_side_by_side_with_the_next_question():
+    """Teaching: pin a known question, ask an unknown one, see both verdicts and both layer curves."""
+    at = _analyze(_app().run(), QUESTION)
+    assert _comparison(at) is None
+    at.button(key="pin").click().run()
+    _no_exception(at)
+    assert at.session_state["pinned_analysis"].result.question == QUESTION
+    assert _comparison(at) is None  # the pinned result is the one shown: nothing to compare yet
+    other = "Who won the 1911 Tour de Suisse?"
+    _analyze(at, other)
+    table = _comparison(at)
+    assert table is not None and table["question"].tolist() == [QUESTION, other]
+    assert all(v.endswith("answer)") for v in table["probe verdict"])  # both verdicts, with their reading
+    trend = next(c for c in at.get("plotly_chart") if "pinned: " in c.proto.spec)
+    assert "this question" in trend.proto.spec
+    at.button(key="unpin").click().run()
+    _no_exception(at)
+    assert "pinned_analysis" not in at.session_state and _comparison(at) is None
