@@ -15,10 +15,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from bench.load_test import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = (
@@ -40,20 +41,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_healthy(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.read().strip() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"streamlit did not become healthy at {url} in {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def app_url():
     port = _free_port()
@@ -66,7 +53,7 @@ def app_url():
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        _wait_healthy(url, process)
+        wait_healthy(url, process, timeout=120)
         yield url
     finally:
         process.terminate()
