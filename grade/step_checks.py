@@ -66,6 +66,7 @@ class Finding:
 # normalisation: LaTeX and prose -> plain arithmetic tokens
 
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_FRAC_DIGITS = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")  # \frac23
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
 _BOXED = re.compile(r"\\boxed\s*\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
@@ -77,14 +78,14 @@ _REPLACEMENTS = (
     ("\\times", " * "), ("\\cdot", " * "), ("\\div", " / "), ("×", " * "), ("·", " * "), ("÷", " / "),
     ("−", "-"), ("–", "-"), ("\\left", ""), ("\\right", ""), ("\\%", "%"), ("\\$", "$"), ("\\,", ""),
     ("\\;", " "), ("\\!", ""), ("\\approx", " ≈ "), ("\\neq", " ≠ "), ("\\(", " "), ("\\)", " "),
-    ("\\[", " "), ("\\]", " "), ("\\quad", " "), ("**", " "), ("`", " "),
+    ("\\[", " "), ("\\]", " "), ("\\quad", " "), ("**", " "), ("`", " "), ("\\sqrt", " sqrt"),
 )
 
 
 def normalise(text: str) -> str:
     """Plain arithmetic from a step's prose and LaTeX: ``\\frac{3}{4} \\times 40,000`` -> ``(3)/(4) * 40000``."""
     for _ in range(4):  # nested \frac and \text, innermost first
-        new = _BOXED.sub(r" \1 ", _TEXT.sub(r" \1 ", _FRAC.sub(r"((\1)/(\2))", text)))
+        new = _BOXED.sub(r" \1 ", _TEXT.sub(r" \1 ", _FRAC.sub(r"((\1)/(\2))", _FRAC_DIGITS.sub(r"((\1)/(\2))", text))))
         if new == text:
             break
         text = new
@@ -99,6 +100,16 @@ def normalise(text: str) -> str:
 # word, or anything else. Signs are operators; the parser puts unary minus back.
 _TOKEN = re.compile(r"(?P<num>\d+(?:\.\d+)?%?)|(?P<op>[-+*/^()])|(?P<eq>=|≈|\bequals\b)|(?P<word>[A-Za-z][A-Za-z'’]*)|(?P<other>\S)")
 _ARITHMETIC_WORDS = {"of": "*", "times": "*", "x": "*", "plus": "+", "minus": "-"}
+#: Short words that are units, not variables ("5 m", "20kg"); any other word of one or two letters is a variable.
+_SHORT_UNITS = {"kg", "km", "cm", "mm", "ml", "lb", "oz", "ft", "in", "hr", "mi", "yd", "am", "pm", "st", "nd", "rd",
+                "th", "of", "to", "at", "on", "by", "is", "an", "a", "as", "or"}
+
+
+def _variable(token: "_Token") -> bool:
+    """A one-letter word, or a two-letter one glued to what comes before (``2xy``), that is not a unit."""
+    if token.kind != "word" or token.text.lower() in _SHORT_UNITS:
+        return False
+    return len(token.text) == 1 or (len(token.text) == 2 and token.glued)
 _MAX_UNIT_WORDS = 3
 
 
@@ -106,6 +117,7 @@ _MAX_UNIT_WORDS = 3
 class _Token:
     kind: str  # num, op, eq, word, other, newline
     text: str
+    glued: bool = False  # no space before it: "2xy" (a variable after a number), not "2 xy"
 
 
 def _tokens(text: str) -> list[_Token]:
@@ -113,8 +125,10 @@ def _tokens(text: str) -> list[_Token]:
     for line_no, line in enumerate(text.split("\n")):
         if line_no:
             out.append(_Token("newline", "\n"))
+        end = None
         for m in _TOKEN.finditer(line):
-            out.append(_Token(m.lastgroup, m.group()))
+            out.append(_Token(m.lastgroup, m.group(), glued=end == m.start()))
+            end = m.end()
     return out
 
 
@@ -203,8 +217,8 @@ def _read_expr(tokens: list[_Token], j: int, after_word: bool = False) -> tuple[
         elif t.kind == "word" and len(out) > 1 and out[-1].text == "/" and out[-2].kind == "num":
             out.pop()  # $900/day: a rate's unit, not a division by a variable
             continue
-        elif t.kind == "word" and len(t.text) == 1 and not _arithmetic_word(tokens, j):
-            complete = False  # 9m - 7, 5x + 2: a variable, not a unit
+        elif _variable(t) and not _arithmetic_word(tokens, j):
+            complete = False  # 9m - 7, 5x + 2, 2xy: a variable, not a unit
             break
         elif t.kind == "word" and out and out[-1].kind == "num":
             word = t.text.lower()
@@ -214,10 +228,13 @@ def _read_expr(tokens: list[_Token], j: int, after_word: bool = False) -> tuple[
                 continue
             k, words = j, 0
             while k < n and words < _MAX_UNIT_WORDS and tokens[k].kind == "word" and not _arithmetic_word(tokens, k):
+                if _variable(tokens[k]):  # "0 or n^2 - 4": the words lead into algebra, not a unit
+                    complete = False
+                    break
                 k, words = k + 1, words + 1
                 if k + 1 < n and tokens[k].text == "/" and tokens[k + 1].kind == "word":  # a rate: 6 pups/mouse
                     k += 1
-            if k < n and (tokens[k].kind == "eq" or _is_binary(tokens[k]) or (k > j and _arithmetic_word(tokens, k))):
+            if complete and k < n and (tokens[k].kind == "eq" or _is_binary(tokens[k]) or (k > j and _arithmetic_word(tokens, k))):
                 j = k
                 continue
             break
@@ -262,7 +279,10 @@ def _expressions(tokens: list[_Token]) -> list[tuple[list[_Expr], list[str]]]:
             i = j
         elif t.kind in ("num", "op"):
             close()
-            expr, j = _read_expr(tokens, i, after_word=i > 0 and tokens[i - 1].kind in ("word", "other"))
+            after_word = i > 0 and tokens[i - 1].kind in ("word", "other")
+            expr, j = _read_expr(tokens, i, after_word=after_word)
+            if expr is not None and t.text == "(" and t.glued and tokens[i - 1].kind == "word":
+                expr.complete = False  # f(3), sqrt(144): a function's argument, not the side's value
             if expr is not None:
                 current.append(expr)
             i = max(j, i + 1)
