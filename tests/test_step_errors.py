@@ -269,3 +269,21 @@ def test_steperrors_command_builds_analyses_and_scores_a_small_benchmark(tmp_pat
     code, out2, err = _cli("steperrors", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "again"))
     assert code == 0, err
     assert json.loads((tmp_path / "again" / "results.json").read_text())["groups"] == results["groups"]
+
+
+def test_integer_doc_ids_of_a_trace_jsonl_come_back_as_integers(tmp_path):
+    """A caller that wrote doc_id 7 looks up 7 in `grade traces --json`, not "7"."""
+    from grade.traces import json_doc_id, read_traces
+
+    numbered = tmp_path / "numbered.jsonl"
+    numbered.write_text("".join(json.dumps({"doc_id": i, "question": QUESTION, "response": SOLUTION, "correct": True})
+                                + "\n" for i in (7, 12)))
+    source = read_traces(numbered)
+    assert source.int_ids and source.describe()["int_ids"] is True
+    assert [json_doc_id(item.doc_id, source.format, source.int_ids) for item in source.items] == [7, 12]
+    named = tmp_path / "named.jsonl"
+    named.write_text("".join(json.dumps({"doc_id": d, "question": QUESTION, "response": SOLUTION, "correct": True})
+                             + "\n" for d in ("7", "gsm8k-test-3")))
+    source = read_traces(named)
+    assert not source.int_ids and "int_ids" not in source.describe()
+    assert [json_doc_id(item.doc_id, source.format, source.int_ids) for item in source.items] == ["7", "gsm8k-test-3"]

@@ -114,9 +114,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.out} is not a trace store yet: give --samples FILE or --dataset ... --generate N")
 
     frame = store.traces()
-    fmt = (store.meta().get("source") or {}).get("format")
+    described = store.meta().get("source") or {}
     if args.json:
-        print(json.dumps({"n": len(frame), "traces": summary_rows(frame, fmt)}))
+        print(json.dumps({"n": len(frame), "traces": summary_rows(frame, described.get("format"),
+                                                                 bool(described.get("int_ids")))}))
     else:
         if report is not None:
             rate = 60 * report.written / report.seconds if report.seconds and report.written else 0.0

@@ -14,16 +14,17 @@ from .analysis import TOKEN_CLASSES
 from .store import ERROR_KINDS, _missing
 
 
-def json_doc_id(doc_id: str, fmt: str | None):
-    """lm-eval numbers its documents: give their ids back as integers."""
-    return int(doc_id) if fmt == "lm-eval" and re.fullmatch(r"-?\d+", str(doc_id)) else doc_id
+def json_doc_id(doc_id: str, fmt: str | None, int_ids: bool = False):
+    """lm-eval numbers its documents, and a trace JSONL may: give such ids back as integers."""
+    numbered = fmt == "lm-eval" or int_ids
+    return int(doc_id) if numbered and re.fullmatch(r"-?\d+", str(doc_id)) else doc_id
 
 
-def summary_rows(frame, fmt: str | None = None) -> list[dict]:
+def summary_rows(frame, fmt: str | None = None, int_ids: bool = False) -> list[dict]:
     """The per-trace summary of ``python -m grade traces --json``."""
     rows = []
     for r in frame.itertuples(index=False):
-        row = {"doc_id": json_doc_id(r.doc_id, fmt), "sample": int(r.sample),
+        row = {"doc_id": json_doc_id(r.doc_id, fmt, int_ids), "sample": int(r.sample),
                "correct": None if _missing(r.correct) else bool(r.correct),
                "grade_pos": float(r.grade_pos), "n_steps": int(r.n_steps), "peak_step": int(r.peak_step)}
         suspect = getattr(r, "suspect_step", None)

@@ -206,7 +206,10 @@ def _read_project_jsonl(path: Path, rows: list[tuple[int, dict]], task: str | No
                                row_task, source, answers, error_step=error_step,
                                error_kind=None if error_kind is None else str(error_kind)))
     tasks = {i.task for i in items}
-    return TraceSource(str(path), "jsonl", tasks.pop() if len(tasks) == 1 else "mixed", items)
+    raw_ids = [row.get("doc_id", row.get("id", 0)) for _, row in rows]
+    # ids given as JSON numbers come back as numbers in --json (a caller matches them as it wrote them)
+    int_ids = all(isinstance(i, int) and not isinstance(i, bool) for i in raw_ids)
+    return TraceSource(str(path), "jsonl", tasks.pop() if len(tasks) == 1 else "mixed", items, int_ids=int_ids)
 
 
 def _read_labels(path: Path, rows: list[tuple[int, dict]], task: str | None) -> TraceSource:

@@ -55,11 +55,15 @@ class TraceSource:
     metrics: list[str] = field(default_factory=list)  # the metrics the file offers (lm-eval)
     filters: list[str] = field(default_factory=list)  # its filters (lm-eval)
     notes: list[str] = field(default_factory=list)  # what a user should know (duplicates dropped, re-scoring)
+    int_ids: bool = False  # every doc_id of the file was a JSON integer (trace JSONL)
 
     def describe(self) -> dict[str, Any]:
         """The reading settings (stored in the store's meta.json; a resumed run must match them)."""
-        return {"file": Path(self.path).name, "format": self.format, "task": self.task, "metric": self.metric,
-                "filter": self.filter, "prompt": self.prompt}
+        described = {"file": Path(self.path).name, "format": self.format, "task": self.task, "metric": self.metric,
+                     "filter": self.filter, "prompt": self.prompt}
+        if self.int_ids:
+            described["int_ids"] = True
+        return described
 
 
 def _check_task(task: str | None) -> str | None:
