@@ -259,6 +259,11 @@ def test_unexpected_errors_show_a_reference_not_details(served, monkeypatch):
         raise RuntimeError(f"boom in {served}/secret/file.py")
 
     monkeypatch.setattr(workflows, "analyze_question", broken)
+    # France is one of Home's examples, whose results all sessions of a process share: an earlier test's
+    # cached answer would be shown instead of running the broken analysis.
+    from studio import session
+
+    session.analysis_cache.clear()
     at = _app()
     assert config.get_option("client.showErrorDetails") == "none"
     at.text_area(key="question").input("What is the capital of France?")
