@@ -198,7 +198,7 @@ def ranked_steps(scores: np.ndarray) -> list[int]:
 #: Per-step features of :class:`StepProbe`, besides the per-layer step rank ratios: each z-scored within its
 #: trace, since a probe compares steps of one trace.
 PROBE_SCALARS = ("step_loss", "surprisal_max", "shock_max", "shock_mean", "rank_ratio_change")
-GRADE_FEATURES = ("layers", "shock_max", "shock_mean", "rank_ratio_change")
+GRADE_FEATURES = ("shock_max", "shock_mean", "rank_ratio_change")  # besides the per-layer ratios
 
 
 def _zscore(x: np.ndarray) -> np.ndarray:

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
-import numpy as np
-
 #: Numbers a step may use without a source: units of time and counting that word problems leave unsaid.
 CONSTANTS = frozenset({0, 1, 2, 100, Fraction(1, 2)})
 FINDING_KINDS = ("arithmetic", "provenance")
@@ -339,8 +337,9 @@ def known_numbers(text: str) -> set[Fraction]:
                                   r"five|six|seven|eight|nine)\b", plain.lower()):
         found.add(Fraction(_NUMBER_WORDS[tens] + _NUMBER_WORDS[units]))
     for word in re.findall(r"[a-z]+", plain.lower()):
-        for value in np.atleast_1d(_NUMBER_WORDS.get(word, ())):
-            value = Fraction(int(value))
+        values = _NUMBER_WORDS.get(word, ())
+        for value in values if isinstance(values, tuple) else (values,):
+            value = Fraction(value)
             found.update((value, 1 / value) if value else (value,))  # "a third": 3 and 1/3
     return found
 

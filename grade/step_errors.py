@@ -69,10 +69,6 @@ def split_of(doc_id: str) -> str:
     return "train" if int(hashlib.sha256(doc_id.encode()).hexdigest(), 16) % 2 == 0 else "test"
 
 
-def _steps(text: str) -> list[tuple[int, int]]:
-    return split_steps(text)
-
-
 def _fmt(value: Fraction) -> str | None:
     """A value as a solution would write it, or None where it is not a short decimal."""
     if value <= 0:
@@ -112,16 +108,16 @@ def _replace(text: str, start: int, end: int, new: str) -> str:
     return text[:start] + new + text[end:]
 
 
-def inject(doc_id: str, question: str, solution: str, kind: str, rng: random.Random) -> tuple[str, int] | None:
+def inject(question: str, solution: str, kind: str, rng: random.Random) -> tuple[str, int] | None:
     """``solution`` with one error of ``kind`` and the 1-based step where it first goes wrong, or None where
     this solution offers no place for that kind."""
-    spans = _steps(solution)
+    spans = split_steps(solution)
     # the last step is the "#### answer" line: errors go into the working
     work = [k for k, (a, b) in enumerate(spans) if "####" not in solution[a:b]]
-    avoid = known_numbers(question) | {Fraction(m.group()) for m in _NUMBER.finditer(solution.replace(",", ""))}
+    question_numbers = known_numbers(question)
+    avoid = question_numbers | {Fraction(m.group()) for m in _NUMBER.finditer(solution.replace(",", ""))}
     order = list(work)
     rng.shuffle(order)
-    question_numbers = known_numbers(question)
     for k in order:
         a, b = spans[k]
         step = solution[a:b]
@@ -190,7 +186,7 @@ def injected_traces(rows: Iterable[dict], *, seed: int = 0, limit: int | None = 
         # the calculator-free GSM8K solutions still contain "x" for times in places; keep as written
         for shift in range(len(INJECTIONS)):
             kind = INJECTIONS[(i + shift) % len(INJECTIONS)]
-            made = inject(row["id"], row["question"], solution, kind, rng)
+            made = inject(row["question"], solution, kind, rng)
             if made is not None:
                 text, step = made
                 out.append(BenchTrace(f"{row['id']}:{kind.split()[0]}", row["question"], text, step, kind,
@@ -221,7 +217,7 @@ def own_slips(label_rows: Iterable[dict], references: dict[str, str], *, every_s
     for trace_id, row, text in wrong_traces(label_rows, every_sample=every_sample):
         if row["id"] not in references:
             continue
-        spans = _steps(text)
+        spans = split_steps(text)
         steps = [text[a:b] for a, b in spans]
         findings = check_steps(row["question"], steps)
         first = next((k for k, found in enumerate(findings) if any(f.kind == "arithmetic" for f in found)), None)

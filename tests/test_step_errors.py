@@ -174,7 +174,7 @@ def test_each_injection_changes_the_solution_at_the_step_it_names(kind):
     rng = random.Random(0)
     made = 0
     for row in _gsm8k_rows(60):
-        result = inject(row["id"], row["question"], row["solution"], kind, rng)
+        result = inject(row["question"], row["solution"], kind, rng)
         if result is None:
             continue
         text, step = result
@@ -238,7 +238,7 @@ def test_traces_command_puts_the_suspect_step_on_the_injected_slip(tmp_path):
     traces = []
     for row in rows:
         for kind in ("result changed", "question number copied wrong"):
-            made = inject(row["id"], row["question"], row["solution"], kind, rng)
+            made = inject(row["question"], row["solution"], kind, rng)
             if made and len(traces) < 4:
                 traces.append({"doc_id": f"{row['id']}-{kind[:6]}", "question": row["question"], "response": made[0],
                                "correct": False, "error_step": made[1]})
