@@ -16,7 +16,9 @@ st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:
 
 from studio import figures, loading, session, tokens, workflows  # noqa: E402
 from studio.resources import default_probe, list_probes, load_questions, model_examples, reference_set  # noqa: E402
-from studio.summaries import explain, headline_reading  # noqa: E402
+from studio.summaries import explain, headline_reading, probe_reading  # noqa: E402
+from grade.probe import probe_inputs  # noqa: E402
+from grade.probe_reading import bands_for  # noqa: E402
 
 TASKS = {
     "qa": "Short answer (facts)",
@@ -280,6 +282,20 @@ def _show_comparison(pinned: workflows.QuestionAnalysis, current: workflows.Ques
                      column_config={"question": st.column_config.TextColumn(width="large")})
 
 
+def _show_probe_reading(lm, result) -> None:
+    """The numbers the active probe reads of this question against the two classes it learned from (where the
+    rank-ratio bands overlap, the inputs that separate)."""
+    request = st.session_state.get("analysis_request") or {}
+    probe, _, _ = session.active_probe(lm, task=request.get("task"))
+    bands = bands_for(probe.metadata) if probe is not None else None
+    if bands is None or bands.n_layers != result.n_layers or probe.metadata.get("loss") != result.loss:
+        return  # a probe without fitted bands (a user's own): nothing to set this question against
+    with st.expander("What the probe reads", expanded=True):
+        x = probe_inputs(result, bands.inputs)[0]
+        session.show_figure(figures.probe_inputs_figure(bands, x), "probe-inputs", key="home_probe_inputs")
+        st.caption(probe_reading(bands, x) + f" Bands: {bands.source}.")
+
+
 def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     result = analysis.result
     _show_cached_hint(analysis)
@@ -337,6 +353,8 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
         st.caption(f"Bands: inter-quartile range of {len(reference)} labelled reference questions "
                    f"({int(reference.labels.sum())} answerable, {int((1 - reference.labels).sum())} unanswerable).")
 
+    _show_probe_reading(lm, result)
+
     table = pd.DataFrame(result.layer_table())
     with st.expander("Per-layer features"):
         st.dataframe(table, hide_index=True, width="stretch")
@@ -367,6 +385,9 @@ def home() -> None:
             "where it falls among labelled questions; the probe reads the per-layer values, not their mean.\n"
             "- **Chart**: this question's rank ratio per layer (black) over the middle half of labelled answerable "
             "(green) and unanswerable (red) questions.\n"
+            "- **What the probe reads**: the numbers the probe actually takes in for this question, over the same two "
+            "classes of the questions it learned from; ringed are the ones that separate the classes best on their "
+            "own. Where the rank-ratio bands overlap, these show what the verdict rests on.\n"
             + explain("loss pre", "AUROC", "SAPLMA"))
     lm = session.current_model()
     if lm is None:

@@ -105,6 +105,65 @@ def rank_ratio_trend(
     return _layout(fig, title, "layer", "rank ratio", height=height)
 
 
+def probe_inputs_figure(bands, x: np.ndarray, *, height: int = 380) -> go.Figure:
+    """What a probe reads of one question (x: (width,) in the probe's input order) over each class's
+    inter-quartile band (:class:`grade.probe_reading.InputBands`); the inputs that separate the classes best
+    alone are ringed. Rank-ratio probes: one panel; log-srank probes: C_h, C_g and the loss side by side."""
+    from plotly.subplots import make_subplots
+
+    x = np.asarray(x, dtype=float).reshape(-1)
+    L = bands.n_layers
+    best = set(bands.separating(5))
+    if bands.inputs == "rank_ratio":
+        panels = [("rank ratio", slice(0, L))]
+    else:
+        panels = [("log srank(C_h)", slice(0, L)), ("log srank(C_g)", slice(L, 2 * L)), ("loss", slice(2 * L, 2 * L + 1))]
+    widths = [1.0] if len(panels) == 1 else [0.43, 0.43, 0.14]
+    fig = make_subplots(rows=1, cols=len(panels), column_widths=widths, horizontal_spacing=0.07,
+                        subplot_titles=[name for name, _ in panels])
+    for col, (name, part) in enumerate(panels, start=1):
+        index = np.arange(part.start, part.stop)
+        where = index - part.start if name != "loss" else np.zeros(1)
+        for label, color in (("answerable", COLOR_YES), ("unanswerable", COLOR_NO)):
+            low, mid, high = (np.asarray(q)[part] for q in bands.quartiles[label])
+            first = col == 1
+            if name == "loss":  # one number: its two boxes side by side
+                offset = -0.15 if label == "answerable" else 0.15
+                fig.add_trace(go.Scatter(x=where + offset, y=mid, mode="markers", name=f"{label} (25-75%)",
+                                         marker=dict(color=color, size=9, symbol="line-ew-open"),
+                                         error_y=dict(type="data", symmetric=False, array=high - mid,
+                                                      arrayminus=mid - low, color=color, thickness=6, width=0),
+                                         legendgroup=label, showlegend=False), row=1, col=col)
+                continue
+            fig.add_trace(go.Scatter(x=where, y=high, mode="lines", line=dict(width=0), showlegend=False,
+                                     hoverinfo="skip", legendgroup=label), row=1, col=col)
+            fig.add_trace(go.Scatter(x=where, y=low, mode="lines", line=dict(width=0), fill="tonexty",
+                                     fillcolor=_rgba(color, 0.18), name=f"{label} questions (25-75%)",
+                                     hoverinfo="skip", legendgroup=label, showlegend=first), row=1, col=col)
+            fig.add_trace(go.Scatter(x=where, y=mid, mode="lines", line=dict(color=color, width=1.5, dash="dot"),
+                                     name=f"{label} median", legendgroup=label, showlegend=first), row=1, col=col)
+        fig.add_trace(go.Scatter(x=where, y=x[part], mode="lines+markers" if name != "loss" else "markers",
+                                 name="this question", line=dict(color=COLOR_CURRENT, width=2.5),
+                                 marker=dict(size=7 if name != "loss" else 11, color=COLOR_CURRENT),
+                                 showlegend=col == 1), row=1, col=col)
+        ringed = [j for j in index if j in best]
+        if ringed:
+            fig.add_trace(go.Scatter(x=[(j - part.start) if name != "loss" else 0 for j in ringed],
+                                     y=[x[j] for j in ringed], mode="markers", name="separates the classes best",
+                                     marker=dict(size=17, symbol="circle-open", color=COLOR_G, line=dict(width=2.5)),
+                                     customdata=[bands.auroc[j] for j in ringed],
+                                     hovertemplate="AUROC alone %{customdata:.2f}<extra></extra>",
+                                     legendgroup="best", showlegend=not any(
+                                         t.name == "separates the classes best" for t in fig.data)),
+                          row=1, col=col)
+        if name == "loss":
+            fig.update_xaxes(showticklabels=False, range=[-0.6, 0.6], row=1, col=col)
+        else:
+            fig.update_xaxes(title_text="layer", row=1, col=col)
+    _layout(fig, "What the probe reads: this question against the two classes", "layer", None, height=height)
+    return fig.update_layout(margin=dict(t=135), legend=dict(y=1.22))  # the legend clear of the panels' titles
+
+
 # ------------------------------------------------------------------------------------------ spectra
 
 

@@ -175,3 +175,23 @@ def headline_reading(value: float, ratios: np.ndarray | None, labels: np.ndarray
             f"questions ({direction}), and the two groups overlap; {value:.3f} is above {share_yes:.0%} of the "
             f"answerable and {share_no:.0%} of the unanswerable ones. The probe reads the per-layer values, not "
             f"their mean, which is why its verdict can point the other way.")
+
+
+def probe_reading(bands, x, k: int = 5) -> str:
+    """What the probe-inputs chart shows, for one question's inputs x (width,) against the bands of the
+    probe's labelled questions (:class:`grade.probe_reading.InputBands`): which inputs separate the classes
+    best alone, and on which side of each this question lies."""
+    x = np.asarray(x, dtype=float).reshape(-1)
+    names, side, counts = bands.names, bands.side(x), bands.counts
+    best = bands.separating(k)
+    parts = []
+    for j in best:
+        a = bands.auroc[j]
+        parts.append(f"{names[j]} (AUROC alone {max(a, 1 - a):.2f}, {'higher' if a > 0.5 else 'lower'} for answerable)")
+    yes = sum(1 for j in best if side[j] > 0)
+    median_strength = float(np.median(np.maximum(bands.auroc, 1 - np.asarray(bands.auroc))))
+    return (f"The probe reads {len(names)} numbers of this question. Over the {counts['answerable']} answerable and "
+            f"{counts['unanswerable']} unanswerable questions it learned from, a typical one of them alone separates the "
+            f"two classes with an AUROC of only {median_strength:.2f} (0.50 is chance): the bands overlap, and the "
+            f"probe weighs many numbers together. The {len(best)} that separate best alone (ringed): {'; '.join(parts)}. "
+            f"This question lies on the answerable side of {yes} of these {len(best)}.")

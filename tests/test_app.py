@@ -94,6 +94,29 @@ def test_home_shows_answer_and_the_probes_verdict(analysed, smollm, shipped_prob
     assert {"Features (CSV)", "Full result (JSON)"} <= downloads
 
 
+def test_home_sets_what_the_probe_reads_against_the_two_classes(analysed, smollm, shipped_probe):
+    """Under the overview: the probe's own inputs for this question over its classes' bands, and a sentence
+    whose count of inputs on the answerable side is the engine's (computed here directly)."""
+    import re
+
+    import grade
+    from grade.probe import Probe, probe_inputs
+    from grade.probe_reading import bands_for
+
+    at = analysed
+    assert any(e.label == "What the probe reads" for e in at.expander)
+    probe = Probe.load(shipped_probe.path)
+    bands = bands_for(probe.metadata)
+    result = grade.analyze(smollm, QUESTION, loss=shipped_probe.loss, srank=shipped_probe.metadata.get("srank", "paper"))
+    x = probe_inputs(result, bands.inputs)[0]
+    expected = int((bands.side(x)[bands.separating(5)] > 0).sum())
+    captions = " ".join(c.value for c in at.caption)
+    found = re.search(r"lies on the answerable side of (\d+) of these 5", captions)
+    assert found, captions[-600:]
+    assert int(found.group(1)) == expected
+    assert "ringed" in captions and str(bands.counts["answerable"]) in captions
+
+
 def test_home_shows_the_other_detectors_and_says_when_they_disagree(analysed, smollm, one_torch_thread):
     """Beside the probe: each shipped detector's probability (the engine's own, on the same question), the
     test AUROC of the kind of question asked, and one sentence because the verdicts differ here (the

@@ -58,6 +58,7 @@ LAYERS = {
     # learning
     "grade.artifacts": "learning",
     "grade.probe": "learning",
+    "grade.probe_reading": "learning",
     "grade.detectors": "learning",
     "grade.model_statistics": "learning",
     "grade.baselines": "learning",
