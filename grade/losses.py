@@ -19,6 +19,8 @@ import torch.nn.functional as F
 # A step ends after . ! ? or ; followed by whitespace (so "3.5" stays whole), or at a newline. Colons do not
 # end a step: "Step 1: add the pens" is one step.
 STEP_BOUNDARY = re.compile(r"(?<=[.!?;])\s+|\n+")
+# A list marker ("1.", "b)", "iv.", "Step 2.") is not a step of its own: it opens the step that follows it.
+LIST_MARKER = re.compile(r"(?:step\s*)?(?:\d{1,3}|[a-z]|[ivx]{1,4})[.)]", re.IGNORECASE)
 
 
 def entropy_at_last_position(logits: torch.Tensor) -> torch.Tensor:
@@ -59,10 +61,12 @@ class Step:
 
 
 def split_steps(response: str) -> list[tuple[int, int]]:
-    """Character spans of the punctuation-delimited steps of ``response`` (whitespace stays with the step before)."""
+    """Character spans of the punctuation-delimited steps of ``response`` (whitespace stays with the step before;
+    a list marker stays with the step it opens)."""
     spans, start = [], 0
     for match in STEP_BOUNDARY.finditer(response):
-        if response[start : match.start()].strip():
+        text = response[start : match.start()].strip()
+        if text and not LIST_MARKER.fullmatch(text):
             spans.append((start, match.end()))
             start = match.end()
     if response[start:].strip():
