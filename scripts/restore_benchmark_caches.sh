@@ -50,4 +50,9 @@ restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history
 # Qwen's MATH feature stores (GRADE_pre of every labelled question, GRADE_pos of the first 160), from an H100
 restore "$(git log --format=%H -1 --grep='^Qwen MATH caches in history' || true)" \
   "data/probe_features/$qwen/pre/math.parquet" "data/probe_features/$qwen/pos/math.parquet"
+# Qwen's step-wise GRADE_pos stores of GSM8K and MATH recomputed after the step split changed (a list marker opens
+# the step it numbers), on an H100: the stores the shipped pos probes are trained on now
+stepwise=("data/probe_features/$qwen/pos/gsm8k.parquet" "data/probe_features/$qwen/pos/math.parquet")
+(cd "$dest" && rm -rf "${stepwise[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen step-split caches in history' || true)" "${stepwise[@]}"
 (cd "$dest" && du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*)
