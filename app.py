@@ -132,9 +132,11 @@ def _shipped(lm, request: dict, probe_info) -> workflows.QuestionAnalysis | None
     """The result shipped with the app for exactly ``request`` with this probe and the shipped detectors
     (:func:`studio.analysis_cache.find_shipped`), else None."""
     from grade.detectors import detectors_for
-    from studio.analysis_cache import find_shipped, home_request
+    from studio.analysis_cache import find_shipped, home_request, shipped_enabled
     from studio.resources import DETECTORS_DIR
 
+    if not shipped_enabled():  # before hashing anything
+        return None
     return find_shipped(home_request(
         lm, request["question"], request["context"], request["task"], request["max_new_tokens"],
         session.limits().answer_tokens, probe_info.path if probe_info is not None else None,
@@ -159,7 +161,8 @@ def _example_jobs(lm):
 
 def _load_shipped_examples(lm) -> None:
     """Put the results shipped for Home's examples (those computed for exactly this model, probe, detectors
-    and settings) into the shared cache, once per process and model: an example then answers at once."""
+    and settings) into the shared cache when the model is loaded (each run skips those already cached): an
+    example then answers at once."""
     cache = session.analysis_cache()
     for request, key, _, _, info in _example_jobs(lm):
         if cache.peek(key) is None and (shipped := _shipped(lm, request, info)) is not None:
