@@ -7,6 +7,9 @@
   detectors, the default answer length and the local answer-length cap), on the CPU in the model's default
   dtype (float32), as the app loads it. Of the hidden states only the layers the reference set stores are kept
   (float16): Projections draws the question there; the other layers load as NaN.
+  The answer comes from whatever generates for the model in this environment (llama.cpp for Qwen where
+  llama-cpp-python is importable, as after ``make run``; else torch); the request records which, and the app uses
+  the result only with the same generator.
 * **trace**: the Reasoning trace page's reference solutions of the model's own problems and of the problem the
   page opens on (:func:`studio.workflows.analyze_trace`). The model's generated traces are not shipped.
 * **projections**: Projections' t-SNE and UMAP of the shipped reference set for the model (loss ``pre``, the
@@ -30,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("home", "trace", "projections")
-DEFAULT_MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct")
+DEFAULT_MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct", "gemma-3-270m")
 
 
 def machine() -> str:
@@ -149,7 +152,7 @@ def prune(folder: Path, kind: str, keep: list[Path], say) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", action="append", help="embedded model (repeat; default: SmolLM2 and Qwen)")
+    parser.add_argument("--model", action="append", help="embedded model (repeat; default: all three)")
     parser.add_argument("--only", choices=KINDS, action="append", help="build only these kinds (repeat)")
     args = parser.parse_args()
     os.environ["GRADE_SHIPPED_RESULTS"] = "1"
