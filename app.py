@@ -15,7 +15,7 @@ import streamlit as st
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
 from studio import figures, loading, session, tokens, workflows  # noqa: E402
-from studio.resources import default_probe, list_probes, load_questions, model_examples, reference_set  # noqa: E402
+from studio.resources import default_probe, list_probes, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading, probe_reading  # noqa: E402
 from grade.probe import probe_inputs  # noqa: E402
 from grade.probe_reading import bands_for  # noqa: E402
@@ -30,20 +30,8 @@ TASKS = {
 
 @st.cache_data(show_spinner=False)
 def _examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
-    """A few questions from the shipped datasets, and the loaded model's own known / wrong ones (by its
-    labels): label -> (question, context, task)."""
-    examples: dict[str, tuple[str, str | None, str]] = {
-        "Capital of France (well known)": ("What is the capital of France?", None, "qa"),
-    }
-    for row in model_examples(model) if model else []:
-        examples[row["label"]] = (row["question"], row.get("context"), row.get("task") or "qa")
-    for row in load_questions("triviaqa", 3):
-        examples[f"TriviaQA: {row['question'][:60]}"] = (row["question"], None, "qa")
-    for row in load_questions("hotpotqa", 2):
-        examples[f"HotpotQA + document: {row['question'][:50]}"] = (row["question"], row.get("context"), "qa")
-    for row in load_questions("gsm8k", 1):
-        examples[f"GSM8K: {row['question'][:60]}"] = (row["question"], None, "gsm8k")
-    return examples
+    """Home's examples (:func:`studio.workflows.home_examples`): label -> (question, context, task)."""
+    return workflows.home_examples(model)
 
 
 def _use_example() -> None:
@@ -64,7 +52,7 @@ def _request() -> dict:
     """What the Analyze button analyses: the widgets' values now."""
     return {"question": st.session_state.get("question", ""), "context": st.session_state.get("context"),
             "task": st.session_state.get("task", "qa"),
-            "max_new_tokens": int(st.session_state.get("max_new_tokens", 48))}
+            "max_new_tokens": int(st.session_state.get("max_new_tokens", workflows.HOME_ANSWER_TOKENS))}
 
 
 PENDING = "analysis_ticket"  # this session's studio.queue.Ticket while its analysis waits or runs
@@ -116,6 +104,12 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
     key, job_key, compute = _analysis_job(lm, request, probe, info, problem, shared=_is_example(lm, request),
                                           recompute=recompute)
     entry = None if recompute else cache.get(key)
+    if entry is None and not recompute:
+        shipped = _shipped(lm, request, info if probe is not None else None)
+        entry = cache.put(key, shipped, shipped.computed_at) if shipped is not None else None
+        if shipped is not None and entry is None:  # the cache is off or full: shown all the same
+            _keep_result(shipped.as_cached(shipped.computed_at), request)
+            return
     if entry is not None:  # computed before (an example, precomputed or asked by anyone; or this user's own)
         _keep_result(entry.value.as_cached(entry.computed_at), request)
         return
@@ -136,23 +130,57 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
 PRECOMPUTE_VARIABLE = "GRADE_PRECOMPUTE_EXAMPLES"
 
 
-def _precompute_examples(lm) -> None:
-    """Served: queue Home's examples for the loaded model (with the shipped probe and the default answer
-    length) as background work, run only while no user's analysis waits, so that an example answers at once
-    from the cache. Each is queued once: skipped while cached or already queued."""
-    cache = session.analysis_cache()
-    if (not session.config().served or cache.max_entries == 0
-            or os.environ.get(PRECOMPUTE_VARIABLE, "0").strip().lower() not in ("1", "true", "yes", "on")):
-        return
-    queue, probes = session.analysis_queue(), list_probes()
+def _shipped(lm, request: dict, probe_info) -> workflows.QuestionAnalysis | None:
+    """The result shipped with the app for exactly ``request`` with this probe and the shipped detectors
+    (:func:`studio.analysis_cache.find_shipped`), else None."""
+    from grade.detectors import detectors_for
+    from studio.analysis_cache import find_shipped, home_request, shipped_enabled
+    from studio.resources import DETECTORS_DIR
+
+    if not shipped_enabled():  # before hashing anything
+        return None
+    return find_shipped(home_request(
+        lm, request["question"], request["context"], request["task"], request["max_new_tokens"],
+        session.limits().answer_tokens, probe_info.path if probe_info is not None else None,
+        detectors_for(lm.name, DETECTORS_DIR)))
+
+
+def _example_jobs(lm):
+    """(request, cache key, job key, compute, probe info or None) of each of Home's examples for the loaded
+    model, with the shipped probe for its task and the default answer length."""
+    probes = list_probes()
     for question, context, task in _examples(lm.name).values():
-        request = {"question": question, "context": context, "task": task, "max_new_tokens": 48}
+        request = {"question": question, "context": context, "task": task,
+                   "max_new_tokens": workflows.HOME_ANSWER_TOKENS}
         info = default_probe(lm.name, probes, task=task)
         try:
             probe, problem = (session.cached_probe(info.path), None) if info is not None else (None, "no probe")
         except Exception as exc:
             probe, problem = None, session.user_message(exc)
         key, job_key, compute = _analysis_job(lm, request, probe, info, problem, shared=True)
+        yield request, key, job_key, compute, info if probe is not None else None
+
+
+def _load_shipped_examples(lm) -> None:
+    """Put the results shipped for Home's examples (those computed for exactly this model, probe, detectors
+    and settings) into the shared cache when the model is loaded (each run skips those already cached): an
+    example then answers at once."""
+    cache = session.analysis_cache()
+    for request, key, _, _, info in _example_jobs(lm):
+        if cache.peek(key) is None and (shipped := _shipped(lm, request, info)) is not None:
+            cache.put(key, shipped, shipped.computed_at)
+
+
+def _precompute_examples(lm) -> None:
+    """Served: queue Home's examples for the loaded model (with the shipped probe and the default answer
+    length) as background work, run only while no user's analysis waits, so that an example answers at once
+    from the cache. Each is queued once: skipped while cached (shipped, or computed) or already queued."""
+    cache = session.analysis_cache()
+    if (not session.config().served or cache.max_entries == 0
+            or os.environ.get(PRECOMPUTE_VARIABLE, "0").strip().lower() not in ("1", "true", "yes", "on")):
+        return
+    queue = session.analysis_queue()
+    for _, key, job_key, compute, _ in _example_jobs(lm):
         if cache.peek(key) is None:
             queue.submit_background(st.session_state["model_spec"].label, job_key, compute,
                                     on_result=lambda analysis, key=key: cache.put(key, analysis,
@@ -249,10 +277,16 @@ def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
 def _show_cached_hint(analysis: workflows.QuestionAnalysis) -> None:
     if not analysis.from_cache:
         return
-    when = time.strftime("%H:%M", time.localtime(analysis.computed_at))
     row = st.container(horizontal=True, vertical_alignment="center", key="cached_hint")
-    row.caption(f"Cached result (computed at {when}): the same model, question, document, settings and probe "
-                "were analysed before, so nothing was recomputed.")
+    if analysis.origin is not None:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(analysis.computed_at))
+        row.caption(f"Precomputed result, shipped with the app: computed on {analysis.origin.get('computed_on')} "
+                    f"on {when} (torch {analysis.origin.get('torch')}) for exactly this model, question, document, "
+                    "settings, probe and detectors, so nothing was computed now.")
+    else:
+        when = time.strftime("%H:%M", time.localtime(analysis.computed_at))
+        row.caption(f"Cached result (computed at {when}): the same model, question, document, settings and probe "
+                    "were analysed before, so nothing was recomputed.")
     row.button("Recompute", key="recompute", icon=":material/refresh:",
                help="Analyse this question again and replace the cached result")
 
@@ -393,6 +427,7 @@ def home() -> None:
     if lm is None:
         session.no_model_message()
     else:
+        _load_shipped_examples(lm)
         _precompute_examples(lm)
 
     st.selectbox("Try an example", [""] + list(_examples(lm.name if lm else None)), key="example", **session.KEEP,
@@ -403,7 +438,7 @@ def home() -> None:
                      expanded=bool(st.session_state.get("context"))):
         st.text_area("Context / document", key="context", **session.KEEP, height=140, label_visibility="collapsed",
                      placeholder="Paste a passage the model may use to answer ...")
-    st.session_state.setdefault("max_new_tokens", 48)
+    st.session_state.setdefault("max_new_tokens", workflows.HOME_ANSWER_TOKENS)
     col_task, col_tokens, col_button = st.columns([2, 1, 1], vertical_alignment="bottom")
     col_task.selectbox("Question type (prompt style)", list(TASKS), format_func=TASKS.get, key="task", **session.KEEP)
     # No max_value: a widget would silently clamp a larger number; the check says what the cap is.

@@ -11,6 +11,7 @@ import streamlit as st
 from grade.errors import InputError
 from grade.tasks import answer_format
 from studio import figures, localization, session, tokens, workflows
+from studio.analysis_cache import shipped_trace
 from studio.resources import load_questions, trace_examples
 
 TRACES = ("A", "B")
@@ -123,9 +124,11 @@ def _analyze(keys: list[str]) -> None:
     for i, key in enumerate(keys):
         progress.progress(i / len(keys), text=f"Analyzing trace {key} (one backward pass per step) ...")
         try:
-            traces[key] = workflows.analyze_trace(lm, st.session_state.get("rt_question", ""),
-                                                  st.session_state.get(f"rt_text_{key}", ""), title=f"Trace {key}",
-                                                  gold=_gold(), limits=session.limits())
+            traces[key] = shipped_trace(lm, question, str(st.session_state.get(f"rt_text_{key}") or ""),
+                                        title=f"Trace {key}", gold=_gold()) or \
+                workflows.analyze_trace(lm, st.session_state.get("rt_question", ""),
+                                        st.session_state.get(f"rt_text_{key}", ""), title=f"Trace {key}",
+                                        gold=_gold(), limits=session.limits())
         except Exception as exc:
             traces.pop(key, None)
             session.show_error(exc, f"Trace {key}")
@@ -171,6 +174,9 @@ for trace, score, value, column in zip(shown, scored, values, columns):
         m1.metric("GRADE_pos", f"{trace.grade_pos:.3f}", help="Mean rank ratio over steps and layers")
         m2.metric("Steps", len(trace.result.steps))
         m3.metric("Mean CE loss", f"{trace.result.loss_value:.3f}")
+        if trace.origin is not None:  # a shipped result (studio.analysis_cache): say so, and how to recompute it
+            st.caption(f"Precomputed, shipped with the app (computed on {trace.origin.get('computed_on')}); edit a step "
+                       "and re-run below to compute it here.")
         raw = np.nanmean(score.scores, axis=0) if layer is None else score.scores[layer]
         signals = trace.localization()[0]
         ranked = localization.ranked_table(trace.step_texts, signals)

@@ -5,15 +5,24 @@ first result instead of a second forward/backward pass and generation. The cache
 ``max_entries`` analyses and about ``max_bytes`` of their arrays (spectra, hidden states, token scores);
 the least recently used go first. An operator sets both with ``GRADE_ANALYSIS_CACHE_ENTRIES`` and
 ``GRADE_ANALYSIS_CACHE_MB`` (0 entries: no caching).
+
+Shipped results: Home's and the Reasoning trace page's examples come precomputed for the embedded models
+(``scripts/build_example_results.py``), one file pair per request, named by a hash of everything the result
+depends on (:func:`home_request`, :func:`trace_request`: files by SHA-256) and used only for that exact request.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import json
 import os
 import threading
 import time
 from collections import OrderedDict
+from importlib import resources
+from pathlib import Path
 from typing import Any, Hashable
 
 import numpy as np
@@ -133,3 +142,171 @@ class AnalysisCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+# ------------------------------------------------------------------------------- shipped results
+
+#: ``0`` turns the shipped results off (the test suite does, so that its timings measure computations).
+SHIPPED_VARIABLE = "GRADE_SHIPPED_RESULTS"
+
+
+def shipped_folder() -> Path:
+    """Where the precomputed results ship: ``studio/assets/examples/<model>/`` (package data)."""
+    return Path(str(resources.files("studio") / "assets" / "examples"))
+
+
+def shipped_enabled() -> bool:
+    return os.environ.get(SHIPPED_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    from grade.artifacts import sha256_file
+
+    return sha256_file(Path(path))
+
+
+def file_digest(path: str | Path) -> str | None:
+    """SHA-256 of a file (computed once per version of it), None when it does not exist."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return _digest(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _package_versions(model: str) -> tuple[tuple[str, str | None], ...]:
+    import importlib.metadata
+
+    import grade
+
+    embedded = grade.EMBEDDED_MODELS.get(model)
+    versions = []
+    for package in embedded.packages if embedded is not None else ():
+        try:
+            versions.append((package, importlib.metadata.version(package)))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append((package, None))
+    return tuple(versions)
+
+
+def model_identity(lm) -> dict:
+    """The model as a shipped result names it: its name, the versions of the packages its weights come
+    from (embedded models), and the dtype and device type it computed in."""
+    return {"model": lm.name, "packages": dict(_package_versions(lm.name)),
+            "dtype": str(lm.dtype).replace("torch.", ""), "device": lm.device.type}
+
+
+def home_request(lm, question: str, context: str | None, task: str, max_new_tokens: int, answer_tokens: int,
+                 probe_path: str | Path | None, detector_paths: list[Path]) -> dict:
+    """Everything Home's analysis depends on, files by content: the model, what generates its answer, the
+    question and document as the analysis reads them (stripped), the task, the answer length and the app's
+    cap on it, the probe's two files and every detector file (SHA-256). Equal requests give the same analysis."""
+    from .resources import probe_metadata_path
+
+    probe = None
+    if probe_path is not None:
+        probe = {"weights": file_digest(probe_path), "metadata": file_digest(probe_metadata_path(Path(probe_path)))}
+    detectors = {Path(p).name: [file_digest(p), file_digest(Path(p).with_suffix(".json"))] for p in detector_paths}
+    from grade.generation import backend_for, settings_for_task
+
+    # The answer's generator (llama.cpp or torch: their greedy answers can part after some tokens).
+    generator = type(backend_for(lm, settings_for_task(task, max_new_tokens))).__name__
+    return {"kind": "home", **model_identity(lm), "generator": generator, "question": (question or "").strip(),
+            "context": (context or "").strip() or None, "task": task, "max_new_tokens": int(max_new_tokens),
+            "answer_tokens_cap": int(answer_tokens), "probe": probe, "detectors": detectors}
+
+
+def trace_request(lm, question: str, response: str, task: str = "gsm8k") -> dict:
+    """Everything a Reasoning trace analysis depends on: the model, the problem, the trace (stripped, as
+    analysed) and the task. (The gold answer is not: whether the trace is right is checked when it is shown.)"""
+    return {"kind": "trace", **model_identity(lm), "question": (question or "").strip(),
+            "response": (response or "").strip(), "task": task}
+
+
+def shipped_name(request: dict) -> str:
+    """The file name (without extension) of the shipped result of ``request``: its kind and a hash of it."""
+    canonical = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return f"{request['kind']}-{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:20]}"
+
+
+def shipped_path(request: dict, folder: Path | None = None) -> Path:
+    from grade.artifacts import model_key
+
+    return (folder or shipped_folder()) / model_key(request["model"]) / shipped_name(request)
+
+
+def find_shipped(request: dict, folder: Path | None = None):
+    """The shipped result computed for exactly ``request`` (a :class:`studio.workflows.QuestionAnalysis` or
+    :class:`~studio.workflows.Trace`), else None. The file is found by the request's hash and used only
+    when the request it records is equal, field by field; a file that cannot be read counts as absent."""
+    from grade.errors import GradeError
+
+    from .workflows import QuestionAnalysis, Trace
+
+    if not shipped_enabled():
+        return None
+    path = shipped_path(request, folder)
+    if not path.with_name(path.name + ".json").is_file():
+        return None
+    try:
+        found = (QuestionAnalysis if request["kind"] == "home" else Trace).load(path)
+    except (GradeError, KeyError, TypeError, ValueError):
+        return None
+    if (found.origin or {}).get("request") != json.loads(json.dumps(request)):
+        return None
+    return found
+
+
+def embedding_request(model: str, X, method: str, seed: int = 0) -> dict:
+    """What a Projections embedding depends on: the model whose reference rows it draws, the method, the
+    seed and the embedded matrix itself (its shape and the SHA-256 of its float64 values)."""
+    import numpy as np
+
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    return {"kind": "projections", "model": model, "method": method, "seed": seed, "shape": list(X.shape),
+            "input": hashlib.sha256(X.tobytes()).hexdigest()}
+
+
+def save_embedding(request: dict, coords, origin: dict, folder: Path | None = None) -> Path:
+    """Write an embedding's (n, 2) coordinates for ``request`` (:func:`embedding_request`); returns the path."""
+    import numpy as np
+
+    from .workflows import save_parts
+
+    path = shipped_path(request, folder)
+    save_parts(path, "embedding", {"coords": np.asarray(coords, dtype=np.float32)}, {"origin": origin})
+    return path
+
+
+def find_embedding(request: dict, folder: Path | None = None):
+    """The shipped (n, 2) coordinates computed for exactly ``request``, else None."""
+    from grade.errors import GradeError
+
+    from .workflows import load_parts
+
+    if not shipped_enabled():
+        return None
+    path = shipped_path(request, folder)
+    if not path.with_name(path.name + ".json").is_file():
+        return None
+    try:
+        arrays, fields = load_parts(path, "embedding")
+    except GradeError:
+        return None
+    if (fields.get("origin") or {}).get("request") != json.loads(json.dumps(request)):
+        return None
+    return arrays["coords"].astype(float)
+
+
+def shipped_trace(lm, question: str, response: str, *, title: str, gold: list[str] | None = None):
+    """The Reasoning trace page's shipped analysis of exactly this trace (:class:`studio.workflows.Trace`,
+    titled ``title`` and checked against ``gold`` now), else None."""
+    from .workflows import check_numeric_answer
+
+    found = find_shipped(trace_request(lm, question, response))
+    if found is None:
+        return None
+    return dataclasses.replace(found, title=title,
+                               correct=check_numeric_answer(found.response, gold) if gold else None)

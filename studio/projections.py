@@ -46,11 +46,17 @@ def place_by_neighbours(Z: np.ndarray, coords: np.ndarray, z_new: np.ndarray, k:
     return (coords[nearest] * weights[:, None]).sum(0) / weights.sum()
 
 
-def embed(X: np.ndarray, method: Method, x_new: np.ndarray | None = None, seed: int = 0) -> Embedding:
-    """Embed reference features X (n, d) in 2-D and place ``x_new`` (d,) on the same map."""
+def embed(X: np.ndarray, method: Method, x_new: np.ndarray | None = None, seed: int = 0,
+          coords: np.ndarray | None = None) -> Embedding:
+    """Embed reference features X (n, d) in 2-D and place ``x_new`` (d,) on the same map. ``coords`` (n, 2):
+    this embedding computed before (t-SNE, or UMAP without ``x_new``: UMAP places a point with its fitted model)."""
     X = np.asarray(X, dtype=np.float64)
     if len(X) < 5:
         raise ValueError(f"need at least 5 labelled questions for a projection, got {len(X)}")
+    if coords is not None and (method == "t-SNE" or x_new is None):
+        Z, z_new = _prepare(X, None if x_new is None else np.asarray(x_new, dtype=np.float64), seed=seed)
+        current = place_by_neighbours(Z, coords, z_new[0]) if z_new is not None else None
+        return Embedding(coords=np.asarray(coords), current=current, method=method)
     Z, z_new = _prepare(X, None if x_new is None else np.asarray(x_new, dtype=np.float64), seed=seed)
     if method == "t-SNE":
         perplexity = float(min(30.0, (len(Z) - 1) / 3))

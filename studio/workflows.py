@@ -8,9 +8,11 @@ other's results. The engine holds the model's lock for each forward/backward pas
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,6 +37,123 @@ Progress = Callable[[str], None]
 
 MAX_QUESTION_CHARS = LOCAL_LIMITS.question_chars
 MAX_CONTEXT_CHARS = LOCAL_LIMITS.context_chars
+#: Home's answer length before the user changes it (the widget's default; shipped examples are computed with it).
+HOME_ANSWER_TOKENS = 48
+
+
+def home_examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
+    """Home's example questions: a few from the shipped datasets, and the loaded model's own known / wrong
+    ones (by its labels). label -> (question, context, task)."""
+    from .resources import load_questions, model_examples
+
+    examples: dict[str, tuple[str, str | None, str]] = {
+        "Capital of France (well known)": ("What is the capital of France?", None, "qa"),
+    }
+    for row in model_examples(model) if model else []:
+        examples[row["label"]] = (row["question"], row.get("context"), row.get("task") or "qa")
+    for row in load_questions("triviaqa", 3):
+        examples[f"TriviaQA: {row['question'][:60]}"] = (row["question"], None, "qa")
+    for row in load_questions("hotpotqa", 2):
+        examples[f"HotpotQA + document: {row['question'][:50]}"] = (row["question"], row.get("context"), "qa")
+    for row in load_questions("gsm8k", 1):
+        examples[f"GSM8K: {row['question'][:60]}"] = (row["question"], None, "gsm8k")
+    return examples
+
+
+def trace_example_problems(model: str) -> list[dict]:
+    """The Reasoning trace problems whose reference solutions ship analysed: the model's own solved and failed
+    ones, then the one the page opens on (the first of the GSM8K dev set)."""
+    from .resources import load_questions, trace_examples
+
+    return list(trace_examples(model)) + load_questions("gsm8k", 1)
+
+
+# ------------------------------------------------------------------ results as files (safetensors + JSON)
+
+SAVED_FORMAT = 1
+#: Arrays that may be written as float16 when asked (``half=``): hidden states sit far inside its range and
+#: are only drawn (Projections' star). Spectra are not among them: C_g's eigenvalues fall below float16's
+#: smallest number, and the Spectra page counts them against thresholds down to 1e-6 of the largest.
+HALF_PRECISION_OK = ("last_hidden",)
+
+
+def _result_parts(result: grade.GradeResult, half: tuple[str, ...] = (),
+                  hidden_layers: list[int] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """(arrays, JSON fields) of a :class:`grade.GradeResult`: its arrays (``steps.<k>.<name>`` for a step's)
+    as float32, or float16 for those in ``half`` that fit, and every other field as it is. With
+    ``hidden_layers``, only those rows of ``last_hidden`` (L + 1, d) are kept; the others load as NaN."""
+    from grade.result import StepResult
+
+    def stored(name: str, value) -> np.ndarray:
+        array = np.ascontiguousarray(value, dtype=np.float32)
+        if name in half and name in HALF_PRECISION_OK and np.all(np.abs(array[np.isfinite(array)]) < 6e4):
+            return array.astype(np.float16)
+        return array
+
+    arrays = {name: stored(name, getattr(result, name)) for name in grade.GradeResult._ARRAYS
+              if getattr(result, name) is not None}
+    for k, step in enumerate(result.steps):
+        arrays.update({f"steps.{k}.{name}": stored(name, getattr(step, name)) for name in StepResult._ARRAYS
+                       if getattr(step, name) is not None})
+    skip = set(grade.GradeResult._ARRAYS) | set(StepResult._ARRAYS) | {"layers"}
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
+              if f.name not in skip and f.name != "steps"}
+    if hidden_layers is not None and "last_hidden" in arrays:
+        fields["last_hidden_rows"] = {"kept": [int(i) for i in hidden_layers], "shape": list(arrays["last_hidden"].shape)}
+        arrays["last_hidden"] = np.ascontiguousarray(arrays["last_hidden"][list(hidden_layers)])
+    fields["steps"] = [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in skip}
+                       for s in result.steps]
+    return arrays, fields
+
+
+def _result_from_parts(arrays: dict[str, np.ndarray], fields: dict) -> grade.GradeResult:
+    result = grade.GradeResult.from_dict(fields)  # arrays absent: None, filled in below
+    rows = fields.get("last_hidden_rows")
+    for name, value in arrays.items():
+        parts = name.split(".")
+        value = np.asarray(value, dtype=np.float64 if value.dtype == np.float32 else np.float32)
+        if name == "last_hidden" and rows:
+            full = np.full(rows["shape"], np.nan, dtype=value.dtype)
+            full[rows["kept"]] = value
+            value = full
+        if parts[0] == "steps":
+            setattr(result.steps[int(parts[1])], parts[2], value)
+        else:
+            setattr(result, name, value)
+    return result
+
+
+def save_parts(path: str | Path, kind: str, arrays: dict[str, np.ndarray], fields: dict) -> tuple[Path, Path]:
+    """``path.safetensors`` (arrays) and ``path.json`` (everything else), written atomically together."""
+    from safetensors.numpy import save_file
+
+    from grade.artifacts import jsonable
+    from grade.io import atomic_paths
+
+    path = Path(path)
+    weights, meta = path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_paths(weights, meta) as (weights_tmp, meta_tmp):
+        save_file(arrays, str(weights_tmp))
+        meta_tmp.write_text(json.dumps(jsonable({"kind": kind, "format": SAVED_FORMAT, **fields}), ensure_ascii=False,
+                                       indent=1) + "\n", encoding="utf-8")
+    return weights, meta
+
+
+def load_parts(path: str | Path, kind: str) -> tuple[dict[str, np.ndarray], dict]:
+    from safetensors.numpy import load_file
+
+    from grade.errors import GradeError
+
+    path = Path(path)
+    try:
+        fields = json.loads(path.with_name(path.name + ".json").read_text(encoding="utf-8"))
+        arrays = load_file(str(path.with_name(path.name + ".safetensors")))
+    except (OSError, ValueError) as exc:
+        raise GradeError(f"saved {kind} {path.name} could not be read: {exc}") from exc
+    if fields.get("kind") != kind or fields.get("format") != SAVED_FORMAT:
+        raise GradeError(f"{path.name} is not a saved {kind} of format {SAVED_FORMAT}")
+    return arrays, fields
 
 
 @dataclass
@@ -63,10 +182,36 @@ class QuestionAnalysis:
     detectors_problem: str | None = None  # why some or all other detectors are missing
     computed_at: float = field(default_factory=time.time)  # when it was computed (time.time())
     from_cache: bool = False  # True when Home took it from the analysis cache instead of computing it
+    origin: dict[str, Any] | None = None  # a shipped result: what was asked, where and how it was computed
 
     def as_cached(self, computed_at: float) -> "QuestionAnalysis":
         """A copy marked as coming from the cache (the stored object itself is shared and left alone)."""
         return dataclasses.replace(self, from_cache=True, computed_at=computed_at)
+
+    def save(self, path: str | Path, half: tuple[str, ...] = (),
+             hidden_layers: list[int] | None = None) -> tuple[Path, Path]:
+        """Write ``path.safetensors`` (the result's arrays; those named in ``half`` as float16 where
+        :data:`HALF_PRECISION_OK` allows; of the hidden states only ``hidden_layers`` if given) and
+        ``path.json`` (the rest). Returns both paths."""
+        arrays, fields = _result_parts(self.result, half, hidden_layers)
+        return save_parts(path, "question analysis", arrays, {
+            "result": fields, "answer": self.answer, "model_label": self.model_label, "seconds": self.seconds,
+            "verdict": dataclasses.asdict(self.verdict) if self.verdict is not None else None,
+            "probe_problem": self.probe_problem, "detectors_problem": self.detectors_problem,
+            "detector_verdicts": [dataclasses.asdict(v) for v in self.detector_verdicts],
+            "computed_at": self.computed_at, "origin": self.origin})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "QuestionAnalysis":
+        """What :meth:`save` wrote (arrays come back as float64, as computed)."""
+        arrays, fields = load_parts(path, "question analysis")
+        return cls(result=_result_from_parts(arrays, fields["result"]), answer=fields["answer"],
+                   verdict=Verdict(**fields["verdict"]) if fields.get("verdict") else None,
+                   model_label=fields["model_label"], seconds=fields.get("seconds") or {},
+                   probe_problem=fields.get("probe_problem"),
+                   detector_verdicts=[DetectorVerdict(**v) for v in fields.get("detector_verdicts") or []],
+                   detectors_problem=fields.get("detectors_problem"), computed_at=fields["computed_at"],
+                   origin=fields.get("origin"))
 
     @property
     def disagreement(self) -> str | None:
@@ -190,6 +335,23 @@ class Trace:
     result: grade.GradeResult
     display_tokens: list[str]  # decoded response tokens
     correct: bool | None = None
+    origin: dict[str, Any] | None = None  # a shipped result: what was asked, where and how it was computed
+    computed_at: float = field(default_factory=time.time)
+
+    def save(self, path: str | Path) -> tuple[Path, Path]:
+        """Write ``path.safetensors`` (the result's arrays) and ``path.json`` (the rest). Returns both paths."""
+        arrays, fields = _result_parts(self.result)
+        return save_parts(path, "trace analysis", arrays, {
+            "result": fields, "title": self.title, "question": self.question, "response": self.response,
+            "display_tokens": self.display_tokens, "correct": self.correct, "computed_at": self.computed_at,
+            "origin": self.origin})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trace":
+        arrays, fields = load_parts(path, "trace analysis")
+        return cls(title=fields["title"], question=fields["question"], response=fields["response"],
+                   result=_result_from_parts(arrays, fields["result"]), display_tokens=fields["display_tokens"],
+                   correct=fields.get("correct"), origin=fields.get("origin"), computed_at=fields["computed_at"])
 
     @property
     def step_texts(self) -> list[str]:
