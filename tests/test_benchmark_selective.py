@@ -40,6 +40,8 @@ def test_the_kept_scores_are_the_ones_behind_the_main_table_and_the_selective_ta
     for new, old in zip(again, result.selective):
         for key, value in new.items():
             assert value == (old[key] if isinstance(value, str) else pytest.approx(old[key], abs=1e-4, nan_ok=True)), key
+    # the Markdown from the full-precision scores is the written one, byte for byte (the CSV holds 4 decimals)
+    result.selective = again
     assert (ROOT / "results" / model / "selective_answering.md").read_text(encoding="utf-8") == selective_markdown(result)
 
 
@@ -57,7 +59,7 @@ def test_a_detector_that_ranks_better_answers_better_at_half_coverage_in_qwens_r
     assert spearmanr(*zip(*pairs)).statistic > 0.6
     for r in result.selective:
         assert r["acc_at_coverage"] <= r["oracle_acc_at_coverage"] + 1e-9 and r["auacc"] <= r["oracle_auacc"] + 1e-9
-        assert r["base_rate"] == pytest.approx(r["positives"] / r["n"])
+        assert r["base_rate"] == pytest.approx(r["positives"] / r["n"], abs=1e-4)
 
 
 def test_the_benchmarks_page_shows_qwens_selective_answering_without_loading_qwen(monkeypatch):

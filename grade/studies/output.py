@@ -99,13 +99,18 @@ def selective_markdown(result) -> str:
 
 def selective_summary(rows: list[dict]) -> str | None:
     """One sentence from a selective-answering table: per dataset, the detector with the best accuracy at the
-    table's coverage, its gain over answering everything, and GRADE's best. The length baselines are left out
-    of "detector" (a confound, not a detector)."""
+    table's coverage, its gain over answering everything, GRADE's best, and the length baselines where they do
+    as well (they are a confound, not a detector, so they are never "the best")."""
     from .tables import GRADE_METHODS, LENGTH_METHODS
 
     by: dict[str, dict[str, dict]] = {}
+    lengths: dict[str, list[dict]] = {}
     for r in rows:
-        if r["method"] not in LENGTH_METHODS and r["acc_at_coverage"] is not None and math.isfinite(r["acc_at_coverage"]):
+        if r["acc_at_coverage"] is None or not math.isfinite(r["acc_at_coverage"]):
+            continue
+        if r["method"] in LENGTH_METHODS:
+            lengths.setdefault(r["dataset"], []).append(r)
+        else:
             by.setdefault(r["dataset"], {})[r["method"]] = r
     parts = []
     for dataset, cells in by.items():
@@ -116,6 +121,9 @@ def selective_summary(rows: list[dict]) -> str | None:
         if grade and best["method"] not in GRADE_METHODS:
             g = max(grade, key=lambda r: r["acc_at_coverage"])
             text += f"; best GRADE: {g['method']} {g['acc_at_coverage']:.3f}"
+        length = max(lengths.get(dataset, []), key=lambda r: r["acc_at_coverage"], default=None)
+        if length is not None and length["acc_at_coverage"] >= best["acc_at_coverage"]:
+            text += f"; length alone as good or better: {length['method']} {length['acc_at_coverage']:.3f}"
         parts.append(text + ")")
     if not parts:
         return None
