@@ -99,7 +99,6 @@ def risk_coverage_figure(result: BenchmarkResult, datasets: list[str] | None = N
     """Selective answering, one panel per dataset: each detector's accuracy on the test questions it lets the
     model answer against the share answered (:func:`grade.metrics.accuracy_coverage`), with answering
     everything (the base rate, dotted: chance) and the oracle (dashed). None without per-question scores."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from .metrics import accuracy_coverage
