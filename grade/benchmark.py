@@ -44,11 +44,12 @@ SAMPLING_ROWS = ("all", "eval", "none")
 
 @dataclass
 class BenchmarkConfig:
-    """What one benchmark run covers. Relative paths are relative to the working directory.
+    """What one benchmark run covers. Relative paths are relative to the working directory; the package
+    names no folder of its own (``python -m grade benchmark`` keeps the documented defaults).
 
+    cache_dir : feature stores and baseline caches, ``<cache_dir>/<model>/{features,baselines}``.
     datasets : label file stems looked up in ``labels_dirs``, or ``NAME=FILE[,FILE...]`` to pool files.
-    labels_dirs : folders searched in order (default ``data/labels/<model>``, then
-        ``<cache_dir>/<model>/labels``).
+    labels_dirs : folders searched in order (default: ``<cache_dir>/<model>/labels`` only).
     features : extra feature stores (from ``grade extract``) to reuse before computing.
     sampling_rows : rows that get the sampling baselines: ``all``, ``eval`` (validation + test), ``none``.
     variants : perturbations for the robustness study (test rows only).
@@ -58,10 +59,10 @@ class BenchmarkConfig:
     """
 
     model: str
+    cache_dir: Path
     datasets: list[str] = field(default_factory=lambda: list(DEFAULT_DATASETS))
     labels_dirs: list[Path] | None = None
     eval_labels_dir: Path | None = None
-    cache_dir: Path = Path("data/benchmark")
     features: list[Path] = field(default_factory=list)
     offline: bool = False
     protocol: Protocol = field(default_factory=Protocol)
@@ -77,7 +78,7 @@ class BenchmarkConfig:
             raise InputError(f"sampling rows must be one of {', '.join(SAMPLING_ROWS)}")
         self.cache_dir = Path(self.cache_dir)
         if self.labels_dirs is None:
-            self.labels_dirs = [Path("data/labels") / safe_name(self.model), self.cache_dir / safe_name(self.model) / "labels"]
+            self.labels_dirs = [self.cache_dir / safe_name(self.model) / "labels"]
         self.labels_dirs = [Path(d) for d in self.labels_dirs]
         self.variants = [v for v in self.variants if v != "none"]
 

@@ -8,6 +8,10 @@ Pure functions of arrays (``y``: 0/1 labels, ``s``: scores, higher = answerable)
   where undefined, and the ROC curve's points;
 * :func:`heldout_metrics` (benchmark tables, CSV columns): ``acc``, ``auroc`` with its bootstrap
   interval ``auroc_lo`` / ``auroc_hi``, NaN where undefined.
+
+Selective answering (:func:`accuracy_coverage`, :func:`selective_metrics`): the model answers the questions
+a detector scores highest and abstains on the rest; the accuracy of what it answers against the share it
+answers (coverage) is the risk-coverage curve, read as accuracy rather than risk (risk = 1 - accuracy).
 """
 
 from __future__ import annotations
@@ -108,6 +112,85 @@ def heldout_metrics(y, s, threshold: float, *, with_auroc: bool = True, n_boot: 
     if with_auroc and finite.all():
         out["auroc"] = auroc(y, s)
         out["auroc_lo"], out["auroc_hi"] = bootstrap_ci(y, s, auroc, n_boot=n_boot, ci=ci, seed=seed)
+    return out
+
+
+def _expected_correct(y, s) -> np.ndarray:
+    """(n + 1,) expected number of right answers among the k highest-scored questions, k = 0..n.
+
+    Questions with equal scores cannot be told apart by any threshold, so where the k-th cut falls inside
+    a group of ties the model answers a random part of that group: each answered question of the group
+    counts the group's share of answerable ones (the expectation over every order of the ties, as AUROC
+    counts a tie one half)."""
+    y = np.asarray(y, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    order = np.argsort(-s, kind="stable")
+    ys, ss = y[order], s[order]
+    group = np.cumsum(np.r_[True, ss[1:] != ss[:-1]]) - 1 if len(ss) else np.zeros(0, dtype=int)
+    share = np.bincount(group, weights=ys) / np.bincount(group)
+    return np.r_[0.0, np.cumsum(share[group])]
+
+
+def accuracy_coverage(y, s) -> tuple[np.ndarray, np.ndarray]:
+    """The accuracy-coverage (risk-coverage) curve of selective answering.
+
+    Parameters
+    ----------
+    y : (n,) 0/1, 1 = the model's answer is right.
+    s : (n,) detector scores, higher = answerable; every score finite.
+
+    Returns
+    -------
+    coverage : (n,) k / n for k = 1..n, the share of questions answered.
+    accuracy : (n,) expected accuracy of the k highest-scored questions (ties: see
+        :func:`_expected_correct`). At full coverage it is the base rate ``y.mean()``; a score unrelated to
+        ``y`` stays there at every coverage, and ``s = y`` (the oracle) gives 1 up to ``y.mean()``.
+    """
+    correct = _expected_correct(y, s)
+    k = np.arange(1, len(correct))
+    return k / max(len(k), 1), correct[1:] / k
+
+
+def accuracy_at_coverage(y, s, coverage: float = 0.5) -> float:
+    """Accuracy (expected right answers over questions answered) when the model answers the ``coverage``
+    share of questions it scores highest (a fractional question is answered with that probability); NaN without questions or with a
+    non-finite score. y, s: (n,)."""
+    s = np.asarray(s, dtype=np.float64)
+    if not len(s) or not np.isfinite(s).all() or not 0 < coverage <= 1:
+        return float("nan")
+    correct = _expected_correct(y, s)
+    m = coverage * len(s)
+    return float(np.interp(m, np.arange(len(correct)), correct) / m)
+
+
+def area_under_accuracy_coverage(y, s) -> float:
+    """Mean accuracy over the coverages 1/n, 2/n, ..., 1 (the area under :func:`accuracy_coverage`; 1 - AURC):
+    the base rate for a score unrelated to the labels; NaN without questions or with a non-finite score."""
+    s = np.asarray(s, dtype=np.float64)
+    if not len(s) or not np.isfinite(s).all():
+        return float("nan")
+    return float(accuracy_coverage(y, s)[1].mean())
+
+
+def selective_metrics(y, s, *, coverage: float = 0.5, n_boot: int = 1000, ci: float = 0.95,
+                      seed: int = 0) -> dict[str, Any]:
+    """Selective answering by one detector on one test set: accuracy at ``coverage`` and the area under the
+    accuracy-coverage curve, each with the stratified bootstrap interval of :func:`bootstrap_ci` (class
+    counts are kept in every draw, so the base rate is fixed and the interval is that of the gain over
+    answering everything too), beside the base rate (answering everything, = chance) and the oracle's.
+
+    y, s: (n,). Keys: n, positives, coverage, base_rate, acc_at_coverage (+ _lo, _hi), auacc (+ _lo, _hi),
+    oracle_acc_at_coverage, oracle_auacc; NaN where a score is missing or undefined.
+    """
+    y = np.asarray(y).astype(int)
+    s = np.asarray(s, dtype=np.float64)
+    at = lambda yy, ss: accuracy_at_coverage(yy, ss, coverage)  # noqa: E731
+    out: dict[str, Any] = {"n": int(len(y)), "positives": int(y.sum()), "coverage": coverage,
+                           "base_rate": float(y.mean()) if len(y) else float("nan"),
+                           "acc_at_coverage": at(y, s), "auacc": area_under_accuracy_coverage(y, s),
+                           "oracle_acc_at_coverage": at(y, y), "oracle_auacc": area_under_accuracy_coverage(y, y)}
+    out["acc_at_coverage_lo"], out["acc_at_coverage_hi"] = bootstrap_ci(y, s, at, n_boot=n_boot, ci=ci, seed=seed)
+    out["auacc_lo"], out["auacc_hi"] = bootstrap_ci(y, s, area_under_accuracy_coverage, n_boot=n_boot, ci=ci, seed=seed)
     return out
 
 

@@ -15,7 +15,7 @@ import streamlit as st
 
 from grade.errors import GradeError
 from grade.report import figures
-from grade.studies import METHOD_ORDER, BenchmarkResult
+from grade.studies import METHOD_ORDER, BenchmarkResult, selective_summary
 from studio import session
 from studio.summaries import benchmark_summary, explain, pick_results_folder, small_sample_warning
 
@@ -121,12 +121,58 @@ st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos:
            "of the training + validation questions; probes use 0.5.")
 
 figs = figures(result)
-tabs = st.tabs(["AUROC", "Transfer", "Robustness", "Ablations", "Confidently wrong", "Conditions"])
+tabs = st.tabs(["AUROC", "Selective answering", "Transfer", "Robustness", "Ablations", "Confidently wrong",
+                "Conditions"])
 with tabs[0]:
     if "auroc_bars" in figs:
         session.show_figure(figs["auroc_bars"], f"{choice}-auroc-bars", key="bench_auroc_bars")
         _warn_small(result.main, lambda r: r["dataset"])
 with tabs[1]:
+    st.markdown("If the model may say *I don't know*, a detector decides which questions it answers: the ones the "
+                "detector is surest of. Each curve shows how often the answered questions are right (up) against "
+                "the share of questions answered (across).")
+    with st.expander("What you are looking at (selective answering)"):
+        st.markdown(
+            "Take the test questions and sort them by a detector's score, the most likely answerable first. Let the "
+            "model answer only the top part and say *I don't know* to the rest. Moving right, it answers more and "
+            "more questions; at the right edge it answers all of them.\n\n"
+            "- **Across: share answered (coverage).** 0.5 means the model answers half of the questions.\n"
+            "- **Up: accuracy of the answered questions.** How many of the questions it chose to answer it gets right.\n"
+            "- **Grey dotted line: answering everything.** The share of questions the model gets right anyway (the "
+            "base rate). A detector that knows nothing (a coin) stays on this line: that is chance.\n"
+            "- **Black dashed line: the oracle**, a detector that knows every answer's fate: it answers the right "
+            "ones first and stays at 1.0 until it runs out of them.\n"
+            "- A good detector starts high on the left and falls to the base rate at the right edge. Below the "
+            "dotted line, the detector picks the *wrong* questions first.\n\n"
+            "Two numbers sum a curve up (table below): the **accuracy at 50% coverage** (answering the half the "
+            "detector is surest of) and the **area** under the curve (the mean accuracy over every coverage; "
+            "chance gives the base rate). The brackets are 95% bootstrap intervals: on a few dozen test "
+            "questions they are wide, so two detectors whose intervals overlap may not differ at all."
+        )
+    if result.selective:
+        sentence = selective_summary(result.selective)
+        if sentence:
+            st.markdown(f"**{choice}:** {sentence}")
+        if "risk_coverage" in figs:
+            session.show_figure(figs["risk_coverage"], f"{choice}-risk-coverage", key="bench_risk_coverage")
+        sel = pd.DataFrame(result.selective)
+        shown = pd.DataFrame({
+            "dataset": sel["dataset"], "method": sel["method"],
+            "Acc at 50% coverage [95% CI]": [f"{_num(a)} [{_num(lo, 2)}, {_num(hi, 2)}]" for a, lo, hi in
+                                             zip(sel["acc_at_coverage"], sel["acc_at_coverage_lo"], sel["acc_at_coverage_hi"])],
+            "area [95% CI]": [f"{_num(a)} [{_num(lo, 2)}, {_num(hi, 2)}]" for a, lo, hi in
+                              zip(sel["auacc"], sel["auacc_lo"], sel["auacc_hi"])],
+            "answer everything": [_num(b) for b in sel["base_rate"]],
+            "oracle at 50%": [_num(o) for o in sel["oracle_acc_at_coverage"]],
+            "n": sel["n"]})
+        st.dataframe(shown, hide_index=True, width="stretch")
+        _warn_small(result.selective, lambda r: r["dataset"])
+        st.caption("Ties (a yes/no detector like Judge, equal lengths) are answered in random order: the curve shows "
+                   "the expected accuracy. Length_pre / Length_pos: the number of tokens alone, not a detector.")
+    else:
+        st.info("These results keep no per-question test scores: regenerate them with "
+                "`python -m grade benchmark --offline` to draw the curves.")
+with tabs[2]:
     st.markdown("Detectors trained on one dataset (rows) and tested on another (columns). Test questions seen in "
                 "training under another condition are left out.")
     if "transfer_heatmap" in figs:
@@ -134,7 +180,7 @@ with tabs[1]:
         _warn_small(result.transfer, lambda r: f"{r['train']} → {r['test']}")
     else:
         st.info("Only one dataset qualified: no transfer to show.")
-with tabs[2]:
+with tabs[3]:
     st.markdown("The same test questions with a reworded instruction or an added irrelevant sentence; detectors "
                 "are not retrained. Relative change = (perturbed − original) / original.")
     if result.robustness:
@@ -144,13 +190,13 @@ with tabs[2]:
             session.show_figure(figs["robustness"], f"{choice}-robustness", key="bench_robustness")
     else:
         st.info("No perturbed runs in these results.")
-with tabs[3]:
+with tabs[4]:
     if result.ablations:
         st.dataframe(pd.DataFrame(result.ablations), hide_index=True, width="stretch")
         _warn_small(result.ablations, lambda r: r["dataset"])
         if "ablations" in figs:
             session.show_figure(figs["ablations"], f"{choice}-ablations", key="bench_ablations")
-with tabs[4]:
+with tabs[5]:
     st.markdown("Test questions where every sample gives the same answer and it is wrong: the model is confidently "
                 "wrong. All are unanswerable, so accuracy = share flagged as unanswerable.")
     if result.confidently_wrong:
@@ -158,7 +204,7 @@ with tabs[4]:
         st.dataframe(cw[cw["dataset"] == "all"].drop(columns="dataset"), hide_index=True, width="stretch")
         with st.expander("per dataset"):
             st.dataframe(cw[cw["dataset"] != "all"], hide_index=True, width="stretch")
-with tabs[5]:
+with tabs[6]:
     st.markdown("The same questions under two conditions (with and without the supporting document; short and long "
                 "documents): detectors trained under one condition, tested on every question of the other that they "
                 "did not train on. Rows where train = test are that condition's own test split.")

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from grade.baselines import cache_path
 from grade.benchmark import build_tables, feature_store
-from grade.benchmark_runs import RUNS  # the benchmark's runs: one place for which files each model uses
 from grade.cli import build_parser
-from grade.commands.benchmark import config_from_args
+from grade.commands.benchmark import config_from_args, repository_runs
 from grade.detectors import DETECTORS, SHIPPED_DETECTORS_DIR, Detector, detector_file, fit_detector
 
 ROOT = Path(__file__).resolve().parents[1]
+RUNS = repository_runs()  # the benchmark's runs: one place for which files each model uses
 
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m", "qwen2.5-coder-1.5b-instruct")
 

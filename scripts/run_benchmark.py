@@ -6,7 +6,7 @@ Usage::
     python scripts/run_benchmark.py --offline  # tables and README from the caches only (about a minute)
 
 The README's numbers are read from ``results/<model>/*.csv`` by this script, so they always equal
-the CSVs. Which labelled files each model uses is written down in :data:`RUNS`.
+the CSVs. Which labelled files each model uses is written down in :func:`grade.benchmark_runs.benchmark_runs`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grade.benchmark_runs import RUNS
+from grade.commands.benchmark import repository_runs
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the runs on this repository's data folders, relative to ROOT (each run's command starts there)
+RUNS = repository_runs()
 
 
 def _fmt(x, digits=3) -> str:
@@ -53,6 +55,12 @@ def model_section(name: str) -> list[str]:
                      f"{entry.get('no_label', '–')} | {status} |")
     lines += ["", "Main table (test split; AUROC with 95% stratified-bootstrap interval):", ""]
     lines += (folder / "main_table.md").read_text(encoding="utf-8").strip().splitlines()
+    if (folder / "selective_answering.md").is_file():
+        lines += ["", "Selective answering (the model answers the test questions a detector scores highest and abstains "
+                      "on the rest; accuracy of the answered questions at 50% coverage and the area under the "
+                      "accuracy-coverage curve, 95% stratified-bootstrap intervals; [risk_coverage.png]"
+                      f"({folder.name}/risk_coverage.png) draws the curves):", ""]
+        lines += (folder / "selective_answering.md").read_text(encoding="utf-8").strip().splitlines()
     if result.robustness:
         lines += ["", "Robustness (same test questions, detectors not retrained; relative change):", "",
                   "| dataset | perturbation | method | AUROC | AUROC perturbed | rel. change AUROC | Acc | Acc perturbed | rel. change Acc |",

@@ -10,9 +10,15 @@ caches that are missing (GRADE_pre / GRADE_pos feature stores and per-question b
 * ``robustness.csv``: the same test questions with a reworded instruction / added irrelevant text;
 * ``ablations.csv``: probe on all layers vs a threshold on one ratio, rank ratio vs srank(C_g), layer thirds;
 * ``confidently_wrong.csv``: accuracy where all samples agree and are wrong;
+* ``selective_answering.{md,csv}``: the model answers the test questions a detector scores highest and
+  abstains on the rest: accuracy at 50 % coverage and the area under the accuracy-coverage curve, with
+  ``test_scores.csv.xz`` (the per-question test scores the curves are drawn from);
 * figures as PNG (where Plotly and Kaleido can render) and ``summary.json`` (class counts, protocol, notes).
 
 ``--offline`` never loads the model: the tables are regenerated from the caches in seconds.
+The folders default to this repository's layout, relative to the working directory: labels in
+``data/labels/<model>``, caches in ``data/benchmark`` (:data:`DATA_FOLDERS`; the ``grade`` package itself
+takes every folder as an argument).
 ``--eval-labels-dir`` scores questions never seen during development: every development row trains
 (and validates), the rows of ``<eval-labels-dir>/<dataset>.jsonl`` are the test set.
 """
@@ -25,6 +31,20 @@ from pathlib import Path
 
 from .common import add_model_arguments
 
+#: The repository's data folders, relative to the working directory: the command's documented defaults
+#: (the package below takes folders as arguments) and the folders :func:`repository_runs` reads.
+DATA_FOLDERS = {"labels": Path("data/labels"), "benchmark": Path("data/benchmark"),
+                "probe_labels": Path("data/probe_training/labels")}
+
+
+def repository_runs() -> dict[str, tuple[str, list[str]]]:
+    """The runs behind ``results/`` (:func:`grade.benchmark_runs.benchmark_runs`) on this repository's data
+    folders, relative to its root (run them from there)."""
+    from ..benchmark_runs import benchmark_runs
+
+    return benchmark_runs(**DATA_FOLDERS)
+
+
 def register(sub) -> None:
     p = sub.add_parser("benchmark", help="GRADE vs baselines: tables, transfer, robustness, ablations",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,10 +56,10 @@ def register(sub) -> None:
                         "NAME=FILE[,FILE...] to pool labelled files under one name")
     p.add_argument("--labels-dir", nargs="+", default=None,
                    help="folders searched in order for <dataset>.jsonl (default: data/labels/<model>, then "
-                        "data/benchmark/labels/<model>)")
+                        "<cache-dir>/<model>/labels)")
     p.add_argument("--eval-labels-dir", default=None,
                    help="labelled files of unseen questions: train on all of --labels-dir, test on these")
-    p.add_argument("--cache-dir", default="data/benchmark",
+    p.add_argument("--cache-dir", default=str(DATA_FOLDERS["benchmark"]),
                    help="feature stores and baseline caches (default: data/benchmark, below the working directory)")
     p.add_argument("--features", nargs="*", default=[],
                    help="extra GRADE feature stores (from `grade extract`) to reuse before computing")
@@ -97,17 +117,20 @@ def parse_caps(values: list[str] | None) -> tuple[int | None, dict[str, int]]:
 
 
 def config_from_args(args: argparse.Namespace):
+    from ..baselines import safe_name
     from ..benchmark import BenchmarkConfig
     from ..studies import Protocol
 
     default_cap, dataset_caps = parse_caps(args.max_per_class)
     protocol = Protocol(fractions=tuple(args.fractions), seed=args.seed, min_per_class=args.min_per_class,
                         max_per_class=default_cap, max_per_class_by_dataset=dataset_caps, n_boot=args.n_boot)
+    cache = Path(args.cache_dir)
+    labels_dirs = ([Path(d) for d in args.labels_dir] if args.labels_dir else
+                   [DATA_FOLDERS["labels"] / safe_name(args.model), cache / safe_name(args.model) / "labels"])
     return BenchmarkConfig(
-        model=args.model, datasets=list(args.datasets),
-        labels_dirs=[Path(d) for d in args.labels_dir] if args.labels_dir else None,
+        model=args.model, datasets=list(args.datasets), labels_dirs=labels_dirs,
         eval_labels_dir=Path(args.eval_labels_dir) if args.eval_labels_dir else None,
-        cache_dir=Path(args.cache_dir), features=[Path(f) for f in args.features], offline=args.offline,
+        cache_dir=cache, features=[Path(f) for f in args.features], offline=args.offline,
         protocol=protocol, samples=args.samples, sampling_rows=args.sampling_rows, variants=list(args.variants or []),
         robustness_datasets=args.robustness_datasets,
         document_pair=tuple(args.document_pair) if args.document_pair else None, length_split=list(args.length_split or []),

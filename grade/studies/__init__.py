@@ -25,6 +25,9 @@ Protocol (per model and dataset)
   (their AUROC needs no threshold). Judge is a yes/no answer: accuracy only.
 * AUROC with a percentile bootstrap confidence interval (stratified resampling of the test set,
   ``n_boot`` draws), so that small test sets are not over-read.
+* Selective answering: with the same per-question test scores, the model answers the share of questions a
+  detector scores highest and abstains on the rest; accuracy at 50 % coverage and the area under the
+  accuracy-coverage curve, with the same kind of interval, beside answering everything and the oracle.
 
 Every score is oriented so that higher = answerable; none is flipped after looking at test data.
 Single-feature GRADE ablations (a threshold on one layer's ratio) pick their direction on train.
@@ -35,9 +38,9 @@ The package, by job: :mod:`~grade.studies.tables` (protocol, rows, splits, table
 """
 
 from .tables import GRADE_METHODS, SUPERVISED, UNSUPERVISED, LENGTH_METHODS, METHOD_ORDER, Protocol, metrics, Table, read_labels, confidently_wrong, select_rows, assign_splits, _grade_arrays, build_table  # noqa: F401
-from .scorers import Scorer, ProbeScorer, LayerThreshold, LengthScorer, AlignP, SAPLMA, FixedScore, make_scorer, _seed_of, evaluate_method  # noqa: F401
-from .runs import main_table, transfer_matrix, source_tables, robustness, ablations, confidently_wrong_study, length_halves, condition_transfer, BenchmarkResult, run_studies  # noqa: F401
-from .output import format_number, main_markdown, write_csv  # noqa: F401
+from .scorers import Scorer, ProbeScorer, LayerThreshold, LengthScorer, AlignP, SAPLMA, FixedScore, make_scorer, _seed_of, evaluate_method, evaluate_scores  # noqa: F401
+from .runs import main_table, score_rows, grouped_scores, selective_answering, transfer_matrix, source_tables, robustness, ablations, confidently_wrong_study, length_halves, condition_transfer, BenchmarkResult, run_studies  # noqa: F401
+from .output import format_number, main_markdown, selective_markdown, selective_summary, write_csv, write_scores  # noqa: F401
 
 __all__ = [
     "GRADE_METHODS",
@@ -62,7 +65,11 @@ __all__ = [
     "FixedScore",
     "make_scorer",
     "evaluate_method",
+    "evaluate_scores",
     "main_table",
+    "score_rows",
+    "grouped_scores",
+    "selective_answering",
     "transfer_matrix",
     "source_tables",
     "robustness",
@@ -74,5 +81,8 @@ __all__ = [
     "run_studies",
     "format_number",
     "main_markdown",
+    "selective_markdown",
+    "selective_summary",
     "write_csv",
+    "write_scores",
 ]

@@ -48,3 +48,85 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(path, index=False, float_format="%.4f")
+
+
+def write_scores(rows: list[dict], path: Path) -> None:
+    """Per-question scores as xz-compressed CSV, every float written exactly (shortest round-trip form), so that
+    curves drawn from the file are the ones the tables were computed from."""
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, index=False, compression={"method": "xz"})
+
+
+def _cell(value, lo, hi) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{format_number(value)} [{format_number(lo, 2)}, {format_number(hi, 2)}]" if math.isfinite(lo) else format_number(value)
+
+
+def selective_markdown(result) -> str:
+    """A result's selective-answering table: methods as rows, per dataset the accuracy at the study's coverage
+    and the area under the accuracy-coverage curve, each with its 95% bootstrap interval; first the two
+    references, answering everything (the base rate: what a score unrelated to the labels gives) and the oracle."""
+    rows = result.selective
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    if not datasets:
+        return "No selective-answering study in these results.\n"
+    cell = {(r["dataset"], r["method"]): r for r in rows}
+    first = {d: next(r for r in rows if r["dataset"] == d) for d in datasets}
+    share = f"{100 * first[datasets[0]]['coverage']:.0f}%"
+    head = "| method | " + " | ".join(f"{d} Acc at {share} coverage [95% CI] | {d} area [95% CI]" for d in datasets) + " |"
+    lines = [head, "|---|" + "---|---|" * len(datasets)]
+    lines.append("| answer everything (chance) | " + " | ".join(
+        f"{format_number(first[d]['base_rate'])} | {format_number(first[d]['base_rate'])}" for d in datasets) + " |")
+    lines.append("| oracle | " + " | ".join(
+        f"{format_number(first[d]['oracle_acc_at_coverage'])} | {format_number(first[d]['oracle_auacc'])}" for d in datasets) + " |")
+    for method in METHOD_ORDER:
+        if not any((d, method) in cell for d in datasets):
+            continue
+        parts = []
+        for d in datasets:
+            r = cell.get((d, method))
+            parts += (["n/a", "n/a"] if r is None else
+                      [_cell(r["acc_at_coverage"], r["acc_at_coverage_lo"], r["acc_at_coverage_hi"]),
+                       _cell(r["auacc"], r["auacc_lo"], r["auacc_hi"])])
+        lines.append(f"| {method} | " + " | ".join(parts) + " |")
+    tests = ", ".join(f"{d}: n={first[d]['n']} ({first[d]['positives']} answerable)" for d in datasets)
+    summary = selective_summary(rows)
+    return "\n".join(lines) + f"\n\nTest sets: {tests}.\n" + (f"\n{summary}\n" if summary else "")
+
+
+def selective_summary(rows: list[dict]) -> str | None:
+    """One sentence from a selective-answering table: per dataset, the detector with the best accuracy at the
+    table's coverage, its gain over answering everything, GRADE's best, and the length baselines where they do
+    as well (they are a confound, not a detector, so they are never "the best")."""
+    from .tables import GRADE_METHODS, LENGTH_METHODS
+
+    by: dict[str, dict[str, dict]] = {}
+    lengths: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["acc_at_coverage"] is None or not math.isfinite(r["acc_at_coverage"]):
+            continue
+        if r["method"] in LENGTH_METHODS:
+            lengths.setdefault(r["dataset"], []).append(r)
+        else:
+            by.setdefault(r["dataset"], {})[r["method"]] = r
+    parts = []
+    for dataset, cells in by.items():
+        best = max(cells.values(), key=lambda r: r["acc_at_coverage"])
+        text = (f"on {dataset} the best is {best['method']}, {best['acc_at_coverage']:.3f} vs. {best['base_rate']:.3f} "
+                f"answering everything ({best['acc_at_coverage'] - best['base_rate']:+.3f}")
+        grade = [cells[m] for m in GRADE_METHODS if m in cells]
+        if grade and best["method"] not in GRADE_METHODS:
+            g = max(grade, key=lambda r: r["acc_at_coverage"])
+            text += f"; best GRADE: {g['method']} {g['acc_at_coverage']:.3f}"
+        length = max(lengths.get(dataset, []), key=lambda r: r["acc_at_coverage"], default=None)
+        if length is not None and length["acc_at_coverage"] >= best["acc_at_coverage"]:
+            text += f"; length alone as good or better: {length['method']} {length['acc_at_coverage']:.3f}"
+        parts.append(text + ")")
+    if not parts:
+        return None
+    coverage = next(iter(next(iter(by.values())).values()))["coverage"]
+    share = "half" if coverage == 0.5 else f"{100 * coverage:.0f}%"
+    return (f"Answering only the {share} of the test questions a detector is surest of: " + "; ".join(parts) + ".")

@@ -12,16 +12,19 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from .output import main_markdown, write_csv
-from .scorers import LayerThreshold, ProbeScorer, Scorer, evaluate_method, make_scorer
+from ..metrics import selective_metrics
+from .output import main_markdown, selective_markdown, write_csv, write_scores
+from .scorers import LayerThreshold, ProbeScorer, Scorer, evaluate_method, evaluate_scores, make_scorer
 from .tables import METHOD_ORDER, Protocol, SUPERVISED, Table, assign_splits, confidently_wrong
 
 log = logging.getLogger(__name__)
 
 
-def main_table(tables: dict[str, Table], protocol: Protocol, methods=METHOD_ORDER) -> tuple[list[dict], dict]:
+def main_table(tables: dict[str, Table], protocol: Protocol, methods=METHOD_ORDER, *,
+               test_scores: list[dict] | None = None) -> tuple[list[dict], dict]:
     """One row per (dataset, method): Acc, AUROC and its CI on the test split. Also returns the
-    fitted scorers, ``{(dataset, method): scorer}``, for the other studies."""
+    fitted scorers, ``{(dataset, method): scorer}``, for the other studies. ``test_scores``, where
+    given, receives the per-question scores those metrics were computed from (:func:`score_rows`)."""
     from ..errors import GradeError
 
     rows, fitted = [], {}
@@ -30,14 +33,48 @@ def main_table(tables: dict[str, Table], protocol: Protocol, methods=METHOD_ORDE
             if not table.has(method):
                 continue
             try:
-                m, scorer = evaluate_method(method, table, protocol)
+                m, scorer, s = evaluate_scores(method, table, protocol)
             except GradeError as exc:  # e.g. partial caches left one class in a training split
                 log.warning("%s on %s not scored: %s", method, name, exc)
                 continue
             fitted[(name, method)] = scorer
+            if test_scores is not None:
+                test_scores += score_rows(table, method, table.rows("test"), s)
             extra = {"layer": scorer.layer} if method == "Align-P" else {}
             rows.append({"dataset": name, "method": method, **m, **extra})
     return rows, fitted
+
+
+def score_rows(table: Table, method: str, rows: np.ndarray, scores: np.ndarray) -> list[dict]:
+    """One record per test question: dataset, method, id, label and the detector's score (higher =
+    answerable), the input of the selective-answering study and its curves."""
+    return [{"dataset": table.dataset, "method": method, "id": str(table.ids[k]), "label": int(table.y[k]),
+             "score": float(v)} for k, v in zip(rows, scores)]
+
+
+def grouped_scores(test_scores: list[dict]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """``{(dataset, method): (labels (n,), scores (n,))}`` from :func:`score_rows` records, in their order."""
+    out: dict[tuple[str, str], tuple[list, list]] = {}
+    for r in test_scores:
+        y, s = out.setdefault((r["dataset"], r["method"]), ([], []))
+        y.append(int(r["label"]))
+        s.append(float(r["score"]))
+    return {k: (np.asarray(y, dtype=int), np.asarray(s, dtype=np.float64)) for k, (y, s) in out.items()}
+
+
+def selective_answering(test_scores: list[dict], protocol: Protocol, coverage: float = 0.5) -> list[dict]:
+    """Selective answering per (dataset, method) of the main table: the model answers the test questions the
+    detector scores highest and abstains on the rest. Accuracy at ``coverage`` and the area under the
+    accuracy-coverage curve, with bootstrap intervals (:func:`grade.metrics.selective_metrics`), beside the
+    base rate and the oracle."""
+    from .scorers import _seed_of
+
+    rows = []
+    for (dataset, method), (y, s) in grouped_scores(test_scores).items():
+        m = selective_metrics(y, s, coverage=coverage, n_boot=protocol.n_boot, ci=protocol.ci,
+                              seed=_seed_of("selective", method, dataset))
+        rows.append({"dataset": dataset, "method": method, **m})
+    return rows
 
 
 def transfer_matrix(tables: dict[str, Table], fitted: dict, protocol: Protocol, methods=SUPERVISED) -> list[dict]:
@@ -226,16 +263,22 @@ class BenchmarkResult:
     confidently_wrong: list[dict]
     notes: list[str] = field(default_factory=list)
     conditions: list[dict] = field(default_factory=list)  # with/without document, short/long document
+    selective: list[dict] = field(default_factory=list)  # selective answering per (dataset, method)
+    test_scores: list[dict] = field(default_factory=list)  # the main table's per-question test scores
 
     #: CSV file per study (only studies with rows are written)
-    TABLES = ("main_table", "transfer", "robustness", "ablations", "confidently_wrong", "conditions")
+    TABLES = ("main_table", "transfer", "robustness", "ablations", "confidently_wrong", "conditions",
+              "selective_answering")
+    #: the per-question scores, xz-compressed: the curves are drawn from them, and the tracked tree is small
+    SCORES_FILE = "test_scores.csv.xz"
 
     def _rows(self, name: str) -> list[dict]:
-        return getattr(self, "main" if name == "main_table" else name)
+        return getattr(self, {"main_table": "main", "selective_answering": "selective"}.get(name, name))
 
     def save(self, out: str | Path) -> list[Path]:
         """``main_table.{csv,md}``, ``transfer.csv``, ``robustness.csv``, ``ablations.csv``,
-        ``confidently_wrong.csv``, ``conditions.csv`` and ``summary.json`` under ``out``."""
+        ``confidently_wrong.csv``, ``conditions.csv``, ``selective_answering.{csv,md}``,
+        ``test_scores.csv.xz`` and ``summary.json`` under ``out``."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         written = []
@@ -246,6 +289,12 @@ class BenchmarkResult:
                 written.append(out / f"{name}.csv")
         (out / "main_table.md").write_text(main_markdown(self), encoding="utf-8")
         written.append(out / "main_table.md")
+        if self.selective:
+            (out / "selective_answering.md").write_text(selective_markdown(self), encoding="utf-8")
+            written.append(out / "selective_answering.md")
+        if self.test_scores:
+            write_scores(self.test_scores, out / self.SCORES_FILE)
+            written.append(out / self.SCORES_FILE)
         summary = {"model": self.model, "protocol": self.protocol, "datasets": self.datasets, "notes": self.notes}
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
         written.append(out / "summary.json")
@@ -263,10 +312,10 @@ class BenchmarkResult:
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
 
         def rows(name: str) -> list[dict]:
-            path = folder / f"{name}.csv"
+            path = folder / (name if name.endswith(".xz") else f"{name}.csv")
             if not path.is_file():
                 return []
-            frame = pd.read_csv(path)
+            frame = pd.read_csv(path, dtype={"id": str} if name == cls.SCORES_FILE else None)
             return [{k: (float("nan") if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                     for r in frame.to_dict("records")]
 
@@ -274,7 +323,8 @@ class BenchmarkResult:
                    datasets=summary.get("datasets", {}), main=rows("main_table"), transfer=rows("transfer"),
                    robustness=rows("robustness"), ablations=rows("ablations"),
                    confidently_wrong=rows("confidently_wrong"), notes=summary.get("notes", []),
-                   conditions=rows("conditions"))
+                   conditions=rows("conditions"), selective=rows("selective_answering"),
+                   test_scores=rows(cls.SCORES_FILE))
 
 
 def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
@@ -285,7 +335,8 @@ def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str,
     two tables of the same questions under two conditions (see :func:`condition_transfer`)."""
     if not tables:
         raise InputError("no dataset has enough labelled questions of each class for a benchmark")
-    main, fitted = main_table(tables, protocol)
+    test_scores: list[dict] = []
+    main, fitted = main_table(tables, protocol, test_scores=test_scores)
     transfer = []
     if "transfer" in studies:
         transfer = transfer_matrix(tables, fitted, protocol)
@@ -307,4 +358,6 @@ def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str,
         confidently_wrong=confidently_wrong_study(tables, fitted, protocol) if "confidently_wrong" in studies else [],
         notes=list(notes or []),
         conditions=[r for name, (a, b) in (condition_pairs or {}).items() for r in condition_transfer(name, a, b, protocol)],
+        selective=selective_answering(test_scores, protocol),
+        test_scores=test_scores,
     )

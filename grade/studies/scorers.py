@@ -181,10 +181,11 @@ def _seed_of(*parts: str) -> int:
     return int.from_bytes(hashlib.sha256("|".join(parts).encode()).digest()[:4], "little")
 
 
-def evaluate_method(method: str, table: Table, protocol: Protocol, scorer: Scorer | None = None,
-                    test_table: Table | None = None, test_rows: np.ndarray | None = None) -> tuple[dict[str, Any], Scorer]:
+def evaluate_scores(method: str, table: Table, protocol: Protocol, scorer: Scorer | None = None,
+                    test_table: Table | None = None,
+                    test_rows: np.ndarray | None = None) -> tuple[dict[str, Any], Scorer, np.ndarray]:
     """Fit ``method`` on ``table``'s train/val rows and score the test rows of ``test_table``
-    (default: the same table). Returns (metrics, fitted scorer)."""
+    (default: the same table). Returns (metrics, fitted scorer, the (n_test,) scores the metrics read)."""
     test_table = test_table or table
     if scorer is None:
         scorer = make_scorer(method, protocol).fit(table, table.rows("train"), table.rows("val"))
@@ -192,4 +193,11 @@ def evaluate_method(method: str, table: Table, protocol: Protocol, scorer: Score
     s = scorer.score(test_table, rows)
     m = metrics(test_table.y[rows], s, scorer.threshold, protocol, with_auroc=scorer.auroc,
                 seed=_seed_of(method, table.dataset, test_table.dataset, test_table.variant))
+    return m, scorer, s
+
+
+def evaluate_method(method: str, table: Table, protocol: Protocol, scorer: Scorer | None = None,
+                    test_table: Table | None = None, test_rows: np.ndarray | None = None) -> tuple[dict[str, Any], Scorer]:
+    """:func:`evaluate_scores` without the scores: (metrics, fitted scorer)."""
+    m, scorer, _ = evaluate_scores(method, table, protocol, scorer, test_table, test_rows)
     return m, scorer
