@@ -59,6 +59,7 @@ LAYERS = {
     "grade.artifacts": "learning",
     "grade.probe": "learning",
     "grade.detectors": "learning",
+    "grade.verdict": "learning",
     "grade.model_statistics": "learning",
     "grade.baselines": "learning",
     "grade.studies": "learning",
