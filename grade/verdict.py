@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .artifacts import probe_paths
+from .artifacts import model_key, probe_paths
 from .errors import ProbeError
 from .probe import SHIPPED_PROBES_DIR, ProbeInfo, list_probes, probe_inputs, test_metrics
 
@@ -78,7 +78,8 @@ def default_probe(model_name: str, probes: Sequence[ProbeInfo] | None = None, lo
     of question (metadata ``tasks``), else a general one. A probe trained for other tasks only is never the
     default. None when no probe fits."""
     probes = list_probes(SHIPPED_PROBES_DIR) if probes is None else probes
-    same_model = [p for p in probes if p.model and Path(str(p.model)).name.lower() == Path(model_name).name.lower()]
+    # model names compared as the probe's compatibility check compares them (grade.artifacts.model_key)
+    same_model = [p for p in probes if p.model and model_key(p.model) == model_key(model_name)]
     preferred = [p for p in same_model if p.loss == loss] or same_model
     for_task = [p for p in preferred if task and task in (p.metadata.get("tasks") or ())]
     general = [p for p in preferred if not p.metadata.get("tasks")]

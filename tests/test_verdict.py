@@ -28,6 +28,8 @@ def test_auto_is_the_shipped_probe_of_the_model_task_and_loss():
 def test_default_probe_reads_the_shipped_folder_unless_given_probes():
     assert default_probe("smollm2-135m-instruct") == default_probe("smollm2-135m-instruct", list_probes())
     assert default_probe("smollm2-135m-instruct", []) is None
+    # a model given by path matches as the probe's compatibility check matches it
+    assert default_probe("/models/SmolLM2-135M-Instruct.gguf").name == "smollm2-135m-instruct-pre"
 
 
 def test_the_verdict_states_the_measured_metrics_with_their_chance_rates():
