@@ -15,7 +15,7 @@ import numpy as np
 
 from .artifacts import model_key, probe_paths
 from .errors import ProbeError
-from .probe import SHIPPED_PROBES_DIR, ProbeInfo, list_probes, probe_inputs, test_metrics
+from .probe import SHIPPED_PROBES_DIR, ProbeInfo, list_probes, probe_inputs, probe_test_metrics
 
 #: The AUROC of a probe that guesses: what a measured test AUROC is read against.
 AUROC_CHANCE = 0.5
@@ -120,7 +120,7 @@ def probe_verdict(probe, result, *, name: str | None = None, lm=None) -> Verdict
     mismatch raises ProbeError. ``name``: what to call the probe (default: its metadata's name, else "probe")."""
     probe.check_compatible(lm if lm is not None else result.model, result.n_layers, result.loss, srank=result.srank)
     metadata = getattr(probe, "metadata", None) or {}
-    measured = test_metrics(metadata)
+    measured = probe_test_metrics(metadata)
 
     def number(key, kind=float):
         value = measured.get(key)

@@ -33,7 +33,7 @@ from ..metrics import binary_metrics, class_balance  # noqa: F401
 from .estimator import EpochCallback, Probe, TrainingHistory, load_probe, stratified_split  # noqa: F401
 from .files import (LOSSES, PROBE_FORMAT, SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, SRANKS,  # noqa: F401
                     ProbeInfo, check_probe_metadata, check_weights_header, list_probes, probe_metadata_path,
-                    probe_metadata_problem, read_probe_files, read_probe_info, test_metrics)
+                    probe_metadata_problem, probe_test_metrics, read_probe_files, read_probe_info)
 from .inputs import (FEATURE_DEFINITION, INPUT_COLUMNS, INPUTS, check_inputs, input_width, layers_of,  # noqa: F401
                      probe_inputs)
 from .network import HIDDEN_SIZES, KINDS, MLPNet, expected_shapes  # noqa: F401

@@ -145,7 +145,7 @@ def read_probe_files(path: str | Path) -> tuple[Path, dict, dict]:
 # a folder of probes, read without loading the weights
 
 
-def test_metrics(metadata: dict) -> dict:
+def probe_test_metrics(metadata: dict) -> dict:
     """A probe's metrics on its held-out test split (``metrics.test``; older files: ``metrics``)."""
     metrics = metadata.get("metrics") or {}
     found = metrics.get("test") if isinstance(metrics.get("test"), dict) else metrics
@@ -174,7 +174,7 @@ class ProbeInfo:
     @property
     def test_metrics(self) -> dict:
         """Metrics on the probe's held-out test split (``metrics.test``; older files: ``metrics``)."""
-        return test_metrics(self.metadata)
+        return probe_test_metrics(self.metadata)
 
     @property
     def auroc(self) -> float | None:
