@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import argparse
 import math
-
 from typing import TYPE_CHECKING
 
+from ..batch.runner import BACKENDS
 from ..errors import InputError
-from .common import int_range
+from .common import int_range, load_model_from_args
 
 if TYPE_CHECKING:  # imported where used: torch and Ray load only for a Ray run
     from ..batch.ray_backend import ClusterOptions
     from ..models import ModelSpec
 
-ENGINES = ("local", "ray")
+ENGINES = BACKENDS  # --engine names the batch runner's backend
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,8 +84,6 @@ def model_for_engine(args: argparse.Namespace, say=None):
     """(model, cluster) for a batch job on ``--engine``: locally the loaded model (``say``: its loading lines) and
     no cluster; on Ray a :class:`~grade.models.ModelSpec` that every worker loads, and where the workers run."""
     if args.engine != "ray":
-        from .common import load_model_from_args
-
         return load_model_from_args(args, say), None
     cluster = _cluster_from_args(args)
     return model_spec_from_args(args, cluster.gpus_per_worker), cluster
