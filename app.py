@@ -14,19 +14,12 @@ import streamlit as st
 
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
+from grade.registry import REGISTRY, TYPED_TASKS  # noqa: E402
 from studio import figures, loading, session, tokens, workflows  # noqa: E402
 from studio.resources import default_probe, list_probes, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading, probe_reading  # noqa: E402
 from grade.probe import probe_inputs  # noqa: E402
 from grade.probe_reading import bands_for  # noqa: E402
-
-TASKS = {
-    "qa": "Short answer (facts)",
-    "gsm8k": "Math word problem (reasoning, #### answer)",
-    "math": "Competition math (answer in \\boxed{})",
-    "cot": "Open question, step by step",
-}
-
 
 @st.cache_data(show_spinner=False)
 def _examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
@@ -440,7 +433,7 @@ def home() -> None:
                      placeholder="Paste a passage the model may use to answer ...")
     st.session_state.setdefault("max_new_tokens", workflows.HOME_ANSWER_TOKENS)
     col_task, col_tokens, col_button = st.columns([2, 1, 1], vertical_alignment="bottom")
-    col_task.selectbox("Question type (prompt style)", list(TASKS), format_func=TASKS.get, key="task", **session.KEEP)
+    col_task.selectbox("Question type (prompt style)", TYPED_TASKS, format_func=lambda t: REGISTRY[t].display_name, key="task", **session.KEEP)
     # No max_value: a widget would silently clamp a larger number; the check says what the cap is.
     col_tokens.number_input("Answer length (tokens)", min_value=1, step=8, key="max_new_tokens", **session.KEEP,
                             help=f"At most {session.limits().answer_tokens} tokens")

@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 from . import __version__
 from .errors import GradeError, InputError
 from .batch.parts import PartStore
-from .batch.runner import RunReport, run_local, write_in_chunks
+from .batch.runner import RunReport, model_for_backend, run_local, write_in_chunks
 from .io import atomic_path, check_input_file, iter_jsonl, jsonl_stem
 
 log = logging.getLogger(__name__)
@@ -434,24 +434,45 @@ def extract_features(
     progress: bool = False,
     callback: ProgressCallback | None = None,
     prompt_for: Callable[[dict], str] | None = None,
-) -> ExtractionReport:
+    backend: str = "local",
+    cluster=None,
+):
     """Compute features of labelled rows and append them to the store ``out`` (a folder).
 
     Rows whose :func:`row_key` is already stored are skipped, so an interrupted run can simply be
     repeated. Stored rows are first brought in line with ``rows`` (:meth:`FeatureStore.refresh`): a label
     that changed since is updated, a ``pos`` row whose response changed is computed again. Every ``chunk_size`` rows a part file is written; the rows finished before an exception
-    (Ctrl-C included) are written too before it propagates. The loop is :func:`grade.batch.run_local`.
+    (Ctrl-C included) are written too before it propagates. The loop is :func:`grade.batch.run_local`
+    (``backend="local"``) or :func:`grade.batch.run_on_ray` (``backend="ray"``): same store, same rows, same values.
 
     Parameters
     ----------
-    lm : a model from :func:`grade.load_model`.
+    lm : a model from :func:`grade.load_model`, or a :class:`grade.models.ModelSpec` (loaded here, or by
+        every Ray worker).
     rows : labelled rows, e.g. from :func:`read_labelled`; rows without a label are ignored.
     loss, srank : see :func:`grade.analyze`.
     progress : show a progress bar on stderr.
-    callback : called after every row with (rows done, rows to do, id).
+    callback : called after every row with (rows done, rows to do, id); on Ray after every written chunk with
+        (rows done, rows to do, the :class:`~grade.batch.RayRun`).
     prompt_for : ``row -> prompt``: analyse every row under another wording of its prompt (the
-        benchmark's robustness study, :func:`grade.baselines.task_prompt`).
+        benchmark's robustness study, :func:`grade.baselines.task_prompt`); local only.
+    backend : ``local`` (this process) or ``ray`` (:data:`grade.batch.BACKENDS`).
+    cluster : where and how wide a Ray run goes (:class:`grade.batch.ClusterOptions`; default a local cluster).
+
+    Returns an :class:`ExtractionReport` (local) or a :class:`grade.batch.RunReport` (Ray: workers, chunks
+    sent again).
     """
+    lm = model_for_backend(lm, backend, cluster)
+    if backend == "ray":
+        from .batch.ray_backend import ClusterOptions, run_on_ray
+
+        if prompt_for is not None:
+            raise InputError("prompt_for (another wording of every prompt) runs on the local backend only")
+        work = FeatureWork(loss, srank, keep_hidden)
+        rows = [r for r in rows if r.get("label") is not None]
+        sink = FeatureStoreSink(out, lm.name, loss, srank, rows)
+        return run_on_ray(rows, work, sink, lm, cluster or ClusterOptions(), chunk_size=chunk_size,
+                          progress=progress, callback=callback)
     sink = FeatureStoreSink(out, lm.name, loss, srank)
     report = ExtractionReport(store=sink.out)
     report.relabelled, report.removed = sink.store.refresh(rows, loss)
@@ -464,21 +485,6 @@ def extract_features(
     labelled = [row for row in rows if row.get("label") is not None]
     return run_local(labelled, work, sink, chunk_size=chunk_size, report=report, progress=progress,
                      desc=f"features {loss}", unit="q", callback=callback, warn_duplicates=True)
-
-
-def extract_features_distributed(spec, rows: list[dict], out: str | Path, *, chunk_size: int = 32, cluster=None,
-                                 progress: bool = False, callback=None, **settings):
-    """:func:`extract_features` on Ray workers (:func:`grade.batch.run_on_ray`; ``spec``: a
-    :class:`grade.models.ModelSpec`): same store, same rows, same values. ``settings``: ``loss``, ``srank``
-    and ``keep_hidden`` of :func:`extract_features` (the fields of :class:`FeatureWork`). Returns a
-    :class:`grade.batch.RunReport`."""
-    from .batch.ray_backend import ClusterOptions, run_on_ray
-
-    work = FeatureWork(**settings)
-    rows = [r for r in rows if r.get("label") is not None]
-    sink = FeatureStoreSink(out, spec.name, work.loss, work.srank, rows)
-    return run_on_ray(rows, work, sink, spec, cluster or ClusterOptions(), chunk_size=chunk_size, progress=progress,
-                      callback=callback)
 
 
 @dataclass(frozen=True)

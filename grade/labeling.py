@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .batch.runner import RunReport, items_to_do, write_in_chunks
+from .batch.runner import RunReport, items_to_do, model_for_backend, write_in_chunks
 from .errors import InputError
 from .io import append_lines, hold_output_lock, is_compressed, open_text
-from .models import LoadedModel
+from .models import LoadedModel, ModelSpec
 from .sampling import SamplingSettings, sample_answers
 from .tasks import MATCHERS, TASKS, Question, TaskSpec, answer_format, is_correct, label_for_accuracy
 from .tasks import majority_answer as tasks_majority_answer
@@ -52,6 +52,7 @@ class LabelSummary:
     mean_accuracy: float = 0.0
     per_dataset: dict = field(default_factory=dict)
     too_long: list = field(default_factory=list)  # "id: reason" of questions skipped as too long for the model
+    run: RunReport | None = None  # a Ray run's own report (workers, chunks sent again); None locally
 
     def balance_line(self) -> str:
         return (
@@ -173,7 +174,7 @@ class LabelStore:
 
 
 def label_questions(
-    lm: LoadedModel,
+    lm: LoadedModel | ModelSpec,
     questions: Iterable[Question],
     out: str | os.PathLike,
     *,
@@ -186,11 +187,16 @@ def label_questions(
     progress: bool | ProgressCallback = False,
     callback: ProgressCallback | None = None,
     show_progress: bool | None = None,
+    backend: str = "local",
+    cluster=None,
+    chunk_size: int = 32,
 ) -> LabelSummary:
     """Sample, score and label ``questions``, appending one JSON line per question to ``out``.
 
     Parameters
     ----------
+    lm : a model from :func:`grade.load_model`, or a :class:`grade.models.ModelSpec` (loaded here, or by every
+        Ray worker).
     n_samples : samples per question (default: the task's, 10).
     matcher : ``strict`` (reference) or ``lenient``; see :func:`grade.tasks.is_correct`.
     seed : with the question id, fixes every sample (reruns reproduce the file).
@@ -202,15 +208,23 @@ def label_questions(
         exception raised there stops the run, leaving a valid, resumable file.
     show_progress : the older name of ``progress``; a function given as ``progress`` is taken as ``callback``
         (the older spelling), so existing callers keep working.
+    backend : ``local`` (this process) or ``ray`` (:data:`grade.batch.BACKENDS`): same file format, same
+        records; on Ray ``callback(done, total, run)`` follows every written chunk of ``chunk_size`` questions.
+    cluster : where and how wide a Ray run goes (:class:`grade.batch.ClusterOptions`; default a local cluster).
 
-    Returns a :class:`LabelSummary` over the whole file.
+    Returns a :class:`LabelSummary` over the whole file (on Ray with the run's report as ``run``).
     """
     if callable(progress):  # the older spelling: progress=callback, show_progress=bar
         progress, callback = False, progress if callback is None else callback
     if show_progress is not None:
         progress = show_progress
+    lm = model_for_backend(lm, backend, cluster)
     out = Path(out)
     questions = _checked(questions, matcher, questions_per_batch)
+    if backend == "ray":
+        work = LabelWork(n_samples=n_samples, matcher=matcher, seed=seed, max_new_tokens=max_new_tokens,
+                         questions_per_batch=questions_per_batch, sample_chars=sample_chars)
+        return _label_on_ray(lm, questions, out, work, chunk_size=chunk_size, cluster=cluster, progress=progress, callback=callback)
     run = {"model": lm.name, "matcher": matcher, "seed": seed}
     sink = LabelFileSink(out, run, n_samples, max_new_tokens)
     report = RunReport(out=out, workers=1)
@@ -271,26 +285,19 @@ def _checked(questions: Iterable[Question], matcher: str, questions_per_batch: i
     return questions
 
 
-def label_questions_distributed(spec, questions: Iterable[Question], out: str | os.PathLike, *, chunk_size: int = 32,
-                                cluster=None, progress: bool = False, callback=None, **settings):
-    """:func:`label_questions` on Ray workers (:func:`grade.batch.run_on_ray`; ``spec``: a
-    :class:`grade.models.ModelSpec`): same file format, same records. ``settings``: the labelling settings
-    of :func:`label_questions` (the fields of :class:`LabelWork`); ``progress``: a progress bar;
-    ``callback(done, total, run)`` after every written chunk.
-
-    Returns ``(RunReport, LabelSummary)``; the summary covers the whole output file.
-    """
+def _label_on_ray(spec, questions: list[Question], out: Path, work: "LabelWork", *, chunk_size: int, cluster,
+                  progress: bool, callback) -> LabelSummary:
+    """:func:`label_questions` on Ray workers (:func:`grade.batch.run_on_ray`), resumed under the local path's
+    conditions before any worker starts."""
     from .batch.ray_backend import ClusterOptions, run_on_ray
 
-    work = LabelWork(**settings)
-    questions = _checked(questions, work.matcher, work.questions_per_batch)
     sink = LabelFileSink(out, {"model": spec.name, "matcher": work.matcher, "seed": work.seed}, work.n_samples,
                          work.max_new_tokens)
     report = run_on_ray(questions, work, sink, spec, cluster or ClusterOptions(), chunk_size=chunk_size,
                         progress=progress, callback=callback, align=work.questions_per_batch)
     summary = summarize(out)
-    summary.new, summary.skipped, summary.seconds = report.written, report.already, report.seconds
-    return report, summary
+    summary.new, summary.skipped, summary.seconds, summary.run = report.written, report.already, report.seconds, report
+    return summary
 
 
 @dataclass(frozen=True)

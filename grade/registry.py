@@ -65,6 +65,8 @@ class TaskSpec:
     instruction: str = ""
     document_instruction: str | None = None
     display_name: str = ""
+    #: questions come with answer options (A to D), which a question typed into the app does not have
+    choices: bool = False
     checker: Checker | None = None
     key: AnswerKey | None = None
 
@@ -132,7 +134,7 @@ REGISTRY: dict[str, TaskSpec] = {
     "mmlu": TaskSpec(
         "mmlu", "mmlu", 4, 0.2, 0.8, stop_strings=LINE_STOPS,
         instruction="Answer the multiple-choice question with the letter (A, B, C or D) of the correct option.",
-        display_name="Multiple choice (A to D)", checker=_check_mmlu, key=_key_mmlu),
+        display_name="Multiple choice (A to D)", choices=True, checker=_check_mmlu, key=_key_mmlu),
     "gsm8k": TaskSpec(
         "gsm8k", "gsm8k", 256, 0.4, 0.6, stop_strings=REASONING_STOPS, stepwise=True,
         instruction="Solve the problem. Reason briefly, step by step, then give the final answer on its own line "
@@ -158,6 +160,10 @@ def task_spec(name: str) -> TaskSpec | None:
 #: format counts): two views of :data:`REGISTRY`.
 TASKS: dict[str, TaskSpec] = {name: spec for name, spec in REGISTRY.items() if spec.labelled}
 PROMPT_ONLY_TASKS: dict[str, TaskSpec] = {name: spec for name, spec in REGISTRY.items() if not spec.labelled}
+
+
+#: The tasks a question typed without answer options can be asked under (the app's choice), in registry order.
+TYPED_TASKS: tuple[str, ...] = tuple(name for name, spec in REGISTRY.items() if not spec.choices)
 
 
 def answer_format(task: str, max_new_tokens: int | None = None) -> AnswerFormat:

@@ -27,29 +27,18 @@ from typing import Any, Hashable
 
 import numpy as np
 
+from .served import env_number
+
 ENTRIES_VARIABLE = "GRADE_ANALYSIS_CACHE_ENTRIES"
 MEGABYTES_VARIABLE = "GRADE_ANALYSIS_CACHE_MB"
 DEFAULT_ENTRIES = 64
 DEFAULT_MEGABYTES = 256
 
 
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if value < 0:
-        raise ValueError(f"{name}={raw!r} is negative")
-    return value
-
-
 def bounds_from_environment() -> tuple[int, int]:
     """(max entries, max bytes) from the environment, else the defaults (64 analyses, 256 MB)."""
-    entries = int(_env_number(ENTRIES_VARIABLE, DEFAULT_ENTRIES))
-    megabytes = _env_number(MEGABYTES_VARIABLE, DEFAULT_MEGABYTES)
+    entries = int(env_number(ENTRIES_VARIABLE, DEFAULT_ENTRIES))
+    megabytes = env_number(MEGABYTES_VARIABLE, DEFAULT_MEGABYTES)
     return entries, int(megabytes * 1024 * 1024)
 
 

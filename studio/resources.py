@@ -22,7 +22,9 @@ import numpy as np
 import grade
 from grade.errors import GradeError, ModelLoadError, ProbeError
 from grade.detectors import SHIPPED_DETECTORS_DIR
-from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
+from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, ProbeInfo, probe_metadata_path  # noqa: F401
+from grade.probe import list_probes as grade_list_probes, read_probe_info  # noqa: F401
+from grade.verdict import default_probe, probe_probability  # noqa: F401
 
 # The shipped probes, detectors and reference set (package data); the environment can point elsewhere
 # (e.g. a freshly built set).
@@ -119,90 +121,10 @@ def shared_registry(capacity: int = 2) -> ModelRegistry:
 # ----------------------------------------------------------------------------------------- probes
 
 
-@dataclass(frozen=True)
-class ProbeInfo:
-    """A probe file on disk and its metadata, read without loading the weights."""
-
-    path: Path  # the .safetensors file
-    metadata: dict
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name") or self.path.stem)
-
-    @property
-    def model(self) -> str | None:
-        return self.metadata.get("model")
-
-    @property
-    def loss(self) -> str | None:
-        return self.metadata.get("loss")
-
-    @property
-    def test_metrics(self) -> dict:
-        """Metrics on the probe's held-out test split (``metrics.test``; older files: ``metrics``)."""
-        metrics = self.metadata.get("metrics") or {}
-        return metrics.get("test") if isinstance(metrics.get("test"), dict) else metrics
-
-    @property
-    def auroc(self) -> float | None:
-        value = self.test_metrics.get("auroc")
-        return None if value is None else float(value)
-
-    @property
-    def accuracy(self) -> float | None:
-        value = self.test_metrics.get("accuracy")
-        return None if value is None else float(value)
-
-    @property
-    def kind(self) -> str:
-        return str(self.metadata.get("kind") or "?")
-
-
-def probe_metadata_path(weights: Path) -> Path:
-    return weights.with_suffix(".json")
-
-
-def read_probe_info(weights: str | Path) -> ProbeInfo | None:
-    """Metadata of a probe file pair, or None if its JSON is missing, unreadable, too large or holds a
-    field of the wrong type (:func:`grade.probe.probe_metadata_problem`): a :class:`ProbeInfo` always
-    holds numbers where numbers are shown and a model name. Loading such a probe gives the reason."""
-    from grade.probe import MAX_METADATA_BYTES, probe_metadata_problem
-
-    weights = Path(weights).with_suffix(".safetensors")
-    try:
-        path = probe_metadata_path(weights)
-        if path.stat().st_size > MAX_METADATA_BYTES:
-            return None
-        metadata = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return ProbeInfo(weights, metadata) if probe_metadata_problem(metadata) is None else None
-
-
 def list_probes(folder: Path = PROBES_DIR) -> list[ProbeInfo]:
-    """Probe files in ``folder`` (``name.safetensors`` + ``name.json``), best test AUROC first.
-
-    A pair whose JSON cannot be read is skipped here; loading it explicitly gives the error.
-    """
-    found = []
-    for weights in sorted(Path(folder).glob("*.safetensors")):
-        info = read_probe_info(weights)
-        if info is not None:
-            found.append(info)
-    return sorted(found, key=lambda p: -(p.auroc if p.auroc is not None else -1.0))
-
-
-def default_probe(model_name: str, probes: list[ProbeInfo], loss: str = "pre", task: str | None = None) -> ProbeInfo | None:
-    """The shipped probe to use for ``model_name`` on questions of ``task``: same model, preferring
-    ``loss``; among those, a probe trained for that task's kind of question (metadata ``tasks``), else a
-    general one. A probe trained for other tasks only is never the default."""
-    same_model = [p for p in probes if p.model and Path(str(p.model)).name.lower() == Path(model_name).name.lower()]
-    preferred = [p for p in same_model if p.loss == loss] or same_model
-    for_task = [p for p in preferred if task and task in (p.metadata.get("tasks") or ())]
-    general = [p for p in preferred if not p.metadata.get("tasks")]
-    chosen = for_task or general
-    return chosen[0] if chosen else None
+    """Probe files in ``folder`` (default: the app's probe folder), best test AUROC first
+    (:func:`grade.probe.list_probes`)."""
+    return grade_list_probes(folder)
 
 
 def load_probe(path: str | Path):
@@ -229,18 +151,6 @@ def store_uploaded_probe(weights: bytes, metadata: bytes, name: str, folder: Pat
     from .served import store_upload
 
     return store_upload(weights, metadata, name, folder or user_data_dir() / "uploaded-probes", quota=quota)
-
-
-def probe_probability(probe, inputs: np.ndarray) -> float:
-    """P(answerable) for one input vector (width,) (:func:`grade.probe.probe_inputs`), whatever shape
-    ``predict_proba`` returns."""
-    proba = np.asarray(probe.predict_proba(np.asarray(inputs, dtype=np.float32)[None, :]), dtype=float)
-    if proba.ndim == 2 and proba.shape[1] == 2:  # scikit-learn style: (n, [P(no), P(yes)])
-        proba = proba[:, 1]
-    value = float(proba.reshape(-1)[0])
-    if not np.isfinite(value):
-        raise ProbeError("the probe returned a non-finite probability")
-    return value
 
 
 # -------------------------------------------------------------------------------------- detectors
@@ -296,14 +206,14 @@ def load_questions(dataset: str, limit: int = 200) -> list[dict]:
 def _examples(model_name: str, path: Path) -> list[dict]:
     """The rows of ``model_name`` in an examples file written by ``scripts/build_examples.py`` (model ->
     rows); empty for a model without any, or a file that cannot be read."""
-    from grade.probe import _model_key
+    from grade.artifacts import model_key
 
     try:
         examples = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
-    found = {_model_key(name): rows for name, rows in examples.items()} if isinstance(examples, dict) else {}
-    return [row for row in found.get(_model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
+    found = {model_key(name): rows for name, rows in examples.items()} if isinstance(examples, dict) else {}
+    return [row for row in found.get(model_key(model_name), []) if isinstance(row, dict) and row.get("question")]
 
 
 def model_examples(model_name: str, path: Path | None = None) -> list[dict]:

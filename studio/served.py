@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import math
 import os
 import re
 import shutil
@@ -92,19 +93,34 @@ def is_loopback(address: str | None) -> bool:
         return False
 
 
+class SettingError(InputError, ValueError):
+    """An environment variable that does not hold the number it must (a ValueError too, as callers expect of a
+    bad setting)."""
+
+
+def env_number(name: str, default: float, *, whole: bool = False, minimum: float = 0) -> float:
+    """The number in the environment variable ``name``, ``default`` when it is unset or blank; anything that is
+    not a finite number (a whole one where ``whole``) of at least ``minimum`` raises one line."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value):
+        raise SettingError(f"{name}={raw!r} is not a {'whole number' if whole else 'number'}") from None
+    if value < minimum:
+        raise SettingError(f"{name}={raw!r} must be at least {minimum:g}")
+    return value
+
+
 def _limits_from_env(base: Limits) -> Limits:
     changes = {}
     for f in fields(Limits):
-        raw = os.environ.get(f"GRADE_LIMIT_{f.name.upper()}")
-        if raw is None:
-            continue
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InputError(f"GRADE_LIMIT_{f.name.upper()}={raw!r} is not a whole number") from None
-        if value < 1:
-            raise InputError(f"GRADE_LIMIT_{f.name.upper()} must be at least 1")
-        changes[f.name] = value
+        name = f"GRADE_LIMIT_{f.name.upper()}"
+        if os.environ.get(name, "").strip():
+            changes[f.name] = env_number(name, getattr(base, f.name), whole=True, minimum=1)
     return replace(base, **changes)
 
 

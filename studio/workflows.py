@@ -26,11 +26,11 @@ from grade.detectors import (
     verdicts,
 )
 from grade.errors import InputError, ProbeError
-from grade.probe import probe_inputs
 from grade.generation import greedy_answer, settings_for_task, shorter_answer
 from grade.tasks import answer_format
+from grade.verdict import Verdict, probe_verdict as verdict_of
 
-from .resources import ProbeInfo, probe_probability
+from .resources import ProbeInfo
 from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace
 
 Progress = Callable[[str], None]
@@ -154,18 +154,6 @@ def load_parts(path: str | Path, kind: str) -> tuple[dict[str, np.ndarray], dict
     if fields.get("kind") != kind or fields.get("format") != SAVED_FORMAT:
         raise GradeError(f"{path.name} is not a saved {kind} of format {SAVED_FORMAT}")
     return arrays, fields
-
-
-@dataclass
-class Verdict:
-    probability: float  # P(the model can answer)
-    probe_name: str
-    auroc: float | None
-    loss: str
-
-    @property
-    def answerable(self) -> bool:
-        return self.probability >= 0.5
 
 
 @dataclass
@@ -315,11 +303,9 @@ def analyze_question(
 
 
 def probe_verdict(probe, probe_info: ProbeInfo, lm: grade.LoadedModel, result: grade.GradeResult) -> Verdict:
-    """P(answerable) from the probe, after its own check that model, depth, loss and srank variant fit."""
-    probe.check_compatible(lm, result.n_layers, result.loss, srank=result.srank)
-    return Verdict(probability=probe_probability(probe, probe_inputs(result, probe.inputs)[0]),
-                   probe_name=probe_info.name,
-                   auroc=probe_info.auroc, loss=probe_loss(probe_info))
+    """P(answerable) from the probe, after its own check that model, depth, loss and srank variant fit
+    (:func:`grade.verdict.probe_verdict`)."""
+    return verdict_of(probe, result, name=probe_info.name, lm=lm)
 
 
 # ---------------------------------------------------------------------------- reasoning traces

@@ -158,6 +158,17 @@ def test_home_offers_the_models_own_known_and_wrong_questions(analysed, smollm):
     assert any("it knows" in o for o in own) and any("it gets wrong" in o for o in own)
 
 
+def test_homes_question_types_are_the_task_registrys(analysed):
+    """Home offers every task a typed question can take, by the registry's display names (multiple choice needs
+    answer options a typed question has not)."""
+    from grade.registry import REGISTRY, TYPED_TASKS
+
+    box = analysed.selectbox(key="task")
+    assert TYPED_TASKS == ("qa", "gsm8k", "math", "cot") and box.value == "qa"
+    assert list(box.options) == [REGISTRY[t].display_name for t in TYPED_TASKS]
+    assert "Multiple choice (A to D)" not in box.options
+
+
 def test_spectra_page(analysed):
     at = analysed.switch_page("pages/spectra.py").run()
     _no_exception(at)

@@ -155,6 +155,66 @@ def test_generation_is_bounded_by_the_context_before_it_starts(smollm):
         generate(smollm, [[1] * smollm.max_context], DecodeSettings(4))
 
 
+def test_analyze_refuses_a_probe_it_cannot_use_before_loading_a_model(logreg_probe, tmp_path):
+    """--probe: a missing file, a probe of another loss or model, and 'auto' for a model without a shipped
+    probe each end in one error line before the model loads."""
+    question = ["analyze", "--question", "Who wrote Hamlet?"]
+    assert_one_error(run_cli([*question, "--probe", str(tmp_path / "missing")]), "does not exist")
+    assert_one_error(run_cli([*question, "--probe", str(logreg_probe), "--loss", "pos", "--response", "Shakespeare"]),
+                     "GRADE_pre features, not GRADE_pos")
+    assert_one_error(run_cli([*question, "--probe", str(logreg_probe), "--model", "gemma-3-270m"]),
+                     "trained on smollm2-135m-instruct, not gemma-3-270m")
+    assert_one_error(run_cli([*question, "--probe", "auto", "--model", "nonexistent-org/nonexistent-model"]),
+                     "no probe for nonexistent-org/nonexistent-model", "there are probes for")
+
+
+@pytest.mark.slow
+def test_analyze_gives_the_shipped_probes_verdict_as_the_app_does(smollm):
+    """``--probe auto`` picks the probe Home picks for the model and task, and prints the verdict Home shows
+    (same probability, probe and test AUROC), with the test metrics' chance rates, in text and in --json."""
+    import grade
+    from grade.probe import SHIPPED_PROBES_DIR, Probe
+    from studio.resources import default_probe, list_probes, read_probe_info
+    from studio.workflows import probe_verdict
+
+    question = "What is the capital of France?"
+    status, out, err = run_cli(["analyze", "--question", question, "--probe", "auto", "--json"], model=smollm)
+    assert status == 0, err
+    verdict = json.loads(out)["verdict"]
+    info = default_probe(smollm.name, list_probes(), task="qa")
+    assert info.path == SHIPPED_PROBES_DIR / "smollm2-135m-instruct-pre.safetensors"
+    home = probe_verdict(Probe.load(info.path), info, smollm, grade.analyze(smollm, question, task="qa", loss="pre"))
+    assert verdict["probe_name"] == home.probe_name == info.name
+    assert verdict["probability"] == pytest.approx(home.probability, abs=1e-6)
+    assert verdict["answerable"] == home.answerable and verdict["loss"] == "pre"
+    test = info.test_metrics
+    assert verdict["auroc"] == home.auroc == test["auroc"] and verdict["auroc_chance"] == 0.5
+    assert verdict["accuracy"] == test["accuracy"] and verdict["n_test"] == test["n"]
+    larger = max(test["positives"], test["n"] - test["positives"])
+    assert verdict["accuracy_chance"] == pytest.approx(larger / test["n"])
+
+    status, out, err = run_cli(["analyze", "--question", question, "--probe", str(info.path), "--fast"], model=smollm)
+    assert status == 0, err
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"probe {info.name} (loss pre): P(can answer) = {home.probability:.3f}")
+    assert f"test AUROC {test['auroc']:.3f} (chance 0.50)" in last and f"{test['n']} test questions" in last
+    assert read_probe_info(info.path).name == info.name
+
+
+@pytest.mark.slow
+def test_analyze_refuses_a_probe_of_another_depth_with_one_line(smollm, tmp_path):
+    """A probe whose layer count is not the model's is found when the model is there: one error line."""
+    from grade.probe import Probe
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(1.0, 0.1, size=(60, 12))
+    probe = Probe("logreg", seed=0).fit(X, (X[:, 0] > 1.0).astype(int),
+                                        info={"model": "smollm2-135m-instruct", "loss": "pre", "srank": "paper"})
+    probe.save(tmp_path / "shallow")
+    assert_one_error(run_cli(["analyze", "--question", "Who wrote Hamlet?", "--fast", "--probe",
+                              str(tmp_path / "shallow")], model=smollm), "expects 12 layers, the model has 30")
+
+
 # -------------------------------------------------------------------------------- evaluate
 
 
@@ -396,7 +456,8 @@ def _command(draw, folder: Path) -> list[str]:
                     "--max-tokens": NUMBER, "--save": st.sampled_from([str(folder / "r.json"), str(folder / "no" / "r.json"),
                                                                         str(folder)]),
                     "--model": model, "--device": st.sampled_from(["cpu", "cuda:1", "tpu9", "CPU", ""]),
-                    "--dtype": st.sampled_from(["float32", "bf16", "int3"]), "--json": None, "--fast": None},
+                    "--dtype": st.sampled_from(["float32", "bf16", "int3"]), "--json": None, "--fast": None,
+                    "--probe": st.sampled_from([str(folder / "probe"), "auto", str(jsonl), str(folder / "none")])},
         "extract": {"--labels": rows_file, "--out": st.sampled_from([str(folder / "store"), str(folder / "store"), str(jsonl), "/proc/x/y"]),
                     "--loss": st.sampled_from(["pre", "pos", "pre", "x"]), "--chunk-size": NUMBER, "--limit": NUMBER,
                     "--threads": NUMBER, "--engine": st.sampled_from(["local", "ray", "local", "spark"]), "--workers": NUMBER,

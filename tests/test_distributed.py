@@ -92,7 +92,6 @@ def test_impossible_placements_fail_at_once(ray_cluster):
 @pytest.mark.slow
 def test_extract_on_ray_matches_local_despite_a_killed_worker_and_an_interrupted_run(smollm, ray_cluster, tmp_path):
     from grade.batch import ClusterOptions
-    from grade.features import extract_features_distributed
     from grade.models import ModelSpec
     from grade.features import extract_features, load_features
 
@@ -110,11 +109,11 @@ def test_extract_on_ray_matches_local_despite_a_killed_worker_and_an_interrupted
             raise KeyboardInterrupt  # the driver stops too: what is written must stay usable
 
     with pytest.raises(KeyboardInterrupt):
-        extract_features_distributed(spec, rows, store, chunk_size=1, cluster=cluster, callback=kill_then_interrupt)
+        extract_features(spec, rows, store, chunk_size=1, backend="ray", cluster=cluster, callback=kill_then_interrupt)
     first = load_features(store)
     assert 5 <= len(first) < len(rows) and first["id"].is_unique
 
-    report = extract_features_distributed(spec, rows, store, chunk_size=1, cluster=cluster)
+    report = extract_features(spec, rows, store, chunk_size=1, backend="ray", cluster=cluster)
     assert report.already == len(first) and report.written == len(rows) - len(first)  # only the missing ones
 
     local = load_features(tmp_path / "local.parquet").sort_values("id").reset_index(drop=True)
@@ -243,6 +242,33 @@ def test_ray_labelling_resumes_only_with_the_same_answer_length(tmp_path, monkey
     spec = models.ModelSpec("smollm2-135m-instruct")
     questions = load_questions("facts_known", limit=3)
     with pytest.raises(InputError, match="answers of up to 24 tokens, this run uses 12"):
-        labeling.label_questions_distributed(spec, questions, out)
+        labeling.label_questions(spec, questions, out, backend="ray")
     with pytest.raises(InputError, match="answers of up to 24 tokens, this run uses 16"):
-        labeling.label_questions_distributed(spec, questions, out, max_new_tokens=16)
+        labeling.label_questions(spec, questions, out, max_new_tokens=16, backend="ray")
+
+
+@pytest.mark.slow
+def test_one_function_per_batch_job_checks_its_backend_before_any_work(smollm, tmp_path, monkeypatch):
+    """Labelling, feature extraction and trace analysis take ``backend``: an unknown one, cluster options for a
+    local run, or a loaded model for Ray (whose workers load their own) are refused in one line, before a
+    cluster starts or an output is written."""
+    from grade.batch import ClusterOptions, ray_backend
+    from grade.features import extract_features
+    from grade.labeling import label_questions
+    from grade.tasks import load_questions
+    from grade.traces import analyze_traces, read_traces
+
+    monkeypatch.setattr(ray_backend, "run_on_ray", lambda *a, **k: pytest.fail("a cluster was started"))
+    questions, rows = load_questions("facts_known", limit=2), labelled_rows()
+    source = read_traces(ROOT / "tests" / "data" / "samples_gsm8k_2025-11-26T17-00-00.000000.jsonl")
+    jobs = {"labels": lambda out, **k: label_questions(smollm, questions, out, **k),
+            "features": lambda out, **k: extract_features(smollm, rows, out, **k),
+            "traces": lambda out, **k: analyze_traces(smollm, source, out, **k)}
+    for name, job in jobs.items():
+        with pytest.raises(InputError, match="unknown backend 'spark'; use local or ray"):
+            job(tmp_path / name, backend="spark")
+        with pytest.raises(InputError, match="cluster options apply to the ray backend only"):
+            job(tmp_path / name, cluster=ClusterOptions(workers=2))
+        with pytest.raises(InputError, match="give a grade.models.ModelSpec, not a loaded model"):
+            job(tmp_path / name, backend="ray")
+        assert not (tmp_path / name).exists()

@@ -57,9 +57,20 @@ LAYERS = {
     "grade.traces": "batch",
     # learning
     "grade.artifacts": "learning",
-    "grade.probe": "learning",
-    "grade.probe_reading": "learning",
-    "grade.detectors": "learning",
+    "grade.probe": "learning",  # inputs < network < files < estimator < training
+    "grade.probe.inputs": "learning",
+    "grade.probe.network": "learning",
+    "grade.probe.files": "learning",
+    "grade.probe.estimator": "learning",
+    "grade.probe.training": "learning",
+    "grade.detectors": "learning",  # specs < estimators, routing < files < training
+    "grade.detectors.specs": "learning",
+    "grade.detectors.estimators": "learning",
+    "grade.detectors.routing": "learning",
+    "grade.detectors.files": "learning",
+    "grade.detectors.training": "learning",
+    "grade.probe_reading": "learning",  # a probe's inputs against its classes (Home's chart)
+    "grade.verdict": "learning",  # the probe's verdict on one question (grade analyze --probe, the app's Home)
     "grade.model_statistics": "learning",
     "grade.baselines": "learning",
     "grade.studies": "learning",

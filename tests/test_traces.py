@@ -254,7 +254,7 @@ def test_stored_token_shock_equals_the_exact_route(gsm8k_trace_run, smollm):
 def test_an_interrupted_run_resumes_and_ray_writes_the_same_rows(smollm, tmp_path):
     from grade.batch import ClusterOptions, connect
     from grade.models import ModelSpec
-    from grade.traces import analyze_traces, analyze_traces_distributed
+    from grade.traces import analyze_traces
 
     from grade.features import FeatureStore
     from grade.traces import TOKEN_SCHEMA
@@ -282,8 +282,8 @@ def test_an_interrupted_run_resumes_and_ray_writes_the_same_rows(smollm, tmp_pat
 
     started = connect(num_cpus=2)
     try:
-        ray_report = analyze_traces_distributed(ModelSpec("smollm2-135m-instruct"), source, tmp_path / "ray",
-                                                chunk_size=1, cluster=ClusterOptions(workers=2))
+        ray_report = analyze_traces(ModelSpec("smollm2-135m-instruct"), source, tmp_path / "ray", chunk_size=1,
+                                    backend="ray", cluster=ClusterOptions(workers=2))
     finally:
         if started:
             import ray

@@ -4,9 +4,9 @@ write through (:class:`PartStore`). Ray is imported only when a Ray run starts."
 
 from .parts import PartStore
 from .ray_backend import ClusterOptions, RayRun, connect, run_on_ray
-from .runner import (ProgressBar, ProgressCallback, RunReport, Sink, Work, items_to_do, run_local,
-                     write_in_chunks)
+from .runner import (BACKENDS, ProgressBar, ProgressCallback, RunReport, Sink, Work, items_to_do,
+                     model_for_backend, run_local, write_in_chunks)
 
 
-__all__ = ["ClusterOptions", "PartStore", "RayRun", "connect", "ProgressBar", "ProgressCallback", "RunReport", "Sink", "Work", "items_to_do", "run_local",
-           "run_on_ray", "write_in_chunks"]
+__all__ = ["BACKENDS", "ClusterOptions", "PartStore", "RayRun", "connect", "ProgressBar", "ProgressCallback", "RunReport",
+           "Sink", "Work", "items_to_do", "model_for_backend", "run_local", "run_on_ray", "write_in_chunks"]

@@ -25,10 +25,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
+from ..errors import InputError
+
 log = logging.getLogger(__name__)
 
 #: ``callback(done, total, what)`` after every finished item.
 ProgressCallback = Callable[[int, int, Any], None]
+
+#: Where a batch job runs: ``local``, this process; ``ray``, the workers of a Ray cluster
+#: (:mod:`grade.batch.ray_backend`), each holding its own copy of the model.
+BACKENDS = ("local", "ray")
+
+
+def model_for_backend(model, backend: str, cluster=None):
+    """The model a batch job on ``backend`` works with, from ``model`` (a loaded model or a
+    :class:`grade.models.ModelSpec`): locally a loaded model (a spec is loaded here); on Ray the spec, which
+    every worker loads. ``cluster`` (:class:`~grade.batch.ray_backend.ClusterOptions`) goes with ``ray`` only."""
+    from ..models import ModelSpec  # torch loads with a job, not with the runner
+
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}; use {' or '.join(BACKENDS)}")
+    if backend == "local":
+        if cluster is not None:
+            raise InputError("cluster options apply to the ray backend only")
+        return model.load() if isinstance(model, ModelSpec) else model
+    if not isinstance(model, ModelSpec):
+        raise InputError("the ray backend loads the model in every worker: give a grade.models.ModelSpec, "
+                         "not a loaded model")
+    return model
 
 
 class Work(Protocol):

@@ -1,4 +1,10 @@
-"""``python -m grade analyze``: GRADE features of one question."""
+"""``python -m grade analyze``: GRADE features of one question, and with ``--probe`` the probe's verdict on it.
+
+``--probe auto`` takes the shipped probe for ``--model`` and ``--task`` (the one the app's Home page uses) under
+``--loss``; ``--probe PATH`` a probe file. The probe is loaded and checked against the model name, loss and
+stable-rank variant before the model loads. The verdict gives the probability that the model can answer beside
+the probe's measured test AUROC and accuracy and their chance rates.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--fast", action="store_true", help="stable ranks only (no spectra, no token scores)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--save", default=None, help="also save the full result (JSON) to this file")
+    p.add_argument("--probe", default=None, metavar="PATH|auto",
+                   help="also give this probe's verdict: a probe file, or 'auto' for the shipped probe of --model, "
+                        "--task and --loss")
     p.set_defaults(func=run)
 
 
@@ -45,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
                          f"--max-tokens {args.max_tokens}")
     if args.save:
         check_output_file(args.save, "--save file")
+    probe, probe_name = _probe_from_args(args)
     progress = (lambda line: print(line, file=sys.stderr)) if not args.json else None
     lm = load_model_from_args(args, progress)
     result = analyze(
@@ -63,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.save:
         result.save(args.save)
+    verdict = None
+    if probe is not None:
+        from ..verdict import probe_verdict
+
+        verdict = probe_verdict(probe, result, name=probe_name, lm=lm)
     if args.json:
         data = result.to_dict()
         summary = {k: data[k] for k in ("model", "loss", "srank", "task", "question", "context", "response",
@@ -72,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
             {"text": s.text, "start": s.start, "end": s.end, "rank_ratio": [float(x) for x in s.rank_ratio]}
             for s in result.steps
         ]
+        if verdict is not None:
+            summary["verdict"] = verdict.to_dict()
         import json
 
         print(json.dumps(summary))
@@ -83,4 +100,20 @@ def run(args: argparse.Namespace) -> int:
     for row in result.layer_table():
         print(f"{row['layer']:>5} {row['srank_h']:>10.4f} {row['srank_g']:>10.4f} {row['rank_ratio']:>11.4f}")
     print(f"mean rank ratio {result.grade:.4f}   ({result.timings['total_s']:.2f} s)")
+    if verdict is not None:
+        print(verdict.describe())
     return 0
+
+
+def _probe_from_args(args: argparse.Namespace):
+    """(probe, its name) for ``--probe``, loaded and checked against the model name, loss and srank variant
+    before the model loads (the layer count is checked with the model); (None, None) without ``--probe``."""
+    if not args.probe:
+        return None, None
+    from ..probe import Probe
+    from ..verdict import resolve_probe
+
+    weights = resolve_probe(args.probe, args.model, task=args.task, loss=args.loss)
+    probe = Probe.load(weights)
+    probe.check_compatible(args.model, loss=args.loss, srank=args.srank)
+    return probe, str(probe.metadata.get("name") or weights.stem)

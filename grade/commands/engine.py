@@ -1,22 +1,22 @@
-"""The Ray options of ``label``, ``extract`` and ``traces`` (``--engine ray``) and the entry points that run
-those commands on a Ray cluster (:mod:`grade.batch.ray_backend`)."""
+"""The Ray options of ``label``, ``extract`` and ``traces`` (``--engine ray``) and the model each of those
+commands hands its batch job (:func:`model_for_engine`): a loaded model in this process, or a model spec and the
+cluster options for Ray (:mod:`grade.batch.ray_backend`)."""
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
-
 from typing import TYPE_CHECKING
 
+from ..batch.runner import BACKENDS
 from ..errors import InputError
-from .common import int_range
+from .common import int_range, load_model_from_args
 
 if TYPE_CHECKING:  # imported where used: torch and Ray load only for a Ray run
     from ..batch.ray_backend import ClusterOptions
     from ..models import ModelSpec
 
-ENGINES = ("local", "ray")
+ENGINES = BACKENDS  # --engine names the batch runner's backend
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,32 +80,10 @@ def _cluster_from_args(args: argparse.Namespace) -> ClusterOptions:
     return ClusterOptions(address=args.address, workers=args.workers, gpus_per_worker=_gpus_for(args))
 
 
-def run_extract(args: argparse.Namespace, rows: list[dict]) -> int:
-    """``python -m grade extract --engine ray``: called by :mod:`grade.commands.extract`."""
+def model_for_engine(args: argparse.Namespace, say=None):
+    """(model, cluster) for a batch job on ``--engine``: locally the loaded model (``say``: its loading lines) and
+    no cluster; on Ray a :class:`~grade.models.ModelSpec` that every worker loads, and where the workers run."""
+    if args.engine != "ray":
+        return load_model_from_args(args, say), None
     cluster = _cluster_from_args(args)
-    spec = model_spec_from_args(args, cluster.gpus_per_worker)
-    from ..features import extract_features_distributed
-
-    report = extract_features_distributed(spec, rows, args.out, loss=args.loss, srank=args.srank,
-                                          keep_hidden=not args.no_hidden, chunk_size=args.chunk_size,
-                                          cluster=cluster, progress=not args.quiet)
-    print(report)
-    for *key, reason in report.skipped[:10]:
-        print(f"  skipped {'/'.join(map(str, key[:2]))}: {reason}", file=sys.stderr)
-    return 0
-
-
-def run_label(args: argparse.Namespace, questions: list) -> int:
-    """``python -m grade label --engine ray``: called by :mod:`grade.commands.label`."""
-    cluster = _cluster_from_args(args)
-    spec = model_spec_from_args(args, cluster.gpus_per_worker)
-    from ..labeling import label_questions_distributed
-
-    report, summary = label_questions_distributed(
-        spec, questions, args.out, n_samples=args.samples, matcher=args.matcher, seed=args.seed,
-        max_new_tokens=args.max_new_tokens, questions_per_batch=args.batch, sample_chars=args.sample_chars,
-        cluster=cluster, progress=not args.quiet,
-    )
-    print(report)
-    print(summary.balance_line())
-    return 0
+    return model_spec_from_args(args, cluster.gpus_per_worker), cluster

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .engine import add_engine_arguments, check_engine_arguments
-from .common import add_model_arguments, add_threads_argument, load_model_from_args, positive_int
+from .common import add_model_arguments, add_threads_argument, positive_int
+from .engine import add_engine_arguments, check_engine_arguments, model_for_engine
 
 
 def register(sub) -> None:
@@ -48,13 +48,10 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise InputError("the labelled file(s) hold no row with a label")
     ensure_output_folder(args.out, "feature store")
-    if args.engine == "ray":
-        from .engine import run_extract
-
-        return run_extract(args, rows)
-    lm = load_model_from_args(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))
-    report = extract_features(lm, rows, args.out, loss=args.loss, srank=args.srank, keep_hidden=not args.no_hidden,
-                              chunk_size=args.chunk_size, progress=not args.quiet)
+    model, cluster = model_for_engine(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))
+    report = extract_features(model, rows, args.out, loss=args.loss, srank=args.srank, keep_hidden=not args.no_hidden,
+                              chunk_size=args.chunk_size, progress=not args.quiet, backend=args.engine,
+                              cluster=cluster)
     print(report if not bad_rows else f"{report} ({len(bad_rows)} bad input row(s) skipped)")
     for dataset, row_id, reason in report.skipped[:10]:
         print(f"  skipped {dataset}/{row_id}: {reason}", file=sys.stderr)

@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from .engine import add_engine_arguments, check_engine_arguments
-from .common import add_model_arguments, int_range, load_model_from_args, non_negative_int, positive_int, thread_count
+from .common import add_model_arguments, int_range, non_negative_int, positive_int, thread_count
+from .engine import add_engine_arguments, check_engine_arguments, model_for_engine
 
 #: a longer answer than any task needs, and more than a small model's context; refused when parsed
 MAX_NEW_TOKENS = 8192
@@ -75,16 +75,12 @@ def run(args: argparse.Namespace) -> int:
     ensure_output_folder(Path(args.out).expanduser().parent, "labels folder")
     check_output_file(args.out, "labels file")
     hold_output_lock(args.out, "the labels file")  # one writer per labels file, until this process ends
-    if args.engine == "ray":
-        from .engine import run_label
-
-        return run_label(args, questions)
-    lm = load_model_from_args(args, (lambda line: print(line, file=sys.stderr)) if not args.quiet else None)
-    if args.max_new_tokens is not None and args.max_new_tokens >= lm.max_context:
-        raise InputError(f"--max-new-tokens {args.max_new_tokens} does not fit in {lm.name}'s context of "
-                         f"{lm.max_context} tokens")
+    model, cluster = model_for_engine(args, (lambda line: print(line, file=sys.stderr)) if not args.quiet else None)
+    if cluster is None and args.max_new_tokens is not None and args.max_new_tokens >= model.max_context:
+        raise InputError(f"--max-new-tokens {args.max_new_tokens} does not fit in {model.name}'s context of "
+                         f"{model.max_context} tokens")
     summary = label_questions(
-        lm,
+        model,
         questions,
         args.out,
         n_samples=args.samples,
@@ -94,11 +90,17 @@ def run(args: argparse.Namespace) -> int:
         questions_per_batch=args.batch,
         sample_chars=args.sample_chars,
         progress=not args.quiet,
+        backend=args.engine,
+        cluster=cluster,
     )
+    if summary.run is not None:  # a Ray run reports its workers and the chunks it sent again
+        print(summary.run)
+        print(summary.balance_line())
+        return 0
     for where in summary.too_long[:10]:
         print(f"  skipped {where}", file=sys.stderr)
     if summary.too_long:
-        print(f"skipped {len(summary.too_long)} question(s) too long for {lm.name}", file=sys.stderr)
+        print(f"skipped {len(summary.too_long)} question(s) too long for {model.name}", file=sys.stderr)
     print(f"{summary.path}: {summary.new} labelled now, {summary.skipped} already there ({summary.seconds:.1f} s)")
     print(summary.balance_line())
     return 0

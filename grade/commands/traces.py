@@ -18,9 +18,8 @@ import argparse
 import json
 import sys
 
-from .engine import add_engine_arguments, check_engine_arguments
-from .common import (add_model_arguments, add_threads_argument, int_range, load_model_from_args, non_negative_int,
-                     positive_int)
+from .engine import add_engine_arguments, check_engine_arguments, model_for_engine
+from .common import add_model_arguments, add_threads_argument, int_range, non_negative_int, positive_int
 
 
 def register(sub) -> None:
@@ -58,7 +57,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..traces import TraceStore, aggregate, aggregate_markdown, generate_traces, read_traces, summary_rows
+    from ..traces import (TraceStore, aggregate, aggregate_markdown, analyze_traces, generate_traces, read_traces,
+                          summary_rows)
 
     if args.samples and args.generate:
         raise InputError("give either --samples FILE or --dataset with --generate N, not both")
@@ -81,16 +81,10 @@ def run(args: argparse.Namespace) -> int:
     store = TraceStore(args.out)
     report = None
     if args.samples or args.generate:
-        cluster = spec = lm = None
-        if args.engine == "ray":
-            from .engine import _cluster_from_args, model_spec_from_args
-
-            cluster = _cluster_from_args(args)
-            spec = model_spec_from_args(args, cluster.gpus_per_worker)
+        model = cluster = None
         if args.generate:
-            if args.engine == "local":
-                lm = load_model_from_args(args, say)
-            path = generate_traces(lm or spec, args.dataset, args.out, n_per_problem=args.generate, limit=args.limit,
+            model, cluster = model_for_engine(args, say)
+            path = generate_traces(model, args.dataset, args.out, n_per_problem=args.generate, limit=args.limit,
                                    offset=args.offset, matcher=args.matcher, seed=args.seed,
                                    max_new_tokens=args.max_new_tokens, cluster=cluster, progress=not args.quiet)
             source = read_traces(path, task=args.task)
@@ -99,17 +93,10 @@ def run(args: argparse.Namespace) -> int:
                                  prompt=args.prompt, limit=args.limit)
         for note in source.notes:
             print(f"note: {note}", file=sys.stderr)
-        if args.engine == "ray":
-            from ..traces import analyze_traces_distributed
-
-            report = analyze_traces_distributed(spec, source, args.out, srank=args.srank, chunk_size=args.chunk_size,
-                                                cluster=cluster, progress=not args.quiet)
-        else:
-            from ..traces import analyze_traces
-
-            lm = lm or load_model_from_args(args, say)
-            report = analyze_traces(lm, source, args.out, srank=args.srank, chunk_size=args.chunk_size,
-                                    progress=not args.quiet)
+        if model is None:  # a trace file is read, and refused, before the model loads
+            model, cluster = model_for_engine(args, say)
+        report = analyze_traces(model, source, args.out, srank=args.srank, chunk_size=args.chunk_size,
+                                progress=not args.quiet, backend=args.engine, cluster=cluster)
     elif not store.exists():
         raise InputError(f"{args.out} is not a trace store yet: give --samples FILE or --dataset ... --generate N")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..batch.runner import run_local
+from ..batch.runner import model_for_backend, run_local
 from ..errors import InputError
 from .analysis import TraceWork, _analysed
 from .sources import TRACE_TASKS, TraceSource
@@ -16,18 +16,29 @@ ProgressCallback = Callable[[int, int, str], None]  # (traces done, traces to do
 
 
 def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "paper", chunk_size: int = 8,
-                   progress: bool = False, callback: ProgressCallback | None = None):
+                   progress: bool = False, callback: ProgressCallback | None = None, backend: str = "local",
+                   cluster=None):
     """Analyse the traces of ``source`` not yet in the store ``out``, in this process
-    (:func:`grade.batch.run_local`).
+    (:func:`grade.batch.run_local`, ``backend="local"``) or on the workers of a Ray cluster
+    (:func:`grade.batch.run_on_ray`, ``backend="ray"``, ``cluster``: :class:`grade.batch.ClusterOptions`):
+    same store, same rows. ``lm``: a loaded model or a :class:`grade.models.ModelSpec` (loaded here, or by every
+    Ray worker).
 
     Every ``chunk_size`` traces a part is written; an exception (Ctrl-C, or one raised by ``callback``
-    to stop the run) still writes the traces finished before it. Returns a
+    to stop the run) still writes the traces finished before it. ``callback(done, total, trace id)`` follows
+    every trace (on Ray ``callback(done, total, run)`` every written chunk). Returns a
     :class:`grade.batch.RunReport`.
     """
     if chunk_size < 1:
         raise InputError("--chunk-size must be at least 1")
+    lm = model_for_backend(lm, backend, cluster)
     store = TraceStore(out)
     store.prepare(lm.name, srank, source.describe())
+    if backend == "ray":
+        from ..batch.ray_backend import ClusterOptions, run_on_ray
+
+        return run_on_ray(source.items, TraceWork(srank), TraceStoreSink(store), lm, cluster or ClusterOptions(),
+                          chunk_size=chunk_size, progress=progress, callback=callback)
 
     def work(todo, report):
         for item, result in _analysed(lm, todo, srank, report.skipped):
@@ -37,17 +48,6 @@ def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "pa
 
     return run_local(source.items, work, TraceStoreSink(store), chunk_size=chunk_size, progress=progress,
                      desc="traces", unit="trace", callback=callback)
-
-
-def analyze_traces_distributed(spec, source: TraceSource, out: str | Path, *, srank: str = "paper",
-                               chunk_size: int = 8, cluster=None, progress: bool = False, callback=None):
-    """:func:`analyze_traces` on Ray workers (:func:`grade.batch.run_on_ray`): same store, same rows."""
-    from ..batch.ray_backend import ClusterOptions, run_on_ray
-
-    store = TraceStore(out)
-    store.prepare(spec.name, srank, source.describe())
-    return run_on_ray(source.items, TraceWork(srank), TraceStoreSink(store), spec, cluster or ClusterOptions(),
-                      chunk_size=chunk_size, progress=progress, callback=callback)
 
 
 def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem: int, limit: int | None = None,
@@ -67,16 +67,9 @@ def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem:
         raise InputError(f"dataset {dataset!r} is a {', '.join(wrong)} set; traces come from gsm8k or math problems")
     path = Path(out) / "generated.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    if cluster is not None:
-        from ..labeling import label_questions_distributed
+    from ..labeling import label_questions
 
-        label_questions_distributed(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
-                                    max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch,
-                                    cluster=cluster, progress=progress)
-    else:
-        from ..labeling import label_questions
-
-        label_questions(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
-                        max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch,
-                        progress=progress)
+    label_questions(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
+                    max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch, progress=progress,
+                    backend="local" if cluster is None else "ray", cluster=cluster)
     return path
