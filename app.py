@@ -241,8 +241,12 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
         st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
                   help="Output of the probe on this question's per-layer GRADE features")
         st.html(tokens.probability_bar_html(verdict.probability))
-        auroc = f"{verdict.auroc:.3f}" if verdict.auroc is not None else "not recorded"
-        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · measured test AUROC **{auroc}** · "
+        auroc = (f"**{verdict.auroc:.3f}** (chance {verdict.auroc_chance:.2f})" if verdict.auroc is not None
+                 else "not recorded")
+        accuracy = (f" · test accuracy **{verdict.accuracy:.0%}** (always guessing the larger class: "
+                    f"{verdict.accuracy_chance:.0%}, n {verdict.n_test})"
+                    if verdict.accuracy is not None and verdict.accuracy_chance is not None else "")
+        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · measured test AUROC {auroc}{accuracy} · "
                     f"loss `{verdict.loss}`")
 
 
