@@ -46,16 +46,14 @@ def _labels_text(path: Path) -> str:
 
 def own_traces(folder: Path, limit: int) -> Path:
     """A trace JSONL of the model's own majority answers (correct = the labeller's score of that answer)."""
-    from grade.labeling import answer_key
-    from grade.tasks import Question
+    from grade.tasks import answer_key
 
     rows = []
     for line in _labels_text(OWN_LABELS).splitlines()[:limit]:
         r = json.loads(line)
-        q = Question(id=r["id"], question=r["question"], answers=r["answers"], task="gsm8k")
-        key = answer_key(q, r["majority"])
+        key = answer_key("gsm8k", r["majority"])
         rows.append({"doc_id": r["id"], "question": r["question"], "response": r["majority"], "answers": r["answers"],
-                     "correct": key is not None and any(answer_key(q, a) == key for a in r["answers"])})
+                     "correct": key is not None and any(answer_key("gsm8k", a) == key for a in r["answers"])})
     path = folder / "own_traces.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
