@@ -568,13 +568,13 @@ def analyze(
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    inputs = _prepare_inputs(lm, question, context=context, task=task, loss=loss, response=response,
-                             generate=generate, steps=steps, max_new_tokens=max_new_tokens, max_tokens=max_tokens,
-                             prompt=prompt, timings=timings)
     if step_passes not in ("auto", "shared", "prefix"):
         raise InputError(f"unknown step_passes {step_passes!r}; use auto, shared or prefix")
     if step_memory_mb is not None and not step_memory_mb > 0:
         raise InputError(f"step_memory_mb must be positive (or None for no bound), not {step_memory_mb!r}")
+    inputs = _prepare_inputs(lm, question, context=context, task=task, loss=loss, response=response,
+                             generate=generate, steps=steps, max_new_tokens=max_new_tokens, max_tokens=max_tokens,
+                             prompt=prompt, timings=timings)
     kinds = srank_kinds(loss, srank)
     # Token scores without spectra: row sums from the fast route.
     row_sums = bool(token_scores) and not spectra and loss == "pos"

@@ -349,7 +349,8 @@ def _feature_source() -> pd.DataFrame | None:
             # an upload is this user's: never joined with another user's job
             job_key = ("extract", session.user_key(), hashlib.sha256(upload.getvalue()).hexdigest(), loss,
                        st.session_state["model_spec"].label, LIMITS)
-            waiting.submit("extract", job_key, compute, request={"model": lm.name}, memory_mb=largest / 2**20)
+            waiting.submit("extract", job_key, compute, request={"model": lm.name}, memory_mb=largest / 2**20,
+                           kind="extract")
         except GradeError as exc:
             _error(GradeError(str(exc).replace(handle.name, served_mode.safe_display_name(upload.name))),
                    "Extraction failed")

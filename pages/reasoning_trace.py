@@ -157,7 +157,7 @@ def _submit(action: str, keys: list[str], texts: dict[str, str], question: str |
             progress(f"Generating up to {tokens_wanted} tokens ...")
             return workflows.generate_cot(lm, question, max_new_tokens=tokens_wanted, limits=limits)
 
-        waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys})
+        waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys}, kind="generate")
         return
     found, todo = {}, {}
     for key in keys:
@@ -186,7 +186,7 @@ def _submit(action: str, keys: list[str], texts: dict[str, str], question: str |
 
     job_key = ("trace-analysis",) + tuple(_trace_key(question, todo[k], gold, private) for k in sorted(todo))
     waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys},
-                   memory_mb=_memory_mb(question, list(todo.values())))
+                   memory_mb=_memory_mb(question, list(todo.values())), kind="trace")
 
 
 def _keep(value, request: dict) -> None:

@@ -22,7 +22,8 @@ minutes, one waiting 141 s for an analysis of seconds). Here every analysis is a
 * **shared**: a request whose ``job_key`` equals a job that is waiting or running joins that job instead of
   computing it again (each ticket keeps its own ``on_result``, e.g. its own cache key);
 * **feedback**: :meth:`AnalysisQueue.status` gives a ticket's position and an estimate of when its result comes,
-  from the measured durations of the model's recent jobs (an exponential average).
+  from the measured durations of the model's recent jobs of each kind (an exponential average per model and
+  kind: a 20-step trace takes many times a Home analysis, and a job waiting behind one is told so).
 
 A job's progress lines (what the engine reports) are kept in the job for the waiting page to show: the worker
 thread cannot write to a Streamlit page.
@@ -95,6 +96,7 @@ class Job:
     tickets: list["Ticket"] = field(default_factory=list)
     done_event: threading.Event = field(default_factory=threading.Event)
     memory_mb: float = 0.0  # what the job claims of the operator's memory budget while it runs
+    kind: Hashable = None  # what kind of work (e.g. "trace"): durations are averaged per model and kind
     cancel_event: threading.Event = field(default_factory=threading.Event)  # set: the engine stops at its next check
 
 
@@ -174,13 +176,14 @@ class AnalysisQueue:
 
     def submit(self, model: Hashable, user: Hashable, job_key: Hashable,
                fn: Callable[[Callable[[str], None]], Any], on_result: Callable[[Any], None] | None = None,
-               memory_mb: float = 0.0) -> Ticket:
+               memory_mb: float = 0.0, kind: Hashable = None) -> Ticket:
         """A ticket for ``fn(progress)`` in ``model``'s queue, or :class:`QueueRefused`.
 
         ``job_key`` says which requests are identical: one waiting or running with the same key is joined, not
         computed again. ``on_result`` is called (in the worker thread) with the result once it is computed,
         also when the ticket's user has gone. ``memory_mb``: what the job claims of the operator's memory
-        budget while it runs (a job claiming more than the whole budget is refused)."""
+        budget while it runs (a job claiming more than the whole budget is refused). ``kind``: its estimate
+        comes from the durations of the model's jobs of the same kind."""
         with self._cond:
             if self.memory_mb is not None and memory_mb > self.memory_mb:
                 raise QueueRefused(f"This analysis needs about {memory_mb:,.0f} MB; this studio runs analyses of at "
@@ -203,7 +206,7 @@ class AnalysisQueue:
                     raise QueueRefused(f"The queue for this model is full ({self.max_waiting} analyses waiting); "
                                        "try again in a minute.")
                 job = Job(id=next(self._ids), model=model, key=job_key, fn=fn, submitted=time.monotonic(),
-                          memory_mb=memory_mb)
+                          memory_mb=memory_mb, kind=kind)
                 waiting.append(job)
                 self._by_key[(model, job_key)] = job
                 self._start_workers(model)
@@ -267,32 +270,41 @@ class AnalysisQueue:
             return 0
         return list(self._waiting[job.model]).index(job) + 1
 
-    def average_seconds(self, model: Hashable) -> float:
+    def average_seconds(self, model: Hashable, kind: Hashable = None) -> float:
         with self._cond:
-            return self._average.get(model, self.default_seconds)
+            return self._seconds(model, kind)
+
+    def _seconds(self, model: Hashable, kind: Hashable) -> float:  # called with the lock held
+        """The measured average of ``model``'s jobs of ``kind``; before one is measured, of its other jobs."""
+        measured = self._average.get((model, kind))
+        if measured is not None:
+            return measured
+        others = [v for (m, _), v in self._average.items() if m == model]
+        return max(others) if others else self.default_seconds
 
     def status(self, ticket: Ticket) -> TicketStatus:
         with self._cond:
             job, now = ticket.job, time.monotonic()
-            average = self._average.get(job.model, self.default_seconds)
+            average = self._seconds(job.model, job.kind)
             waiting = list(self._waiting.get(job.model, ()))
             position = self._position(job) if not ticket.cancelled else 0
             if ticket.state == RUNNING:
                 estimate = max(average - (now - job.started), 0.0)
             elif ticket.state == WAITING:
-                # Each worker slot frees when its running job ends (by the average); the jobs ahead take the
-                # earliest free slot in turn, and so does this one.
+                # Each worker slot frees when its running job ends (by its kind's average); the jobs ahead take
+                # the earliest free slot in turn, and so does this one.
                 slots = min(self.workers, self.max_running)
-                free = sorted(max(average - (now - j.started), 0.0) for j in self._running.get(job.model, []))
+                free = sorted(max(self._seconds(j.model, j.kind) - (now - j.started), 0.0)
+                              for j in self._running.get(job.model, []))
                 free = (free + [0.0] * slots)[:slots]
-                for _ in range(position - 1):
-                    free[0] += average
+                for ahead in waiting[: position - 1]:
+                    free[0] += self._seconds(ahead.model, ahead.kind)
                     free.sort()
                 estimate = free[0] + average
             else:
                 estimate = 0.0
             return TicketStatus(state=ticket.state, position=position, waiting=len(waiting), estimate_s=estimate,
-                                measured=job.model in self._average, elapsed_s=now - job.submitted,
+                                measured=(job.model, job.kind) in self._average, elapsed_s=now - job.submitted,
                                 progress=tuple(job.progress), shared=sum(not t.cancelled and t.user is not None for t in job.tickets))
 
     def running(self) -> int:
@@ -357,8 +369,8 @@ class AnalysisQueue:
                         del self._users[ticket.user]
                 if error is None:
                     took = job.finished - job.started
-                    last = self._average.get(model)
-                    self._average[model] = took if last is None else (1 - SMOOTHING) * last + SMOOTHING * took
+                    last = self._average.get((model, job.kind))
+                    self._average[(model, job.kind)] = took if last is None else (1 - SMOOTHING) * last + SMOOTHING * took
                     self.completed += 1
                 callbacks = [t.on_result for t in job.tickets if t.on_result is not None] if error is None else []
                 self._cond.notify_all()

@@ -2,9 +2,10 @@
 
 Every analysis of the studio is a job in its model's queue (:mod:`studio.queue`). A page hands its work to
 :func:`submit` and shows :func:`wait`: the session's place in the queue and an estimate, updated every second,
-the engine's progress lines and a Cancel button, until the result comes. The ticket is kept in the session,
-so a rerun, or a visit to another page, finds the same analysis and waits again. One analysis per user holds
-over all pages: the queue refuses a second while one waits or runs, in one line.
+the engine's progress lines and a Cancel button, until the result comes. The ticket is kept in the session:
+a rerun, or a return from another page, finds the same analysis and waits again (the other pages say in one
+line where it waits, :func:`elsewhere`; Spectra, which shows Home's analysis, waits for Home's). One analysis per
+user holds over all pages: the queue refuses a second while one waits or runs, in one line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .queue import Ticket
 PENDING = "analysis_ticket"  # session key: this session's Pending while its analysis waits or runs
 CANCELLED_NOTICE = "analysis_cancelled"  # session key: the page to tell that its analysis was cancelled
 
-PAGE_NAMES = {"home": "Home", "trace": "Reasoning trace", "extract": "Probes (Extract)", "generate": "Reasoning trace"}
+PAGE_NAMES = {"home": "Home", "trace": "Reasoning trace", "extract": "Probes (Extract)"}
 
 
 @dataclass
@@ -40,14 +41,15 @@ def pending(page: str | None = None) -> Pending | None:
 
 
 def submit(page: str, job_key, compute: Callable[[Callable[[str], None]], Any], *, request: Any = None,
-           on_result: Callable[[Any], None] | None = None, memory_mb: float = 0.0) -> Pending:
+           on_result: Callable[[Any], None] | None = None, memory_mb: float = 0.0, kind: str | None = None) -> Pending:
     """Queue ``compute(progress)`` for the loaded model under this user and keep its ticket in the session.
 
     ``job_key``: equal keys are one computation (identical requests are computed once; each page starts its
-    keys with its own name, Home's excepted, which its precomputed examples share). Raises
+    keys with its own name, Home's excepted, which its precomputed examples share). ``kind``: what work it is
+    (Home's analyses: None), for the estimate from the durations of the same kind. Raises
     :class:`studio.queue.QueueRefused` (one line) when the queue is full or this user already waits."""
     ticket = session.analysis_queue().submit(st.session_state["model_spec"].label, session.user_key(), job_key,
-                                             compute, on_result=on_result, memory_mb=memory_mb)
+                                             compute, on_result=on_result, memory_mb=memory_mb, kind=kind)
     held = Pending(ticket, page, request)
     st.session_state[PENDING] = held
     return held

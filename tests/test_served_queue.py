@@ -280,3 +280,26 @@ def test_extract_is_one_queued_job_per_click(served_queue, monkeypatch, smollm):
     assert not at.exception, [e.value for e in at.exception]
     assert any("Extracted 2 rows" in s.value for s in at.success), [s.value for s in at.success]
     assert len(at.session_state["extracted"]) == 2
+
+
+def test_estimates_come_from_the_durations_of_the_same_kind_of_job():
+    queue = AnalysisQueue(workers=1, max_running=1, default_seconds=4.0)
+    for kind, seconds in (("trace", 0.6), (None, 0.05)):
+        done = queue.submit("m", "alice", ("measure", kind), lambda p, s=seconds: time.sleep(s), kind=kind)
+        assert done.wait(10)
+    assert queue.average_seconds("m", "trace") > 0.5 > 0.2 > queue.average_seconds("m")
+    assert queue.average_seconds("m", "extract") == queue.average_seconds("m", "trace")  # unmeasured: the longest
+    gate, started = threading.Event(), threading.Event()
+
+    def long_trace(progress):
+        started.set()
+        gate.wait(30)
+
+    queue.submit("m", "bob", "a long trace", long_trace, kind="trace")
+    assert started.wait(10)
+    home = queue.submit("m", "carol", "a question", lambda p: "answer")
+    status = queue.status(home)
+    # behind a running trace: about the trace's remaining time plus one Home analysis, not two Home analyses
+    assert status.position == 1 and status.measured and 0.3 < status.estimate_s < 1.0
+    gate.set()
+    assert home.wait(10) and home.result() == "answer"
