@@ -203,7 +203,7 @@ def _keep(value, request: dict) -> None:
         elif key in value["traces"]:
             traces[key] = value["traces"][key]
     st.session_state["rt_traces"] = traces
-    if request["action"] == "rerun":
+    if request["action"] == "rerun" and not value["errors"]:  # (a rerun would wipe the error shown)
         for key in request["keys"]:
             st.session_state.pop(f"rt_editor_{key}", None)  # the table now shows the new steps
         st.rerun()

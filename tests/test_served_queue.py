@@ -303,3 +303,26 @@ def test_estimates_come_from_the_durations_of_the_same_kind_of_job():
     assert status.position == 1 and status.measured and 0.3 < status.estimate_s < 1.0
     gate.set()
     assert home.wait(10) and home.result() == "answer"
+
+
+@pytest.mark.slow
+def test_spectra_follows_homes_queued_analysis_and_shows_it(served_queue, smollm):
+    """A Home analysis still in the queue when its user opens Spectra (e.g. a rerun interrupted Home's wait):
+    Spectra waits for that one and then shows its spectra, instead of 'No analysis yet'."""
+    from streamlit.testing.v1 import AppTest
+
+    from studio import waiting, workflows
+
+    session = served_queue
+    at = AppTest.from_file(APP, default_timeout=600).run()
+    label, user = at.session_state["model_spec"].label, at.session_state["_grade_user_id"]
+    request = {"question": "What is the capital of France?", "context": None, "task": "qa", "max_new_tokens": 8}
+    ticket = session.analysis_queue().submit(label, f"session:{user}", ("spectra-test", time.time()), lambda progress: (
+        workflows.analyze_question(smollm, request["question"], max_new_tokens=8, progress=progress)))
+    at.session_state[waiting.PENDING] = waiting.Pending(ticket, "home", request)
+    at.switch_page("pages/spectra.py").run()
+    assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+    assert ticket.state == DONE and waiting.PENDING not in at.session_state
+    assert at.session_state[session.ANALYSIS].result.question == request["question"]
+    assert not any("No analysis yet" in i.value for i in at.info)
+    assert at.slider(key="spectra_layer") is not None
