@@ -223,7 +223,9 @@ def test_a_trace_analysis_waits_in_the_queue_shows_its_position_and_one_per_user
 
     session = served_queue
     live = LivePages(monkeypatch)
-    at = AppTest.from_file(APP, default_timeout=600).run()
+    at = AppTest.from_file(APP, default_timeout=600)
+    user = at.session_state["_grade_user_id"] = "trace-test-user"  # the id studio.session.user_key() keeps
+    at.run()
     assert not at.exception, [e.value for e in at.exception]
     label = at.session_state["model_spec"].label
     at.switch_page("pages/reasoning_trace.py").run()
@@ -231,7 +233,6 @@ def test_a_trace_analysis_waits_in_the_queue_shows_its_position_and_one_per_user
     at.text_area(key="rt_text_A").input(TRACE)
     at.text_area(key="rt_text_B").input("")
     at.run()
-    user = at.session_state["_grade_user_id"]
 
     busy = _another_users_analysis(session, label, smollm)
     clicked = _click_in_thread(at, "rt_analyze")
@@ -314,8 +315,10 @@ def test_spectra_follows_homes_queued_analysis_and_shows_it(served_queue, smollm
     from studio import waiting, workflows
 
     session = served_queue
-    at = AppTest.from_file(APP, default_timeout=600).run()
-    label, user = at.session_state["model_spec"].label, at.session_state["_grade_user_id"]
+    at = AppTest.from_file(APP, default_timeout=600)
+    user = at.session_state["_grade_user_id"] = "spectra-test-user"
+    at.run()
+    label = at.session_state["model_spec"].label
     request = {"question": "What is the capital of France?", "context": None, "task": "qa", "max_new_tokens": 8}
     ticket = session.analysis_queue().submit(label, f"session:{user}", ("spectra-test", time.time()), lambda progress: (
         workflows.analyze_question(smollm, request["question"], max_new_tokens=8, progress=progress)))
