@@ -160,8 +160,10 @@ def _submit(action: str, keys: list[str], texts: dict[str, str], question: str |
         waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys}, kind="generate")
         return
     found, todo = {}, {}
+    # the keys are made here: the job runs in a queue worker, where the session cannot be read
+    cache_keys = {key: _trace_key(question, texts[key], gold, private) for key in keys}
     for key in keys:
-        entry = cache.get(_trace_key(question, texts[key], gold, private))
+        entry = cache.get(cache_keys[key])
         if entry is not None:
             found[key] = dataclasses.replace(entry.value, title=f"Trace {key}")
         else:
@@ -177,14 +179,14 @@ def _submit(action: str, keys: list[str], texts: dict[str, str], question: str |
             try:
                 traces[key] = workflows.analyze_trace(lm, question, text, title=f"Trace {key}", gold=gold,
                                                       limits=limits)
-                cache.put(_trace_key(question, text, gold, private), traces[key])
+                cache.put(cache_keys[key], traces[key])
             except Cancelled:
                 raise
             except Exception as exc:  # one trace refused (too long, ...): the other is still analysed
                 errors[key] = exc
         return {"traces": traces, "errors": errors}
 
-    job_key = ("trace-analysis",) + tuple(_trace_key(question, todo[k], gold, private) for k in sorted(todo))
+    job_key = ("trace-analysis",) + tuple(cache_keys[k] for k in sorted(todo))
     waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys},
                    memory_mb=_memory_mb(question, list(todo.values())), kind="trace")
 
