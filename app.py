@@ -15,7 +15,7 @@ import streamlit as st
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
 from grade.registry import REGISTRY, TYPED_TASKS  # noqa: E402
-from studio import figures, loading, session, tokens, workflows  # noqa: E402
+from studio import figures, loading, session, tokens, waiting, workflows  # noqa: E402
 from studio.resources import default_probe, list_probes, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading, probe_reading  # noqa: E402
 from grade.probe import probe_inputs  # noqa: E402
@@ -46,9 +46,6 @@ def _request() -> dict:
     return {"question": st.session_state.get("question", ""), "context": st.session_state.get("context"),
             "task": st.session_state.get("task", "qa"),
             "max_new_tokens": int(st.session_state.get("max_new_tokens", workflows.HOME_ANSWER_TOKENS))}
-
-
-PENDING = "analysis_ticket"  # this session's studio.queue.Ticket while its analysis waits or runs
 
 
 def _analysis_job(lm, request: dict, probe, info, problem: str | None, shared: bool, recompute: bool = False):
@@ -91,7 +88,7 @@ def _is_example(lm, request: dict) -> bool:
 
 def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
     """Analyse ``request``: from the shared cache unless ``recompute``, else through the model's queue
-    (:mod:`studio.queue`), whose ticket this session keeps until the result comes (a rerun keeps waiting)."""
+    (:mod:`studio.waiting`), whose ticket this session keeps until the result comes (a rerun keeps waiting)."""
     probe, info, problem = session.active_probe(lm, task=request["task"])
     cache = session.analysis_cache()
     key, job_key, compute = _analysis_job(lm, request, probe, info, problem, shared=_is_example(lm, request),
@@ -107,14 +104,12 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
         _keep_result(entry.value.as_cached(entry.computed_at), request)
         return
     try:
-        ticket = session.analysis_queue().submit(
-            st.session_state["model_spec"].label, session.user_key(), job_key, compute,
-            on_result=lambda analysis: cache.put(key, analysis, analysis.computed_at))
+        waiting.submit("home", job_key, compute, request=request,
+                       on_result=lambda analysis: cache.put(key, analysis, analysis.computed_at))
     except Exception as exc:  # the queue is full, or this user already waits: one line in the page
         st.session_state.pop(session.ANALYSIS, None)
         st.session_state["analysis_error"] = exc
         return
-    st.session_state[PENDING] = (ticket, request)
     st.session_state.pop("analysis_error", None)
     _wait_for_analysis()
 
@@ -181,53 +176,19 @@ def _precompute_examples(lm) -> None:
 
 
 def _keep_result(analysis, request: dict) -> None:
-    st.session_state[session.ANALYSIS] = analysis
-    st.session_state["analysis_request"] = request
-    st.session_state.pop("analysis_error", None)
-
-
-def _cancel_analysis() -> None:
-    pending = st.session_state.pop(PENDING, None)
-    if pending is not None:
-        session.analysis_queue().cancel(pending[0])
-        st.session_state["analysis_cancelled"] = True
+    waiting.keep_home_analysis(analysis, request)
 
 
 def _wait_for_analysis() -> None:
-    """Show this session's place in the queue, updated every second, with a Cancel button, until its
-    analysis is done; then keep the result. A rerun (another widget, another page and back) waits again."""
-    ticket, request = st.session_state[PENDING]
-    queue = session.analysis_queue()
-    holder = st.empty()
-    with holder.container(key="queue_status", border=True):
-        line = st.empty()
-        lines = st.empty()
-        if not ticket.done:
-            st.button("Cancel", key="cancel_analysis", icon=":material/cancel:", on_click=_cancel_analysis,
-                      help="Leave the queue (an analysis that already runs finishes for the cache)")
-        while not ticket.wait(1.0):  # once a second: a click (Cancel) interrupts the run at the next update
-            status = queue.status(ticket)
-            rough = "" if status.measured else " (a first guess: nothing measured yet)"
-            if status.state == "waiting":
-                ahead = status.position - 1
-                line.markdown(f"**Waiting in the queue: position {status.position}** of {status.waiting} · "
-                              f"{ahead} analys{'is' if ahead == 1 else 'es'} ahead of yours · result in about "
-                              f"{status.estimate_s:.0f} s{rough}")
-            else:
-                line.markdown(f"**Analyzing** (your turn) · about {status.estimate_s:.0f} s left{rough} · "
-                              f"{status.elapsed_s:.0f} s since you asked")
-            lines.caption("  \n".join(session.user_text(p) for p in status.progress[-3:]))
-    holder.empty()
-    st.session_state.pop(PENDING, None)
-    if ticket.cancelled:
-        return
-    try:
-        analysis = ticket.result()
-    except Exception as exc:  # shown in the page; the session stays usable
+    """This session's place in the queue, updated every second, with Cancel (:func:`studio.waiting.wait`),
+    until its analysis is done; then keep the result. A rerun (another widget, another page and back) waits again."""
+    held = waiting.pending("home")
+    state, value = waiting.wait(held, "home")
+    if state == "failed":
         st.session_state.pop(session.ANALYSIS, None)
-        st.session_state["analysis_error"] = exc
-        return
-    _keep_result(analysis, request)
+        st.session_state["analysis_error"] = value
+    elif state == "done":
+        _keep_result(value, held.request)
 
 
 def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
@@ -441,17 +402,17 @@ def home() -> None:
     # No max_value: a widget would silently clamp a larger number; the check says what the cap is.
     col_tokens.number_input("Answer length (tokens)", min_value=1, step=8, key="max_new_tokens", **session.KEEP,
                             help=f"At most {session.limits().answer_tokens} tokens")
-    waiting = st.session_state.get(PENDING) is not None  # one analysis per user in the queue
-    clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None or waiting,
+    held = waiting.pending("home") is not None  # one analysis per user in the queue
+    clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None or held,
                                 width="stretch")
 
     # The "Recompute" button under a cached result: its click reruns the script with it set.
     recompute = bool(st.session_state.get("recompute")) and st.session_state.get("analysis_request") is not None
-    if st.session_state.pop("analysis_cancelled", False):
-        st.info("Analysis cancelled: you left the queue.")
-    if lm is not None and (clicked or recompute) and not waiting:
+    waiting.cancelled_notice("home")
+    waiting.elsewhere("home")
+    if lm is not None and (clicked or recompute) and not held:
         _run_analysis(lm, _request() if clicked else st.session_state["analysis_request"], recompute=recompute)
-    elif st.session_state.get(PENDING) is not None:  # still waiting after a rerun: show the queue again
+    elif held:  # still waiting after a rerun: show the queue again
         _wait_for_analysis()
     if st.session_state.get("analysis_error") is not None:
         session.show_error(st.session_state["analysis_error"], "Analysis failed")

@@ -1,21 +1,25 @@
 """``analyze``: one question in, one :class:`~grade.result.GradeResult` out.
 
-Pipeline: tokenise -> one forward pass with hooks (h and o of every MLP down projection) -> loss ->
-one activation-only backward pass (``Δ = ∂L/∂o``; for step-wise ``pos``, one backward per step over the
-shared forward pass, or on a CPU one pass per prefix where that is cheaper) -> per-layer spectra ->
-stable ranks and rank ratios.
+Pipeline (the stages of :func:`analyze`): prepare the inputs (tokenise, generate or encode the response, cut
+the steps) -> one forward pass with hooks (h and o of every MLP down projection) -> loss -> one
+activation-only backward pass (``Δ = ∂L/∂o``) -> per-layer spectra -> stable ranks and rank ratios ->
+the result. Step-wise ``pos`` needs one backward pass per step: its steps go in groups that share a
+forward pass over their prefix, sized so that their Δ fit a memory bound (on a CPU one pass per prefix
+where that is cheaper).
 """
 
 from __future__ import annotations
 
 import inspect
 import time
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import torch
 
 from . import __version__
+from .cancel import check_cancelled
 from .capture import capture_mlp
 from .errors import InputError, NumericalError
 from .generation import encode_prompt, greedy_answer
@@ -40,6 +44,8 @@ SRankVariant = Literal["paper", "sum", "squared"]
 DEFAULT_MAX_TOKENS = 4096
 #: ``low_memory=None`` turns the low-memory capture on for CUDA inputs of at least this many tokens.
 LOW_MEMORY_MIN_TOKENS = 256
+#: Default bound (MB) on the per-step gradients step-wise ``pos`` holds at once (``analyze(step_memory_mb=...)``).
+DEFAULT_STEP_MEMORY_MB = 256
 
 
 def srank_kinds(loss: LossKind, variant: SRankVariant) -> tuple[SRankKind, SRankKind]:
@@ -123,8 +129,17 @@ def activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor], batched:
             return [g.reshape(len(eye), *g.shape[-2:]) for g in grads]
         except RuntimeError:  # an op without a batching rule: one backward per loss instead
             pass
-    per_loss = [torch.autograd.grad(loss, outputs, retain_graph=True) for loss in losses]
-    return [torch.stack([grads[layer].reshape(grads[layer].shape[-2:]) for grads in per_loss]) for layer in range(len(outputs))]
+    # Each loss's Δ goes straight into its row: stacking a list of them would hold every Δ twice at the end.
+    out: list[torch.Tensor] = []
+    for k, loss in enumerate(losses):
+        check_cancelled()
+        grads = torch.autograd.grad(loss, outputs, retain_graph=True)
+        if not out:
+            out = [torch.empty((len(losses), *g.shape[-2:]), dtype=g.dtype, device=g.device) for g in grads]
+        for layer, g in enumerate(grads):
+            out[layer][k] = g.reshape(g.shape[-2:])
+        del grads
+    return out
 
 
 def _hidden_of_layers(lm: LoadedModel, input_ids: list[int], layers: list[int]) -> dict[int, torch.Tensor]:
@@ -156,28 +171,6 @@ def _full_rank_row_sums(deltas: list[torch.Tensor], exact: dict) -> np.ndarray:
     return rows
 
 
-def _steps_from_shared_pass(hidden: list[torch.Tensor], deltas: list[torch.Tensor], losses: torch.Tensor,
-                            step_spans: list[Step], kinds, spectra: bool, row_sums: bool = False) -> list[StepResult]:
-    """StepResult per step from one forward pass over the whole sequence: hidden[l] (N, d_ff), deltas[l]
-    (K, N, d_model) with step k's Δ in row k (zero past the step's end)."""
-    n_layers = len(deltas)
-    ends = [s.end for s in step_spans]
-    shared = None if spectra else stable_ranks_prefixes_checked(hidden, deltas, ends, *kinds)
-    results = []
-    for k, step in enumerate(step_spans):
-        if shared is not None:
-            sh, sg, ratio = shared[k].srank_h, shared[k].srank_g, shared[k].rank_ratio
-            rows = _full_rank_row_sums([d[k, : step.end] for d in deltas], shared[k].exact) if row_sums else None
-            eh = eg = None
-        else:
-            sh, sg, ratio, eh, eg, rows = layer_features(
-                [h[: step.end] for h in hidden], [d[k, : step.end] for d in deltas], kinds, spectra
-            )
-        scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
-        results.append(StepResult(step.text, step.start, step.end, float(losses[k].detach()), sh, sg, ratio, scores, eh, eg))
-    return results
-
-
 def layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool,
                    row_sums: bool = False):
     """Per-layer (srank_h, srank_g, ratio) and, with ``spectra``, eigenvalues and row sums (with
@@ -198,6 +191,7 @@ def layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds
         n = hidden[0].shape[0]
         eig_h, eig_g, rows = np.zeros((n_layers, n)), np.zeros((n_layers, n)), np.zeros((n_layers, n))
         for layer in range(n_layers):
+            check_cancelled()  # a float64 eigen-decomposition per layer: the longest stretch without a check
             spec = layer_spectrum(hidden[layer], deltas[layer])
             srank_h[layer] = stable_rank(spec.eig_h, kind_h)
             srank_g[layer] = stable_rank(spec.eig_g, kind_g)
@@ -224,40 +218,287 @@ def prefix_passes_are_cheaper(device: torch.device | str, ends: list[int], n_tok
     return n_tokens * (1 + 2 * len(ends)) > 3 * sum(ends)
 
 
-def _steps_by_prefix(lm: LoadedModel, input_ids: list[int], step_spans: list[Step], kinds, spectra: bool,
-                     keep_hidden: bool, timings: dict[str, float], row_sums: bool = False):
-    """Step-wise ``pos`` one prefix at a time: for step k a forward pass over the prefix ending with
-    step k, its loss, a backward pass and its spectra. Same features as the shared pass (causal
-    attention: a prefix's activations are the full sequence's), fewer operations on a CPU when steps
-    are spread over a long response. Returns (StepResult per step, last-prompt-token hidden states, per-token
-    surprisal (n,), NaN outside the steps)."""
-    results, hidden_states = [], None
-    surprisal = np.full(len(input_ids), np.nan)
-    timings.update(forward_s=0.0, backward_s=0.0, spectra_s=0.0)
-    for k, step in enumerate(step_spans):
-        prefix = input_ids[: step.end]
-        t = time.perf_counter()
-        with torch.enable_grad():
-            capture, logits, first, states = forward_with_capture(lm, prefix, keep_hidden and k == 0, step.start - 1)
-            timings["forward_s"] += time.perf_counter() - t
-            ids = torch.tensor(prefix[first:], device=logits.device)
-            loss = response_cross_entropy(logits, ids, step.start - first, step.end - first)
-            surprisal[step.start : step.end] = token_surprisal(logits, ids, step.start - first, step.end - first).cpu().numpy()
-            if not torch.isfinite(loss):
-                raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+def step_pieces(ends: list[int], bytes_per_token: int, budget_bytes: int | None) -> list[range]:
+    """Consecutive groups of steps (indices into ``ends``) whose per-step gradients fit ``budget_bytes``.
+
+    A group shares one forward pass over the prefix ending with its last step and holds Δ of each of its
+    steps over that prefix at once: ``len(group) · ends[last] · bytes_per_token`` (``bytes_per_token``: one
+    token's Δ over every layer). That product is what grew with steps x tokens x layers; each group is as
+    long as it fits, and never shorter than one step. ``budget_bytes=None``: one group.
+    """
+    if budget_bytes is None:
+        return [range(len(ends))] if ends else []
+    groups, first = [], 0
+    while first < len(ends):
+        last = first + 1
+        while last < len(ends) and (last + 1 - first) * ends[last] * bytes_per_token <= budget_bytes:
+            last += 1
+        groups.append(range(first, last))
+        first = last
+    return groups
+
+
+def _delta_bytes_per_token(lm: LoadedModel) -> int:
+    """Bytes of Δ for one token over every layer (the MLP output width times the layers, in the model's dtype)."""
+    config = lm.model.config
+    text_config = getattr(config, "get_text_config", lambda: config)()
+    width = next(int(v) for v in (getattr(text_config, name, None) for name in ("hidden_size", "n_embd", "d_model"))
+                 if v)
+    return width * lm.n_layers * torch.finfo(lm.dtype).bits // 8
+
+
+def analysis_memory_bytes(lm: LoadedModel, n_tokens: int, n_response: int = 0, n_steps: int = 0,
+                          step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB) -> int:
+    """A rough estimate of the memory one analysis holds at its peak beyond the model's weights: what a queue
+    claims for it against an operator's budget (``studio.queue``). Counted per token: the activations a
+    backward pass keeps (about 5 d_ff + 8 d_model values per layer for a gated MLP and attention), h of
+    every layer, the logits of the response in three copies (float32), and Δ: one pass's, or under
+    step-wise ``pos`` the largest step group that ``step_memory_mb`` allows (at least one step's). Checked
+    against measured peaks in bench/RESULTS.md (section 8), not exact."""
+    config = lm.model.config
+    text_config = getattr(config, "get_text_config", lambda: config)()
+    width = _delta_bytes_per_token(lm) // lm.n_layers  # bytes of one token's d_model values in one layer
+    element = torch.finfo(lm.dtype).bits // 8
+    d_ff = int(getattr(text_config, "intermediate_size", None) or getattr(text_config, "n_inner", None)
+               or 4 * width // element)
+    vocab = int(getattr(text_config, "vocab_size", 0) or len(lm.tokenizer))
+    activations = n_tokens * lm.n_layers * (6 * d_ff * element + 8 * width)
+    logits = 3 * max(n_response, 1) * vocab * 4
+    deltas = n_tokens * _delta_bytes_per_token(lm)
+    if n_steps > 1:
+        held = n_steps * deltas
+        deltas = held if step_memory_mb is None else max(deltas, min(held, int(step_memory_mb * 2**20)))
+    return activations + logits + deltas
+
+
+# ---------------------------------------------------------------------------------------------------
+# analyze() in stages: prepare the inputs, then either one loss's pass or the step-wise passes, then the result
+
+
+@dataclass
+class _Inputs:
+    """What the passes analyse: the prompt, the response and the steps, as token ids."""
+
+    question: str
+    prompt: str
+    prompt_ids: list[int]
+    response: str | None
+    response_ids: list[int]
+    step_spans: list[Step]
+
+    @property
+    def input_ids(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+
+@dataclass
+class _Features:
+    """What the passes measured (arrays per layer; ``steps`` for step-wise ``pos``)."""
+
+    srank_h: np.ndarray
+    srank_g: np.ndarray
+    rank_ratio: np.ndarray
+    loss_value: float
+    eig_h: np.ndarray | None = None
+    eig_g: np.ndarray | None = None
+    token_scores: np.ndarray | None = None
+    surprisal: np.ndarray | None = None
+    hidden_states: tuple | None = None
+    steps: list[StepResult] = field(default_factory=list)
+
+
+def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, response, generate, steps,
+                    max_new_tokens, max_tokens, prompt, timings) -> _Inputs:
+    """Check the request, build and encode the prompt, get the response (given, or generated within the
+    context left) and cut it into steps; every refusal comes before a pass over the model."""
+    question = validate_question(question)
+    if loss not in ("pre", "pos"):
+        raise InputError(f"unknown loss {loss!r}; use pre or pos")
+    if prompt is None:
+        prompt = format_prompt(lm.tokenizer, question, task=task, context=context)
+    # The same encoding the label sampler used: a base model's plain prompt needs its BOS token.
+    prompt_ids = encode_prompt(lm.tokenizer, prompt)
+    limit = min(max_tokens, lm.max_context)
+    if len(prompt_ids) > limit:
+        raise InputError(f"the prompt has {len(prompt_ids)} tokens; this model accepts at most {limit}")
+    response_ids: list[int] = []
+    if loss == "pos":
+        if generate:
+            check_cancelled()
             t = time.perf_counter()
-            deltas = activation_grads(loss, capture.outputs)
-            timings["backward_s"] += time.perf_counter() - t
-        if states is not None:
-            hidden_states = states
+            # Bounded before it starts: an answer that could not fit would be refused after generating.
+            room = limit - len(prompt_ids)
+            length = min(answer_format(task, max_new_tokens).max_new_tokens, room)
+            answer = greedy_answer(lm, prompt_ids, task=task, max_new_tokens=length)
+            response_ids = answer.answer_ids
+            response = lm.tokenizer.decode(response_ids, skip_special_tokens=True)
+            timings["generate_s"] = time.perf_counter() - t
+        elif response is not None and response.strip():
+            response_ids = _encode(lm, response)
+        if not response_ids:
+            raise InputError("the pos loss needs a non-empty response (give one, or ask to generate)")
+        if len(prompt_ids) + len(response_ids) > limit:
+            raise InputError(
+                f"prompt and response have {len(prompt_ids) + len(response_ids)} tokens; this model accepts at most {limit}"
+            )
+    step_spans = steps_for_response(lm.tokenizer, response_ids, len(prompt_ids), response) if loss == "pos" and steps else []
+    return _Inputs(question, prompt, prompt_ids, response if loss == "pos" else None, response_ids, step_spans)
+
+
+def _one_loss_pass(lm: LoadedModel, inputs: _Inputs, loss: LossKind, kinds, *, spectra: bool, keep_hidden: bool,
+                   low_memory: bool, row_sums: bool, timings: dict) -> _Features:
+    """``pre``, or ``pos`` of the whole response: one forward pass, one loss, one backward pass, spectra."""
+    input_ids, n_prompt = inputs.input_ids, len(inputs.prompt_ids)
+    check_cancelled()
+    t = time.perf_counter()
+    with torch.enable_grad():
+        logits_from = len(input_ids) - 1 if loss == "pre" else n_prompt - 1
+        capture, logits, first, hidden_states = forward_with_capture(lm, input_ids, keep_hidden, logits_from,
+                                                                     low_memory=low_memory)
+        timings["forward_s"] = time.perf_counter() - t
+        # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
+        ids = torch.tensor(input_ids[first:], device=logits.device)
+        if loss == "pre":
+            value = entropy_at_last_position(logits)
+        else:
+            value = response_cross_entropy(logits, ids, n_prompt - first, len(input_ids) - first)
+        if not torch.isfinite(value):
+            raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+        surprisal = None
+        if loss == "pos":
+            surprisal = np.full(len(input_ids), np.nan)
+            surprisal[n_prompt:] = token_surprisal(logits, ids, n_prompt - first, len(input_ids) - first).cpu().numpy()
+        check_cancelled()
         t = time.perf_counter()
-        hidden = [h[0] for h in capture.hidden]
-        del capture, logits
-        sh, sg, ratio, eh, eg, rows = layer_features(hidden, [d[0] for d in deltas], kinds, spectra, row_sums)
-        timings["spectra_s"] += time.perf_counter() - t
-        scores = rows[:, step.start : step.end] if rows is not None else np.full((len(hidden), step.end - step.start), np.nan)
-        results.append(StepResult(step.text, step.start, step.end, float(loss.detach()), sh, sg, ratio, scores, eh, eg))
-    return results, hidden_states, surprisal
+        deltas = [d[0] for d in activation_grads(value, capture.outputs)]  # (n, d_model) per layer
+        timings["backward_s"] = time.perf_counter() - t
+    hidden = [h[0] for h in capture.hidden] if not low_memory else None  # (n, d_ff) per layer
+    grams, hidden_width = capture.grams, capture.hidden_width
+    del capture, logits
+
+    t = time.perf_counter()
+    token_scores = eig_h = eig_g = None
+    if low_memory:
+        srank_h, srank_g, ratio = _fast_features_from_grams(grams, deltas, kinds, hidden_width,
+                                                            lambda layers: _hidden_of_layers(lm, input_ids, layers))
+    else:
+        srank_h, srank_g, ratio, eig_h, eig_g, rows = layer_features(hidden, deltas, kinds, spectra, row_sums)
+        if loss == "pos" and rows is not None:
+            token_scores = np.full_like(rows, np.nan)
+            token_scores[:, n_prompt:] = rows[:, n_prompt:]
+    timings["spectra_s"] = time.perf_counter() - t
+    return _Features(srank_h, srank_g, ratio, float(value.detach()), eig_h, eig_g, token_scores, surprisal,
+                     hidden_states)
+
+
+def _step_group(lm: LoadedModel, input_ids: list[int], spans: list[Step], kinds, *, spectra: bool, keep_hidden: bool,
+                row_sums: bool, surprisal: np.ndarray, timings: dict):
+    """One group of consecutive steps: a forward pass over the prefix ending with the group's last step, one
+    backward pass per step, its steps' features. Same values as the whole sequence's pass (causal
+    attention: a prefix's activations are the full sequence's). Fills ``surprisal`` for the group's tokens;
+    returns (StepResult per step, hidden states of the pass or None)."""
+    end = spans[-1].end
+    t = time.perf_counter()
+    with torch.enable_grad():
+        capture, logits, first, hidden_states = forward_with_capture(lm, input_ids[:end], keep_hidden, spans[0].start - 1)
+        timings["forward_s"] += time.perf_counter() - t
+        ids = torch.tensor(input_ids[first:end], device=logits.device)
+        losses = torch.stack([response_cross_entropy(logits, ids, s.start - first, s.end - first) for s in spans])
+        surprisal[spans[0].start : end] = token_surprisal(logits, ids, spans[0].start - first, end - first).cpu().numpy()
+        if not torch.isfinite(losses).all():
+            raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+        check_cancelled()
+        t = time.perf_counter()
+        # One step: its scalar loss, exactly the per-prefix pass; several: one backward per step (K, n, d_model).
+        deltas = activation_grads(losses if len(spans) > 1 else losses[0], capture.outputs)
+        timings["backward_s"] += time.perf_counter() - t
+    hidden = [h[0] for h in capture.hidden]  # (n, d_ff) per layer
+    del capture, logits
+
+    t = time.perf_counter()
+    n_layers, results = len(deltas), []
+    # Several steps share their grams through the prefix route of the fast stable ranks; one step is one sequence.
+    shared = stable_ranks_prefixes_checked(hidden, deltas, [s.end for s in spans], *kinds) \
+        if len(spans) > 1 and not spectra else None
+    for k, step in enumerate(spans):
+        check_cancelled()
+        step_deltas = [d[k, : step.end] for d in deltas]
+        if shared is not None:
+            sh, sg, ratio = shared[k].srank_h, shared[k].srank_g, shared[k].rank_ratio
+            rows = _full_rank_row_sums(step_deltas, shared[k].exact) if row_sums else None
+            eh = eg = None
+        else:
+            sh, sg, ratio, eh, eg, rows = layer_features([h[: step.end] for h in hidden], step_deltas, kinds, spectra,
+                                                         row_sums)
+        scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
+        results.append(StepResult(step.text, step.start, step.end, float(losses[k].detach()), sh, sg, ratio, scores, eh, eg))
+    timings["spectra_s"] += time.perf_counter() - t
+    return results, hidden_states
+
+
+def _stepwise_passes(lm: LoadedModel, inputs: _Inputs, kinds, *, spectra: bool, keep_hidden: bool, row_sums: bool,
+                     by_prefix: bool, budget_bytes: int | None, timings: dict) -> _Features:
+    """Step-wise ``pos``: the steps in groups (:func:`step_pieces`; one per prefix with ``by_prefix``), each
+    group's pass freed before the next, so that what is held at once is bounded by ``budget_bytes`` and one
+    prefix's pass, not by the number of steps. Features are the means over steps."""
+    input_ids, spans = inputs.input_ids, inputs.step_spans
+    groups = [range(k, k + 1) for k in range(len(spans))] if by_prefix else \
+        step_pieces([s.end for s in spans], _delta_bytes_per_token(lm), budget_bytes)
+    timings.update(forward_s=0.0, backward_s=0.0, spectra_s=0.0, step_pieces=float(len(groups)))
+    surprisal = np.full(len(input_ids), np.nan)
+    steps, hidden_states = [], None
+    for i, group in enumerate(groups):
+        check_cancelled()
+        results, states = _step_group(lm, input_ids, [spans[k] for k in group], kinds, spectra=spectra,
+                                      keep_hidden=keep_hidden and i == 0, row_sums=row_sums, surprisal=surprisal,
+                                      timings=timings)
+        steps += results
+        hidden_states = states if states is not None else hidden_states
+    token_scores = np.full((len(steps[0].srank_h), len(input_ids)), np.nan)
+    for step in steps:
+        token_scores[:, step.start : step.end] = step.token_scores
+    return _Features(
+        srank_h=np.mean([s.srank_h for s in steps], axis=0),
+        srank_g=np.mean([s.srank_g for s in steps], axis=0),
+        rank_ratio=np.mean([s.rank_ratio for s in steps], axis=0),
+        loss_value=float(np.mean([s.loss_value for s in steps])),
+        token_scores=token_scores, surprisal=surprisal, hidden_states=hidden_states, steps=steps,
+    )
+
+
+def _assemble_result(lm: LoadedModel, inputs: _Inputs, features: _Features, *, loss: LossKind, srank: SRankVariant,
+                     task: str, context: str | None, timings: dict) -> GradeResult:
+    last_hidden = None
+    if features.hidden_states is not None:
+        last = len(inputs.prompt_ids) - 1
+        # .cpu() per layer: under a device_map the hidden states live on several GPUs.
+        last_hidden = torch.stack([hs[0, last].detach().float().cpu() for hs in features.hidden_states]).numpy()
+    input_ids = inputs.input_ids
+    return GradeResult(
+        model=lm.name,
+        loss=loss,
+        srank=srank,
+        task=task,
+        question=inputs.question,
+        context=context,
+        prompt=inputs.prompt,
+        response=inputs.response,
+        input_ids=list(input_ids),
+        tokens=lm.tokenizer.convert_ids_to_tokens(input_ids),
+        response_start=len(inputs.prompt_ids) if loss == "pos" else None,
+        loss_value=features.loss_value,
+        srank_h=features.srank_h,
+        srank_g=features.srank_g,
+        rank_ratio=features.rank_ratio,
+        eig_h=features.eig_h,
+        eig_g=features.eig_g,
+        token_scores=features.token_scores,
+        last_hidden=last_hidden,
+        token_surprisal=features.surprisal,
+        steps=features.steps,
+        timings=timings,
+        package_version=__version__,
+    )
 
 
 def analyze(
@@ -279,6 +520,7 @@ def analyze(
     low_memory: bool | None = None,
     step_passes: Literal["auto", "shared", "prefix"] = "auto",
     token_scores: bool | None = None,
+    step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB,
 ) -> GradeResult:
     """GRADE features of one question.
 
@@ -311,161 +553,42 @@ def analyze(
     token_scores : per-token epistemic shock (row sums of C_g) under ``pos``; default: with ``spectra``.
         Without spectra they come from ``C_g = Δ Δᵀ`` on layers whose C_h is certified full rank (the
         exact route elsewhere): the same values without any eigen-decomposition.
+    step_memory_mb : step-wise ``pos`` sharing a pass holds every step's Δ, (K, n, d_model) per layer;
+        with a bound, the steps are computed in groups whose Δ fit it (:func:`step_pieces`: each group one
+        forward pass over its prefix), with the same features up to rounding. ``None``: one group.
 
     Returns
     -------
     GradeResult with ``rank_ratio`` of shape (L,).
+
+    Raises
+    ------
+    grade.cancel.Cancelled : inside :func:`grade.cancel.cancellable` once its event is set (checked between
+        passes, step groups, steps and layers).
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    question = validate_question(question)
-    if loss not in ("pre", "pos"):
-        raise InputError(f"unknown loss {loss!r}; use pre or pos")
-    if prompt is None:
-        prompt = format_prompt(lm.tokenizer, question, task=task, context=context)
-    # The same encoding the label sampler used: a base model's plain prompt needs its BOS token.
-    prompt_ids = encode_prompt(lm.tokenizer, prompt)
-    limit = min(max_tokens, lm.max_context)
-    if len(prompt_ids) > limit:
-        raise InputError(f"the prompt has {len(prompt_ids)} tokens; this model accepts at most {limit}")
-
-    response_ids: list[int] = []
-    if loss == "pos":
-        if generate:
-            t = time.perf_counter()
-            # Bounded before it starts: an answer that could not fit would be refused after generating.
-            room = limit - len(prompt_ids)
-            length = min(answer_format(task, max_new_tokens).max_new_tokens, room)
-            answer = greedy_answer(lm, prompt_ids, task=task, max_new_tokens=length)
-            response_ids = answer.answer_ids
-            response = lm.tokenizer.decode(response_ids, skip_special_tokens=True)
-            timings["generate_s"] = time.perf_counter() - t
-        elif response is not None and response.strip():
-            response_ids = _encode(lm, response)
-        if not response_ids:
-            raise InputError("the pos loss needs a non-empty response (give one, or ask to generate)")
-        if len(prompt_ids) + len(response_ids) > limit:
-            raise InputError(
-                f"prompt and response have {len(prompt_ids) + len(response_ids)} tokens; this model accepts at most {limit}"
-            )
-    input_ids = prompt_ids + response_ids
-    response_start = len(prompt_ids) if loss == "pos" else None
-    kinds = srank_kinds(loss, srank)
-
-    if low_memory is None:  # below a few hundred tokens activations are small and launches dominate
-        low_memory = torch.device(lm.device).type == "cuda" and len(input_ids) >= LOW_MEMORY_MIN_TOKENS
-    # Token scores without spectra: row sums from the fast route (``token_scores`` is reused below for the array).
-    row_sums = bool(token_scores) and not spectra and loss == "pos"
-    low_memory = low_memory and not spectra and not steps and not row_sums
-
-    step_spans: list[Step] = []
-    if loss == "pos" and steps:
-        step_spans = steps_for_response(lm.tokenizer, response_ids, len(prompt_ids), response)
     if step_passes not in ("auto", "shared", "prefix"):
         raise InputError(f"unknown step_passes {step_passes!r}; use auto, shared or prefix")
-    by_prefix = bool(step_spans) and (
-        step_passes == "prefix"
-        or (step_passes == "auto" and prefix_passes_are_cheaper(lm.device, [s.end for s in step_spans], len(input_ids)))
-    )
-
-    t = time.perf_counter()
-    if by_prefix:
-        step_results, hidden_states, surprisal = _steps_by_prefix(lm, input_ids, step_spans, kinds, spectra, keep_hidden,
-                                                                  timings, row_sums)
+    if step_memory_mb is not None and not step_memory_mb > 0:
+        raise InputError(f"step_memory_mb must be positive (or None for no bound), not {step_memory_mb!r}")
+    inputs = _prepare_inputs(lm, question, context=context, task=task, loss=loss, response=response,
+                             generate=generate, steps=steps, max_new_tokens=max_new_tokens, max_tokens=max_tokens,
+                             prompt=prompt, timings=timings)
+    kinds = srank_kinds(loss, srank)
+    # Token scores without spectra: row sums from the fast route.
+    row_sums = bool(token_scores) and not spectra and loss == "pos"
+    if inputs.step_spans:
+        by_prefix = step_passes == "prefix" or (step_passes == "auto" and prefix_passes_are_cheaper(
+            lm.device, [s.end for s in inputs.step_spans], len(inputs.input_ids)))
+        budget = None if step_memory_mb is None else int(step_memory_mb * 1024 * 1024)
+        features = _stepwise_passes(lm, inputs, kinds, spectra=spectra, keep_hidden=keep_hidden, row_sums=row_sums,
+                                    by_prefix=by_prefix, budget_bytes=budget, timings=timings)
     else:
-        with torch.enable_grad():
-            logits_from = len(input_ids) - 1 if loss == "pre" else len(prompt_ids) - 1
-            capture, logits, first, hidden_states = forward_with_capture(
-                lm, input_ids, keep_hidden, logits_from, low_memory=low_memory
-            )
-            timings["forward_s"] = time.perf_counter() - t
-            # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
-            ids_tensor = torch.tensor(input_ids[first:], device=logits.device)
-            if loss == "pre":
-                losses = entropy_at_last_position(logits)
-            elif step_spans:
-                losses = torch.stack(
-                    [response_cross_entropy(logits, ids_tensor, s.start - first, s.end - first) for s in step_spans]
-                )
-            else:
-                losses = response_cross_entropy(logits, ids_tensor, len(prompt_ids) - first, len(input_ids) - first)
-            if not torch.isfinite(losses).all():
-                raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
-            surprisal = None
-            if loss == "pos":
-                surprisal = np.full(len(input_ids), np.nan)
-                surprisal[len(prompt_ids):] = token_surprisal(logits, ids_tensor, len(prompt_ids) - first,
-                                                              len(input_ids) - first).cpu().numpy()
-            t = time.perf_counter()
-            deltas = activation_grads(losses, capture.outputs)  # per layer (K, n, d_model)
-            timings["backward_s"] = time.perf_counter() - t
-        hidden = [h[0] for h in capture.hidden] if not low_memory else None  # (n, d_ff) per layer
-        grams, hidden_width = capture.grams, capture.hidden_width
-        del capture, logits
-
-        t = time.perf_counter()
-        if step_spans:
-            step_results = _steps_from_shared_pass(hidden, deltas, losses, step_spans, kinds, spectra, row_sums)
-        elif low_memory:
-            srank_h, srank_g, ratio = _fast_features_from_grams(
-                grams,
-                [d[0] for d in deltas],
-                kinds,
-                hidden_width,
-                lambda layers: _hidden_of_layers(lm, input_ids, layers),
-            )
-            eig_h = eig_g = rows = token_scores = None
-            loss_value = float(losses.detach())
-        else:
-            srank_h, srank_g, ratio, eig_h, eig_g, rows = layer_features(hidden, [d[0] for d in deltas], kinds, spectra,
-                                                                         row_sums)
-            token_scores = None
-            if loss == "pos" and rows is not None:
-                token_scores = np.full_like(rows, np.nan)
-                token_scores[:, response_start:] = rows[:, response_start:]
-            loss_value = float(losses.detach())
-        timings["spectra_s"] = time.perf_counter() - t
-
-    if step_spans:
-        token_scores = np.full((len(step_results[0].srank_h), len(input_ids)), np.nan)
-        for step in step_results:
-            token_scores[:, step.start : step.end] = step.token_scores
-        srank_h = np.mean([s.srank_h for s in step_results], axis=0)
-        srank_g = np.mean([s.srank_g for s in step_results], axis=0)
-        ratio = np.mean([s.rank_ratio for s in step_results], axis=0)
-        eig_h = eig_g = None
-        loss_value = float(np.mean([s.loss_value for s in step_results]))
-    else:
-        step_results = []
+        if low_memory is None:  # below a few hundred tokens activations are small and launches dominate
+            low_memory = torch.device(lm.device).type == "cuda" and len(inputs.input_ids) >= LOW_MEMORY_MIN_TOKENS
+        features = _one_loss_pass(lm, inputs, loss, kinds, spectra=spectra, keep_hidden=keep_hidden,
+                                  low_memory=low_memory and not spectra and not steps and not row_sums, row_sums=row_sums,
+                                  timings=timings)
     timings["total_s"] = time.perf_counter() - t0
-
-    last_hidden = None
-    if hidden_states is not None:
-        last = len(prompt_ids) - 1
-        # .cpu() per layer: under a device_map the hidden states live on several GPUs.
-        last_hidden = torch.stack([hs[0, last].detach().float().cpu() for hs in hidden_states]).numpy()
-    return GradeResult(
-        model=lm.name,
-        loss=loss,
-        srank=srank,
-        task=task,
-        question=question,
-        context=context,
-        prompt=prompt,
-        response=response if loss == "pos" else None,
-        input_ids=list(input_ids),
-        tokens=lm.tokenizer.convert_ids_to_tokens(input_ids),
-        response_start=response_start,
-        loss_value=loss_value,
-        srank_h=srank_h,
-        srank_g=srank_g,
-        rank_ratio=ratio,
-        eig_h=eig_h,
-        eig_g=eig_g,
-        token_scores=token_scores,
-        last_hidden=last_hidden,
-        token_surprisal=surprisal,
-        steps=step_results,
-        timings=timings,
-        package_version=__version__,
-    )
+    return _assemble_result(lm, inputs, features, loss=loss, srank=srank, task=task, context=context, timings=timings)

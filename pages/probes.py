@@ -12,7 +12,7 @@ import streamlit as st
 
 from grade.errors import GradeError, InputError
 from grade.probe import INPUT_COLUMNS, INPUTS
-from studio import figures, session
+from studio import figures, session, waiting
 from studio import served as served_mode
 from studio.summaries import explain, small_sample_warning
 from studio.resources import (
@@ -301,10 +301,13 @@ def _feature_source() -> pd.DataFrame | None:
         return None
     loss = st.radio("Loss", ["pre", "pos"], horizontal=True, key="train_loss",
                     help="pos scores the row's response (or its most frequent sample); pre needs no answer")
-    if st.button("Extract features", key="extract"):
+    if st.button("Extract features", key="extract", disabled=waiting.pending("extract") is not None):
+        import hashlib
         import tempfile
 
+        from grade.analysis import analysis_memory_bytes
         from grade.features import features_of_rows, read_labelled
+        from grade.losses import split_steps
 
         with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
             handle.write(upload.getvalue())
@@ -332,18 +335,39 @@ def _feature_source() -> pd.DataFrame | None:
             rows = within
             if not rows:
                 raise InputError("no row of the file is within this studio's limits")
-            bar = st.progress(0.0, text=f"Extracting features of {len(rows)} questions ...")
-            frame, skipped = features_of_rows(
-                lm, rows, loss=loss, callback=lambda done, total, rid: bar.progress(
-                    done / max(total, 1), text=f"Extracting features: {done}/{total} ({rid})"))
-            bar.empty()
-            st.session_state["extracted"] = frame
-            st.success(f"Extracted {len(frame)} rows with {lm.name}" + (f"; {len(skipped)} skipped" if skipped else ""))
+
+            def compute(progress, rows=rows, loss=loss):
+                # one row at a time: a cancel stops at the next row (grade.analyze checks first)
+                return features_of_rows(lm, rows, loss=loss, callback=lambda done, total, rid: progress(
+                    f"Extracting features: {done}/{total} rows"))
+
+            # The queue counts the job as its longest row (rows are analysed one after another).
+            largest = max(analysis_memory_bytes(
+                lm, len(lm.tokenizer(f"{r['question']} {r.get('context') or ''} {r.get('response') or ''}")["input_ids"])
+                + 64, len(lm.tokenizer(r.get("response") or "")["input_ids"]),
+                len(split_steps(r.get("response") or "")) if loss == "pos" else 0, LIMITS.step_memory_mb) for r in rows)
+            # an upload is this user's: never joined with another user's job
+            job_key = ("extract", session.user_key(), hashlib.sha256(upload.getvalue()).hexdigest(), loss,
+                       st.session_state["model_spec"].label, LIMITS)
+            waiting.submit("extract", job_key, compute, request={"model": lm.name}, memory_mb=largest / 2**20,
+                           kind="extract")
         except GradeError as exc:
             _error(GradeError(str(exc).replace(handle.name, served_mode.safe_display_name(upload.name))),
                    "Extraction failed")
         finally:
             Path(handle.name).unlink(missing_ok=True)
+    waiting.cancelled_notice("extract")
+    waiting.elsewhere("extract")
+    held = waiting.pending("extract")
+    if held is not None:  # this click's job, or one still queued when the page was left
+        state, value = waiting.wait(held, "extract")
+        if state == "failed":
+            _error(value, "Extraction failed")
+        elif state == "done":
+            frame, skipped = value
+            st.session_state["extracted"] = frame
+            st.success(f"Extracted {len(frame)} rows with {held.request['model']}"
+                       + (f"; {len(skipped)} skipped" if skipped else ""))
     return _capped(st.session_state.get("extracted"))
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
+from grade.cancel import Cancelled
 from grade.errors import InputError
 from grade.tasks import answer_format
-from studio import figures, localization, session, tokens, workflows
+from studio import figures, localization, session, tokens, waiting, workflows
 from studio.analysis_cache import shipped_trace
 from studio.resources import load_questions, trace_examples
 
@@ -90,22 +92,16 @@ g_col.text_input("Gold answer (optional)", key="rt_gold", **session.KEEP, help="
 g_col.number_input("Max. generated tokens", min_value=1, step=16, key="rt_max_tokens", **session.KEEP,
                    help=f"At most {session.limits().cot_tokens} tokens")
 
+held = waiting.pending("trace")  # one analysis per user: the buttons wait while this session's is queued
 columns = st.columns(2, gap="medium")
+generate_clicked = None
 for key, column in zip(TRACES, columns):
     with column:
         st.text_area(f"Trace {key}", key=f"rt_text_{key}", **session.KEEP, height=200,
                      placeholder="Generate a chain of thought with the model, or paste one ...")
         b1, b2 = st.columns(2)
-        if b1.button("Generate with the model", key=f"rt_gen_{key}", width="stretch"):
-            try:
-                with st.spinner(f"Generating up to {st.session_state['rt_max_tokens']} tokens ..."):
-                    text = workflows.generate_cot(lm, st.session_state.get("rt_question", ""),
-                                                  max_new_tokens=int(st.session_state["rt_max_tokens"]),
-                                                  limits=session.limits())
-                st.session_state[f"rt_pending_{key}"] = text
-                st.rerun()
-            except InputError as exc:
-                session.show_error(exc)
+        if b1.button("Generate with the model", key=f"rt_gen_{key}", width="stretch", disabled=held is not None):
+            generate_clicked = key
         b2.button("Use the reference solution", key=f"rt_ref_{key}", on_click=_use_reference, args=(key,),
                   disabled=st.session_state.get("rt_choice") not in problems, width="stretch")
 
@@ -114,31 +110,142 @@ def _gold() -> list[str]:
     return [g.strip() for g in str(st.session_state.get("rt_gold") or "").split(",") if g.strip()]
 
 
-def _analyze(keys: list[str]) -> None:
+def _private() -> bool:
+    """Served, a trace is cached for its user only unless it is a shipped problem's reference solution: nobody
+    learns from a cached result what someone else typed."""
+    if not session.config().served:
+        return False
+    row = problems.get(st.session_state.get("rt_choice"))
+    question = str(st.session_state.get("rt_question", "")).strip()
+    return row is None or row["question"].strip() != question
+
+
+def _trace_key(question: str, response: str, gold: list[str], private: bool) -> tuple:
+    """What a trace analysis depends on (the model as picked, the texts, the gold answer, the caps and memory
+    bound), and, when private, who asked."""
+    spec = st.session_state["model_spec"]
+    return ("trace", spec.source, spec.device, spec.dtype, question.strip(), response.strip(), tuple(gold),
+            session.limits(), session.user_key() if private else None)
+
+
+def _memory_mb(question: str, responses: list[str]) -> float:
+    """What the queue counts this job as holding (the longest trace's estimate): the operator's budget."""
+    from grade.analysis import analysis_memory_bytes
+    from grade.losses import split_steps
+
+    limits, largest = session.limits(), 0
+    for response in responses:
+        text = response.strip()[: limits.trace_chars + 1]  # an over-long trace is refused by the job, unread
+        n_response = len(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+        n_prompt = len(lm.tokenizer(question[: limits.question_chars + 1])["input_ids"]) + 64  # + the template
+        largest = max(largest, analysis_memory_bytes(lm, n_prompt + n_response, n_response, len(split_steps(text)),
+                                                     limits.step_memory_mb))
+    return largest / 2**20
+
+
+def _submit(action: str, keys: list[str], texts: dict[str, str], question: str | None = None) -> None:
+    """One job in the model's queue for this click: generate trace ``keys[0]``, or analyse the traces ``texts``
+    (those found in the shared cache are taken from it)."""
+    question = str(st.session_state.get("rt_question", "")) if question is None else question
+    gold, limits = _gold(), session.limits()
+    cache, private = session.analysis_cache(), _private()
+    if action == "generate":
+        tokens_wanted = int(st.session_state["rt_max_tokens"])
+        job_key = ("trace-generate", st.session_state["model_spec"].label, question.strip(), tokens_wanted,
+                   session.user_key() if private else None)
+
+        def compute(progress):
+            progress(f"Generating up to {tokens_wanted} tokens ...")
+            return workflows.generate_cot(lm, question, max_new_tokens=tokens_wanted, limits=limits)
+
+        waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys}, kind="generate")
+        return
+    found, todo = {}, {}
+    # the keys are made here: the job runs in a queue worker, where the session cannot be read
+    cache_keys = {key: _trace_key(question, texts[key], gold, private) for key in keys}
+    for key in keys:
+        entry = cache.get(cache_keys[key])
+        shipped = None if entry is not None else shipped_trace(lm, question, texts[key], title=f"Trace {key}", gold=gold)
+        if entry is not None:
+            found[key] = dataclasses.replace(entry.value, title=f"Trace {key}")
+        elif shipped is not None:  # a reference solution analysed when the app was built (exact match)
+            found[key] = shipped
+            cache.put(cache_keys[key], shipped)
+        else:
+            todo[key] = texts[key]
+    if not todo:  # every trace was analysed before: no queue
+        _keep({"traces": found, "errors": {}}, {"action": action, "keys": keys})
+        return
+
+    def compute(progress):
+        traces, errors = dict(found), {}
+        for key, text in todo.items():
+            progress(f"Analyzing trace {key} (one backward pass per step) ...")
+            try:
+                traces[key] = workflows.analyze_trace(lm, question, text, title=f"Trace {key}", gold=gold,
+                                                      limits=limits)
+                cache.put(cache_keys[key], traces[key])
+            except Cancelled:
+                raise
+            except Exception as exc:  # one trace refused (too long, ...): the other is still analysed
+                errors[key] = exc
+        return {"traces": traces, "errors": errors}
+
+    job_key = ("trace-analysis",) + tuple(cache_keys[k] for k in sorted(todo))
+    waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys},
+                   memory_mb=_memory_mb(question, list(todo.values())), kind="trace")
+
+
+def _keep(value, request: dict) -> None:
+    """A finished job's result into this session: a generated text into its box, analysed traces beside the
+    others (each trace's error shown)."""
+    if request["action"] == "generate":
+        st.session_state[f"rt_pending_{request['keys'][0]}"] = value
+        st.rerun()
     traces = dict(st.session_state.get("rt_traces") or {})
-    question = str(st.session_state.get("rt_question", ""))
-    # a trace whose text and problem did not change keeps its analysis
-    keys = [k for k in keys if k not in traces or traces[k].response != str(st.session_state.get(f"rt_text_{k}") or "").strip()
-            or traces[k].question.strip() != question.strip()]
-    progress = st.progress(0.0, text="Analyzing ...")
-    for i, key in enumerate(keys):
-        progress.progress(i / len(keys), text=f"Analyzing trace {key} (one backward pass per step) ...")
-        try:
-            traces[key] = shipped_trace(lm, question, str(st.session_state.get(f"rt_text_{key}") or ""),
-                                        title=f"Trace {key}", gold=_gold()) or \
-                workflows.analyze_trace(lm, st.session_state.get("rt_question", ""),
-                                        st.session_state.get(f"rt_text_{key}", ""), title=f"Trace {key}",
-                                        gold=_gold(), limits=session.limits())
-        except Exception as exc:
+    for key in request["keys"]:
+        if key in value["errors"]:
             traces.pop(key, None)
-            session.show_error(exc, f"Trace {key}")
-    progress.empty()
+            session.show_error(value["errors"][key], f"Trace {key}")
+        elif key in value["traces"]:
+            traces[key] = value["traces"][key]
     st.session_state["rt_traces"] = traces
+    if request["action"] == "rerun" and not value["errors"]:  # (a rerun would wipe the error shown)
+        for key in request["keys"]:
+            st.session_state.pop(f"rt_editor_{key}", None)  # the table now shows the new steps
+        st.rerun()
+
+
+def _submit_or_refuse(action: str, keys: list[str], texts: dict[str, str], question: str | None = None) -> bool:
+    try:
+        _submit(action, keys, texts, question)
+        return True
+    except InputError as exc:  # the queue is full, or this user already has an analysis: one line
+        session.show_error(exc)
+        return False
 
 
 filled = [k for k in TRACES if str(st.session_state.get(f"rt_text_{k}") or "").strip()]
-if st.button("Analyze traces", key="rt_analyze", type="primary", disabled=not filled):
-    _analyze(filled)
+if st.button("Analyze traces", key="rt_analyze", type="primary", disabled=not filled or held is not None):
+    current = {k: str(st.session_state.get(f"rt_text_{k}") or "") for k in filled}
+    before = st.session_state.get("rt_traces") or {}
+    question = str(st.session_state.get("rt_question", ""))
+    # a trace whose text and problem did not change keeps its analysis
+    changed = [k for k in filled if k not in before or before[k].response != current[k].strip()
+               or before[k].question.strip() != question.strip()]
+    if changed:
+        _submit_or_refuse("analyze", changed, current)
+elif generate_clicked is not None:
+    _submit_or_refuse("generate", [generate_clicked], {})
+waiting.cancelled_notice("trace")
+waiting.elsewhere("trace")
+if waiting.pending("trace") is not None:
+    held = waiting.pending("trace")
+    state, value = waiting.wait(held, "trace")
+    if state == "failed":
+        session.show_error(value)
+    elif state == "done":
+        _keep(value, held.request)
 
 traces: dict[str, workflows.Trace] = st.session_state.get("rt_traces") or {}
 if not traces:
@@ -214,18 +321,12 @@ for trace in shown:
         edited = st.data_editor(steps_frame, key=f"rt_editor_{key}", hide_index=False,
                                 num_rows="dynamic", width="stretch",
                                 column_config={"step": st.column_config.TextColumn("step text", width="large")})
-        if st.button(f"Re-run {trace.title} with these steps", key=f"rt_rerun_{key}"):
+        if st.button(f"Re-run {trace.title} with these steps", key=f"rt_rerun_{key}",
+                     disabled=waiting.pending() is not None):
             response = workflows.join_steps([str(s) for s in edited["step"].fillna("").tolist()])
-            st.session_state[f"rt_pending_{key}"] = response
-            try:
-                with st.spinner(f"Re-analyzing {trace.title} ..."):
-                    traces[key] = workflows.analyze_trace(lm, trace.question, response, title=trace.title, gold=_gold(),
-                                                          limits=session.limits())
-                st.session_state["rt_traces"] = traces
-                st.session_state.pop(f"rt_editor_{key}", None)  # the table now shows the new steps
-                st.rerun()
-            except Exception as exc:
-                session.show_error(exc, trace.title)
+            if _submit_or_refuse("rerun", [key], {key: response}, trace.question):
+                st.session_state[f"rt_pending_{key}"] = response
+                st.rerun()  # the job waits at the top of the page, under the Analyze button
 
 rows = [
     {"trace": t.title, "step": i + 1, "text": s.text, "loss": s.loss_value, "mean_rank_ratio": float(np.mean(s.rank_ratio)),

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from studio import figures, session
+from studio import figures, session, waiting
 from studio.resources import reference_set
 from studio.summaries import explain
 
@@ -27,6 +27,17 @@ with st.expander("What you are looking at"):
         "count that needs no cut-off. Below, both stable ranks in every layer, and their ratio per layer (GRADE's "
         "feature) against labelled answerable and unanswerable questions.\n\n" + explain("rank ratio", "loss pre"))
 
+# Spectra computes nothing itself: it shows Home's analysis, so it follows that one through the queue.
+held = waiting.pending("home")
+if held is not None:
+    state, value = waiting.wait(held, "spectra")
+    if state == "done":
+        waiting.keep_home_analysis(value, held.request)
+    elif state == "failed":
+        session.show_error(value, "Analysis failed")
+else:
+    waiting.elsewhere("spectra")
+waiting.cancelled_notice("home")
 analysis = st.session_state.get(session.ANALYSIS)
 if analysis is None:
     st.info("No analysis yet: type a question on the **Home** page and press **Analyze**; its spectra appear here.")

@@ -8,14 +8,22 @@ minutes, one waiting 141 s for an analysis of seconds). Here every analysis is a
   :func:`default_workers`: one, because one analysis already uses every core of a CPU through torch's
   threads and the engine holds the model's lock for each pass, so two at once only interleave);
 * **an operator cap on the total**: at most ``GRADE_MAX_RUNNING`` analyses run at once over all models
-  (default: the number of workers of one model), which bounds the memory that analyses hold together;
+  (default: the number of workers of one model), and, with ``GRADE_QUEUE_MEMORY_MB`` set, a job starts only
+  while the memory its running neighbours claim plus its own claim fit in it (a job's claim: what the page
+  estimates for it, :func:`grade.analysis.analysis_memory_bytes`; one that could never fit is refused in one
+  line); the queue keeps its order, so a large job at the head waits rather than be overtaken;
 * **bounded**: at most ``GRADE_QUEUE_MAX`` jobs wait per model (default 32); more are refused in one line;
 * **one per user**: a user (a browser session, or a logged-in user) holds at most one ticket that is waiting or
-  running; asking again while one is is refused in one line, and a waiting ticket can be cancelled;
+  running; asking again while one is is refused in one line;
+* **cancel**: a cancelled ticket frees its user at once; a waiting job nobody else waits for leaves the queue,
+  and a running one is stopped: the worker runs each job inside :func:`grade.cancel.cancellable`, so the
+  engine raises :class:`grade.cancel.Cancelled` at its next check (between passes, step groups, steps and
+  layers) and the worker takes the next job;
 * **shared**: a request whose ``job_key`` equals a job that is waiting or running joins that job instead of
   computing it again (each ticket keeps its own ``on_result``, e.g. its own cache key);
 * **feedback**: :meth:`AnalysisQueue.status` gives a ticket's position and an estimate of when its result comes,
-  from the measured durations of the model's recent jobs (an exponential average).
+  from the measured durations of the model's recent jobs of each kind (an exponential average per model and
+  kind: a 20-step trace takes many times a Home analysis, and a job waiting behind one is told so).
 
 A job's progress lines (what the engine reports) are kept in the job for the waiting page to show: the worker
 thread cannot write to a Streamlit page.
@@ -31,11 +39,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
+from grade.cancel import Cancelled, cancellable
 from grade.errors import InputError
 
 WORKERS_VARIABLE = "GRADE_QUEUE_WORKERS"
 MAX_RUNNING_VARIABLE = "GRADE_MAX_RUNNING"
 MAX_WAITING_VARIABLE = "GRADE_QUEUE_MAX"
+MEMORY_VARIABLE = "GRADE_QUEUE_MEMORY_MB"
 DEFAULT_MAX_WAITING = 32
 #: Seconds assumed for a model's first job, before one has been measured.
 DEFAULT_SECONDS = 10.0
@@ -85,6 +95,9 @@ class Job:
     progress: list[str] = field(default_factory=list)
     tickets: list["Ticket"] = field(default_factory=list)
     done_event: threading.Event = field(default_factory=threading.Event)
+    memory_mb: float = 0.0  # what the job claims of the operator's memory budget while it runs
+    kind: Hashable = None  # what kind of work (e.g. "trace"): durations are averaged per model and kind
+    cancel_event: threading.Event = field(default_factory=threading.Event)  # set: the engine stops at its next check
 
 
 @dataclass(eq=False)
@@ -113,7 +126,7 @@ class Ticket:
 
     def result(self):
         """The job's result; its exception is raised again where it failed."""
-        if self.cancelled:
+        if self.cancelled or self.job.state == CANCELLED:
             raise QueueRefused("The analysis was cancelled.")
         if self.job.state == FAILED:
             raise self.job.error
@@ -138,10 +151,13 @@ class AnalysisQueue:
     """Per-model bounded queues of jobs with worker threads, a cap on all running jobs and one ticket per user."""
 
     def __init__(self, workers: int | None = None, max_running: int | None = None, max_waiting: int | None = None,
-                 default_seconds: float = DEFAULT_SECONDS):
+                 default_seconds: float = DEFAULT_SECONDS, memory_mb: float | None = None):
         self.workers = workers or _env_int(WORKERS_VARIABLE, default_workers())
         self.max_running = max_running or _env_int(MAX_RUNNING_VARIABLE, self.workers)
         self.max_waiting = max_waiting or _env_int(MAX_WAITING_VARIABLE, DEFAULT_MAX_WAITING)
+        # None: no memory budget (the running cap alone bounds what analyses hold together)
+        self.memory_mb = memory_mb if memory_mb is not None else (
+            _env_int(MEMORY_VARIABLE, 0) if os.environ.get(MEMORY_VARIABLE, "").strip() else None)
         self.default_seconds = default_seconds
         self._cond = threading.Condition()
         self._waiting: dict[Hashable, deque[Job]] = {}
@@ -153,18 +169,25 @@ class AnalysisQueue:
         self._average: dict[Hashable, float] = {}
         self._ids = itertools.count(1)
         self.peak_running = 0  # the most jobs that ever ran at once (for the tests and bench)
+        self.peak_memory_mb = 0.0  # the most memory running jobs ever claimed together
         self.completed = 0
 
     # ---------------------------------------------------------------------------------------- submit
 
     def submit(self, model: Hashable, user: Hashable, job_key: Hashable,
-               fn: Callable[[Callable[[str], None]], Any], on_result: Callable[[Any], None] | None = None) -> Ticket:
+               fn: Callable[[Callable[[str], None]], Any], on_result: Callable[[Any], None] | None = None,
+               memory_mb: float = 0.0, kind: Hashable = None) -> Ticket:
         """A ticket for ``fn(progress)`` in ``model``'s queue, or :class:`QueueRefused`.
 
         ``job_key`` says which requests are identical: one waiting or running with the same key is joined, not
         computed again. ``on_result`` is called (in the worker thread) with the result once it is computed,
-        also when the ticket's user has gone or cancelled a running job."""
+        also when the ticket's user has gone. ``memory_mb``: what the job claims of the operator's memory
+        budget while it runs (a job claiming more than the whole budget is refused). ``kind``: its estimate
+        comes from the durations of the model's jobs of the same kind."""
         with self._cond:
+            if self.memory_mb is not None and memory_mb > self.memory_mb:
+                raise QueueRefused(f"This analysis needs about {memory_mb:,.0f} MB; this studio runs analyses of at "
+                                   f"most {self.memory_mb:,} MB. Try a shorter text.")
             held = self._users.get(user)
             if held is not None and not held.done:
                 where = self._position(held.job)
@@ -182,7 +205,8 @@ class AnalysisQueue:
                 if len(waiting) >= self.max_waiting:
                     raise QueueRefused(f"The queue for this model is full ({self.max_waiting} analyses waiting); "
                                        "try again in a minute.")
-                job = Job(id=next(self._ids), model=model, key=job_key, fn=fn, submitted=time.monotonic())
+                job = Job(id=next(self._ids), model=model, key=job_key, fn=fn, submitted=time.monotonic(),
+                          memory_mb=memory_mb, kind=kind)
                 waiting.append(job)
                 self._by_key[(model, job_key)] = job
                 self._start_workers(model)
@@ -210,8 +234,9 @@ class AnalysisQueue:
             return True
 
     def cancel(self, ticket: Ticket) -> bool:
-        """Withdraw ``ticket``: a waiting job that nobody else waits for leaves the queue; a running one goes on
-        (its result still reaches every ``on_result``) but the user is free to ask again. False if finished."""
+        """Withdraw ``ticket`` and free its user: a job that nobody else waits for leaves the queue if it waits,
+        and is stopped if it runs (the engine raises :class:`grade.cancel.Cancelled` at its next check; the job
+        ends CANCELLED and its worker takes the next one). False if finished."""
         with self._cond:
             if ticket.done:
                 return False
@@ -219,12 +244,17 @@ class AnalysisQueue:
             job = ticket.job
             if self._users.get(ticket.user) is ticket:
                 del self._users[ticket.user]
-            if job.state == WAITING and all(t.cancelled or t.user is None for t in job.tickets):
-                self._waiting[job.model].remove(job)
-                self._by_key.pop((job.model, job.key), None)
-                job.state = CANCELLED
-                job.finished = time.monotonic()
-                job.done_event.set()
+            if all(t.cancelled or t.user is None for t in job.tickets):
+                if job.state == WAITING:
+                    self._waiting[job.model].remove(job)
+                    self._by_key.pop((job.model, job.key), None)
+                    job.state = CANCELLED
+                    job.finished = time.monotonic()
+                    job.done_event.set()
+                elif job.state == RUNNING:
+                    # Nobody joins a job that is stopping: a new identical request computes afresh.
+                    self._by_key.pop((job.model, job.key), None)
+                    job.cancel_event.set()
             self._cond.notify_all()
             return True
 
@@ -240,32 +270,41 @@ class AnalysisQueue:
             return 0
         return list(self._waiting[job.model]).index(job) + 1
 
-    def average_seconds(self, model: Hashable) -> float:
+    def average_seconds(self, model: Hashable, kind: Hashable = None) -> float:
         with self._cond:
-            return self._average.get(model, self.default_seconds)
+            return self._seconds(model, kind)
+
+    def _seconds(self, model: Hashable, kind: Hashable) -> float:  # called with the lock held
+        """The measured average of ``model``'s jobs of ``kind``; before one is measured, of its other jobs."""
+        measured = self._average.get((model, kind))
+        if measured is not None:
+            return measured
+        others = [v for (m, _), v in self._average.items() if m == model]
+        return max(others) if others else self.default_seconds
 
     def status(self, ticket: Ticket) -> TicketStatus:
         with self._cond:
             job, now = ticket.job, time.monotonic()
-            average = self._average.get(job.model, self.default_seconds)
+            average = self._seconds(job.model, job.kind)
             waiting = list(self._waiting.get(job.model, ()))
             position = self._position(job) if not ticket.cancelled else 0
             if ticket.state == RUNNING:
                 estimate = max(average - (now - job.started), 0.0)
             elif ticket.state == WAITING:
-                # Each worker slot frees when its running job ends (by the average); the jobs ahead take the
-                # earliest free slot in turn, and so does this one.
+                # Each worker slot frees when its running job ends (by its kind's average); the jobs ahead take
+                # the earliest free slot in turn, and so does this one.
                 slots = min(self.workers, self.max_running)
-                free = sorted(max(average - (now - j.started), 0.0) for j in self._running.get(job.model, []))
+                free = sorted(max(self._seconds(j.model, j.kind) - (now - j.started), 0.0)
+                              for j in self._running.get(job.model, []))
                 free = (free + [0.0] * slots)[:slots]
-                for _ in range(position - 1):
-                    free[0] += average
+                for ahead in waiting[: position - 1]:
+                    free[0] += self._seconds(ahead.model, ahead.kind)
                     free.sort()
                 estimate = free[0] + average
             else:
                 estimate = 0.0
             return TicketStatus(state=ticket.state, position=position, waiting=len(waiting), estimate_s=estimate,
-                                measured=job.model in self._average, elapsed_s=now - job.submitted,
+                                measured=(job.model, job.kind) in self._average, elapsed_s=now - job.submitted,
                                 progress=tuple(job.progress), shared=sum(not t.cancelled and t.user is not None for t in job.tickets))
 
     def running(self) -> int:
@@ -282,40 +321,56 @@ class AnalysisQueue:
             threads.append(thread)
             thread.start()
 
+    def _startable(self, model: Hashable) -> deque[Job] | None:
+        """The queue whose head job may start now (user jobs before background work), or None. Called with the
+        lock held."""
+        queue = self._waiting.get(model) or self._background.get(model)
+        if not queue or self.running_total() >= self.max_running:
+            return None
+        if self.memory_mb is not None and self.running_memory() + queue[0].memory_mb > self.memory_mb:
+            return None
+        return queue
+
     def _next(self, model: Hashable) -> Job:
         with self._cond:
-            while not ((self._waiting.get(model) or self._background.get(model))
-                       and self.running_total() < self.max_running):
+            while (queue := self._startable(model)) is None:
                 self._cond.wait()
-            job = (self._waiting[model] if self._waiting.get(model) else self._background[model]).popleft()
+            job = queue.popleft()
             job.state, job.started = RUNNING, time.monotonic()
             self._running.setdefault(model, []).append(job)
             self.peak_running = max(self.peak_running, self.running_total())
+            self.peak_memory_mb = max(self.peak_memory_mb, self.running_memory())
             return job
 
     def running_total(self) -> int:  # called with the lock held
         return sum(len(jobs) for jobs in self._running.values())
 
+    def running_memory(self) -> float:  # called with the lock held
+        return sum(job.memory_mb for jobs in self._running.values() for job in jobs)
+
     def _work(self, model: Hashable) -> None:
         while True:
             job = self._next(model)
             try:
-                result, error = job.fn(job.progress.append), None
+                with cancellable(job.cancel_event):
+                    result, error = job.fn(job.progress.append), None
             except BaseException as exc:  # the page shows it; the worker goes on
                 result, error = None, exc
             with self._cond:
                 job.finished = time.monotonic()
                 job.result, job.error = result, error
-                job.state = DONE if error is None else FAILED
+                cancelled = isinstance(error, Cancelled) and job.cancel_event.is_set()
+                job.state = DONE if error is None else CANCELLED if cancelled else FAILED
                 self._running[model].remove(job)
-                self._by_key.pop((model, job.key), None)
+                if self._by_key.get((model, job.key)) is job:
+                    del self._by_key[(model, job.key)]
                 for ticket in job.tickets:
                     if ticket.user is not None and self._users.get(ticket.user) is ticket:
                         del self._users[ticket.user]
                 if error is None:
                     took = job.finished - job.started
-                    last = self._average.get(model)
-                    self._average[model] = took if last is None else (1 - SMOOTHING) * last + SMOOTHING * took
+                    last = self._average.get((model, job.kind))
+                    self._average[(model, job.kind)] = took if last is None else (1 - SMOOTHING) * last + SMOOTHING * took
                     self.completed += 1
                 callbacks = [t.on_result for t in job.tickets if t.on_result is not None] if error is None else []
                 self._cond.notify_all()

@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from grade.analysis import DEFAULT_STEP_MEMORY_MB
 from grade.errors import InputError, ModelLoadError
 
 SERVED_ENV = "GRADE_SERVED"
@@ -52,6 +53,7 @@ class Limits:
     trace_chars: int = 6000
     trace_tokens: int = 1024
     trace_steps: int = 32
+    step_memory_mb: int = DEFAULT_STEP_MEMORY_MB  # Δ a step-wise analysis holds at once (grade.analyze's bound)
     upload_mb: int = 200  # one uploaded file
     upload_rows: int = 1_000_000  # rows of an uploaded feature file, read from its Parquet metadata first
     upload_decoded_mb: int = 4000  # an uploaded feature file decoded (Parquet metadata), before it is read

@@ -407,7 +407,7 @@ def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title:
     # No eigen-decompositions: stable ranks through their identities and token shock from C_g = ΔΔᵀ where C_h is
     # certified full rank, the exact route's values (bench/trace_page.py measures both routes side by side).
     result = grade.analyze(lm, question, task=task, loss="pos", response=response.strip(), steps=True, spectra=False,
-                           token_scores=True)
+                           token_scores=True, step_memory_mb=limits.step_memory_mb)
     start = result.response_start or 0
     display = [lm.tokenizer.decode([i], skip_special_tokens=False) for i in result.input_ids[start:]]
     return Trace(title=title, question=question, response=response.strip(), result=result, display_tokens=display,

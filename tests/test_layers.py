@@ -28,6 +28,7 @@ LAYERS = {
     # engine
     "grade": "engine",  # the package's __init__ only (version and the lazy public names), not its modules
     "grade.errors": "engine",
+    "grade.cancel": "engine",
     "grade.io": "engine",
     "grade.architectures": "engine",
     "grade.spectra": "engine",
