@@ -156,7 +156,7 @@ def _submit(action: str, keys: list[str], texts: dict[str, str], question: str |
 
         def compute(progress):
             progress(f"Generating up to {tokens_wanted} tokens ...")
-            return workflows.generate_cot(lm, question, max_new_tokens=tokens_wanted, limits=limits)
+            return workflows.generate_trace(lm, question, max_new_tokens=tokens_wanted, limits=limits)
 
         waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys}, kind="generate")
         return
@@ -200,7 +200,10 @@ def _keep(value, request: dict) -> None:
     """A finished job's result into this session: a generated text into its box, analysed traces beside the
     others (each trace's error shown)."""
     if request["action"] == "generate":
-        st.session_state[f"rt_pending_{request['keys'][0]}"] = value
+        key = request["keys"][0]
+        st.session_state[f"rt_pending_{key}"] = value.text
+        # remembered with its text: an edited trace is no longer the cut-off generation
+        st.session_state[f"rt_cut_{key}"] = (value.text.strip(), value.max_new_tokens) if value.cut_off else None
         st.rerun()
     traces = dict(st.session_state.get("rt_traces") or {})
     for key in request["keys"]:
@@ -276,7 +279,15 @@ columns = st.columns(len(shown), gap="medium")
 for trace, score, value, column in zip(shown, scored, values, columns):
     with column, st.container(border=True, key=f"trace_{trace.title[-1]}"):
         badge = {True: ":green-badge[correct]", False: ":red-badge[wrong]", None: ":gray-badge[not checked]"}[trace.correct]
+        cut = st.session_state.get(f"rt_cut_{trace.title[-1]}")
+        cut = cut[1] if cut and cut[0] == trace.response.strip() else None
+        if cut:
+            badge += f" :orange-badge[cut off at {cut} tokens]"
         st.markdown(f"#### {trace.title} {badge}")
+        if cut:
+            st.warning(f"Generation stopped at the {cut}-token limit before the model finished its answer"
+                       + (", so \"wrong\" may only mean unfinished" if trace.correct is False else "")
+                       + ". Raise *Max. generated tokens* and generate again.", icon=":material/content_cut:")
         m1, m2, m3 = st.columns(3)
         m1.metric("GRADE_pos", f"{trace.grade_pos:.3f}", help="Mean rank ratio over steps and layers")
         m2.metric("Steps", len(trace.result.steps))

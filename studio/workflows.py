@@ -378,14 +378,31 @@ class Trace:
         return scores, step_of
 
 
-def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int | None = 192,
-                 limits: Limits = LOCAL_LIMITS) -> str:
+@dataclass(frozen=True)
+class GeneratedTrace:
+    """A generated chain of thought; ``cut_off``: generation stopped at ``max_new_tokens`` before the answer ended
+    (the trace may have no final answer, so "wrong" would only mean unfinished)."""
+
+    text: str
+    cut_off: bool
+    max_new_tokens: int
+
+
+def generate_trace(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int | None = 192,
+                   limits: Limits = LOCAL_LIMITS) -> GeneratedTrace:
     """The model's greedy chain-of-thought answer to a math question (the task's stop rule; ``None``:
-    the task's length too)."""
+    the task's length too), and whether the length cut it off."""
     question, _ = check_inputs(question, None, limits)
     max_new_tokens = check_cot_tokens(max_new_tokens or answer_format(task).max_new_tokens, limits)
     prompt = grade.prompts.format_prompt(lm.tokenizer, question, task=task)
-    return greedy_answer(lm, prompt, task=task, max_new_tokens=max_new_tokens).text
+    answer = greedy_answer(lm, prompt, task=task, max_new_tokens=max_new_tokens)
+    return GeneratedTrace(answer.text, answer.finish == "length", max_new_tokens)
+
+
+def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_new_tokens: int | None = 192,
+                 limits: Limits = LOCAL_LIMITS) -> str:
+    """The text of :func:`generate_trace`."""
+    return generate_trace(lm, question, task, max_new_tokens, limits).text
 
 
 def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title: str, task: str = "gsm8k",

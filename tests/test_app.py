@@ -246,6 +246,27 @@ def test_reasoning_trace_page_scores_the_reference_solution():
     assert (_metric(at, "GRADE_pos"), at.text_area(key="rt_text_B").value) == before
 
 
+def test_a_generation_cut_off_by_its_length_is_flagged_not_just_wrong():
+    """A chain of thought stopped by the token limit says so beside its verdict (and stops saying so once edited)."""
+    at = _app().run()
+    at.switch_page("pages/reasoning_trace.py").run()
+    _no_exception(at)
+    at.number_input(key="rt_max_tokens").set_value(8).run()
+    at.button(key="rt_gen_A").click().run()
+    _no_exception(at)
+    generated = at.text_area(key="rt_text_A").value
+    assert generated.strip()
+    at.button(key="rt_analyze").click().run()
+    _no_exception(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "cut off at 8 tokens" in text
+    assert any("8-token limit" in w.value for w in at.warning)
+    at.text_area(key="rt_text_A").input(generated + " #### 42").run()
+    at.button(key="rt_analyze").click().run()
+    _no_exception(at)
+    assert "cut off at" not in " ".join(m.value for m in at.markdown)
+
+
 def test_bad_input_shows_a_message_and_the_session_stays_usable(analysed):
     at = _home(analysed)
     _analyze(at, "   ")
