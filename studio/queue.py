@@ -42,6 +42,8 @@ from typing import Any, Callable, Hashable
 from grade.cancel import Cancelled, cancellable
 from grade.errors import InputError
 
+from .served import env_number
+
 WORKERS_VARIABLE = "GRADE_QUEUE_WORKERS"
 MAX_RUNNING_VARIABLE = "GRADE_MAX_RUNNING"
 MAX_WAITING_VARIABLE = "GRADE_QUEUE_MAX"
@@ -66,16 +68,8 @@ def default_workers() -> int:
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InputError(f"{name}={raw!r} is not a whole number") from None
-    if value < 1:
-        raise InputError(f"{name} must be at least 1")
-    return value
+    """A whole number of at least 1 from the environment (:func:`studio.served.env_number`)."""
+    return int(env_number(name, default, whole=True, minimum=1))
 
 
 @dataclass
