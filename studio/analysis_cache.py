@@ -226,6 +226,14 @@ def shipped_path(request: dict, folder: Path | None = None) -> Path:
     return (folder or shipped_folder()) / model_key(request["model"]) / shipped_name(request)
 
 
+def _shipped_file(request: dict, folder: Path | None):
+    """The path (without suffix) of the file shipped for ``request``'s hash, if shipped results are on and it exists."""
+    if not shipped_enabled():
+        return None
+    path = shipped_path(request, folder)
+    return path if path.with_name(path.name + ".json").is_file() else None
+
+
 def find_shipped(request: dict, folder: Path | None = None):
     """The shipped result computed for exactly ``request`` (a :class:`studio.workflows.QuestionAnalysis` or
     :class:`~studio.workflows.Trace`), else None. The file is found by the request's hash and used only
@@ -234,10 +242,8 @@ def find_shipped(request: dict, folder: Path | None = None):
 
     from .workflows import QuestionAnalysis, Trace
 
-    if not shipped_enabled():
-        return None
-    path = shipped_path(request, folder)
-    if not path.with_name(path.name + ".json").is_file():
+    path = _shipped_file(request, folder)
+    if path is None:
         return None
     try:
         found = (QuestionAnalysis if request["kind"] == "home" else Trace).load(path)
@@ -275,10 +281,8 @@ def find_embedding(request: dict, folder: Path | None = None):
 
     from .workflows import load_parts
 
-    if not shipped_enabled():
-        return None
-    path = shipped_path(request, folder)
-    if not path.with_name(path.name + ".json").is_file():
+    path = _shipped_file(request, folder)
+    if path is None:
         return None
     try:
         arrays, fields = load_parts(path, "embedding")
