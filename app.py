@@ -249,7 +249,7 @@ def _show_cached_hint(analysis: workflows.QuestionAnalysis) -> None:
                help="Analyse this question again and replace the cached result")
 
 
-PINNED = "pinned_analysis"  # session key: a result kept to compare the next question with
+PINNED = session.PINNED
 
 
 def _verdict_text(analysis: workflows.QuestionAnalysis) -> str:
@@ -333,7 +333,7 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
     pin_row = st.container(horizontal=True, vertical_alignment="center", key="pin_row")
     if pin_row.button("Pin for comparison", key="pin", icon=":material/push_pin:",
                       help="Keep this result beside the next question you analyse: verdicts side by side, both layer "
-                           "curves in one chart"):
+                           "curves in one chart, both spectra on the Spectra page"):
         st.session_state[PINNED] = analysis
         st.rerun()
     if st.session_state.get(PINNED) is not None and pin_row.button("Unpin", key="unpin"):

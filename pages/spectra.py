@@ -80,6 +80,24 @@ st.markdown(
 session.show_figure(figures.stable_rank_layers_figure(result.srank_h, result.srank_g, layer), "stable-ranks-by-layer",
                     key="sranks")
 
+pinned = st.session_state.get(session.PINNED)
+if (pinned is not None and pinned.result.question != result.question and pinned.result.n_layers == n_layers
+        and pinned.result.eig_h is not None and pinned.result.eig_g is not None):
+    other = pinned.result
+    with st.container(border=True, key="spectra_pinned"):
+        st.markdown(f"**Side by side with the pinned question** (pinned on Home): *{other.question}*")
+        mine, theirs = st.columns(2, gap="medium")
+        with mine:
+            st.caption(f"This question: srank(C_h) {result.srank_h[layer]:.2f}, srank(C_g) {result.srank_g[layer]:.2f}, "
+                       f"rank ratio {result.rank_ratio[layer]:.3f} at layer {layer}")
+            session.show_figure(figures.spectra_figure(result.eig_h[layer], result.eig_g[layer], layer),
+                                f"spectra-layer-{layer}", key="spectra_mine")
+        with theirs:
+            st.caption(f"Pinned question: srank(C_h) {other.srank_h[layer]:.2f}, srank(C_g) {other.srank_g[layer]:.2f}, "
+                       f"rank ratio {other.rank_ratio[layer]:.3f} at layer {layer}")
+            session.show_figure(figures.spectra_figure(other.eig_h[layer], other.eig_g[layer], layer),
+                                f"spectra-pinned-layer-{layer}", key="spectra_pinned_fig")
+
 lm = session.current_model()
 reference = reference_set(session.reference_frame(), lm.name if lm else result.model, result.loss)
 if reference is not None and reference.ratios.shape[1] == n_layers:

@@ -50,6 +50,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 # Session-state keys (one place, so pages agree on them).
 ANALYSIS = "analysis"  # studio.workflows.QuestionAnalysis of the last Home analysis
+PINNED = "pinned_analysis"  # a Home result kept to compare the next question with (Home, Spectra)
 PROBE_PATH = "probe_path"  # str path of the probe the user picked (None: the default for the model)
 
 # Widgets whose value should survive a visit to another page take **KEEP (Streamlit >= 1.67).

@@ -377,6 +377,15 @@ def test_a_pinned_result_is_compared_side_by_side_with_the_next_question():
     assert all(v.endswith("answer)") for v in table["probe verdict"])  # both verdicts, with their reading
     trend = next(c for c in at.get("plotly_chart") if "pinned: " in c.proto.spec)
     assert "this question" in trend.proto.spec
+    # Spectra: both questions' spectra at the same layer, side by side, with their stable ranks
+    at.switch_page("pages/spectra.py").run()
+    _no_exception(at)
+    pinned = at.session_state["pinned_analysis"].result
+    layer = at.slider(key="spectra_layer").value
+    captions = " ".join(c.value for c in at.caption)
+    assert f"Pinned question: srank(C_h) {pinned.srank_h[layer]:.2f}" in captions
+    assert "This question: srank(C_h)" in captions
+    at = _home(at)
     at.button(key="unpin").click().run()
     _no_exception(at)
     assert "pinned_analysis" not in at.session_state and _comparison(at) is None
