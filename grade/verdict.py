@@ -103,9 +103,10 @@ def resolve_probe(name_or_path: str | Path, model_name: str, *, task: str | None
 
 
 def probe_probability(probe, inputs: np.ndarray) -> float:
-    """P(answerable) for one input vector (width,) (:func:`grade.probe.probe_inputs`), whatever shape
+    """P(answerable) for one input vector (width,) (:func:`grade.probe.probe_inputs`, float64 as
+    :meth:`grade.probe.Probe.predict_result` reads it), whatever shape
     ``predict_proba`` returns."""
-    proba = np.asarray(probe.predict_proba(np.asarray(inputs, dtype=np.float32)[None, :]), dtype=float)
+    proba = np.asarray(probe.predict_proba(np.asarray(inputs, dtype=np.float64)[None, :]), dtype=float)
     if proba.ndim == 2 and proba.shape[1] == 2:  # scikit-learn style: (n, [P(no), P(yes)])
         proba = proba[:, 1]
     value = float(proba.reshape(-1)[0])
