@@ -30,6 +30,7 @@ from typing import Collection, Sequence
 
 import torch
 
+from .cancel import check_cancelled
 from .errors import InputError, ModelLoadError
 from .decoding import DecodeSettings, hits_stop
 from .models import EMBEDDED_MODELS, LoadedModel
@@ -87,6 +88,7 @@ class LlamaCppBackend:
             if seed is not None:
                 self._llama.set_seed(int(seed) & 0xFFFFFFFF)
             for token in self._llama.generate(prompt, reset=True, **options):
+                check_cancelled()  # a cancelled job stops within one token
                 if token in stop:
                     break
                 out.append(int(token))

@@ -37,6 +37,7 @@ from typing import Protocol, Sequence
 
 import torch
 
+from .cancel import check_cancelled
 from .architectures import end_of_answer_ids
 from .decoding import DecodeSettings, cut_at_stop, hits_stop  # noqa: F401 (hits_stop: part of this module's API)
 from .errors import InputError
@@ -221,6 +222,7 @@ class TorchBackend:
         tokens: list[list[int]] = [[] for _ in range(n_rows)]
         stops = end_of_answer_ids(model, tokenizer)
         for step in range(settings.max_new_tokens):
+            check_cancelled()  # a cancelled job stops within one token
             chosen = _choose(logits, settings, None if generators is None else [generators[r] for r in active])
             keep = []
             for i, (r, token) in enumerate(zip(active, chosen)):

@@ -94,3 +94,31 @@ def test_a_cancelled_analysis_stops_after_the_pass_it_is_in(smollm):
     result = grade.analyze(smollm, row["question"], task="gsm8k", loss="pos", response=row["solution"], steps=True,
                            spectra=False, step_passes="prefix")
     assert len(result.steps) >= 6
+
+
+@pytest.mark.slow
+def test_a_cancelled_generation_stops_within_one_token(smollm):
+    """Cancel reaches text generation too: the event is set from inside the model's third forward pass (the
+    prompt, then one pass per new token), and the torch loop stops before choosing another token."""
+    from grade.architectures import down_projections
+    from grade.generation import TorchBackend, encode_prompt, settings_for_task
+
+    prompt = encode_prompt(smollm.tokenizer, grade.prompts.format_prompt(smollm.tokenizer, "Count from one to fifty.",
+                                                                         task="qa"))
+    backend, settings = TorchBackend(smollm), settings_for_task("qa", 40)  # the torch loop (llama.cpp: its own check)
+    event, passes = threading.Event(), []
+
+    def layer_ran(module, inputs, output):
+        passes.append(1)
+        if len(passes) == 3:
+            event.set()
+
+    hook = down_projections(smollm.model)[0].register_forward_hook(layer_ran)
+    try:
+        with smollm.lock, cancellable(event), pytest.raises(Cancelled):
+            backend.generate_ids([prompt], settings, None)
+    finally:
+        hook.remove()
+    assert len(passes) == 3
+    with smollm.lock:
+        assert len(backend.generate_ids([prompt], settings, None)[0][0]) > 3  # free and whole afterwards
