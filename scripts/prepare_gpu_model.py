@@ -11,6 +11,9 @@ the tokenizer is converted here (``AutoTokenizer.from_pretrained(folder, gguf_fi
     python scripts/prepare_gpu_model.py --name qwen2.5-coder-1.5b-instruct --gguf /tmp/model.gguf \
         --tokenizer .tok/qwen [--check-ids ids.json]
 
+The GGUF gets there in pieces small enough for one device call beside the tracked tree
+(``scripts/gpu_pieces.sh``), appended in name order to one file and checked by ``--sha256``.
+
 Afterwards ``grade.load_model(NAME)`` (and ``python -m grade label --model NAME``) read the cache
 ``$GRADE_CACHE_DIR/models/NAME`` without looking for the model's packages.
 """
