@@ -1,4 +1,5 @@
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,38 @@ def gsm8k_trace_run(tmp_path_factory):
         torch.set_num_threads(threads)
     assert code == 0
     return out, json.loads(stdout.getvalue())
+
+
+class GatedJobs:
+    """Queue jobs that each run until their gate opens, counting how many run at once (``peak``)."""
+
+    def __init__(self):
+        self.gates: list[threading.Event] = []
+        self.peak = 0
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def new(self):
+        gate = threading.Event()
+        self.gates.append(gate)
+
+        def job(progress):
+            with self._lock:
+                self._running += 1
+                self.peak = max(self.peak, self._running)
+            gate.wait(30)
+            with self._lock:
+                self._running -= 1
+            return True
+
+        return job
+
+    def open_all(self) -> None:
+        for gate in self.gates:
+            gate.set()
+
+
+@pytest.fixture
+def gated_jobs() -> GatedJobs:
+    return GatedJobs()
+

@@ -133,31 +133,17 @@ def test_a_failure_reaches_its_ticket_and_the_worker_goes_on():
     assert good.wait(30) and good.result() == 42
 
 
-def test_the_operator_cap_holds_over_all_models():
+def test_the_operator_cap_holds_over_all_models(gated_jobs):
     queue = AnalysisQueue(workers=2, max_running=2)
-    gates, tickets, lock, running, peak = [], [], threading.Lock(), [0], [0]
-
-    def job(progress, gate):
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-        gate.wait(30)
-        with lock:
-            running[0] -= 1
-        return True
-
-    for i in range(6):
-        gates.append(threading.Event())
-        tickets.append(queue.submit(f"model-{i % 3}", f"user-{i}", i, lambda p, g=gates[-1]: job(p, g)))
+    tickets = [queue.submit(f"model-{i % 3}", f"user-{i}", i, gated_jobs.new()) for i in range(6)]
     deadline = time.monotonic() + 10
     while queue.running() < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
     assert queue.running() == 2  # three models, two workers each, but the cap is two
-    for gate in gates:
-        gate.set()
+    gated_jobs.open_all()
     assert all(t.wait(30) and t.result() for t in tickets)
-    assert peak[0] == 2 and queue.peak_running == 2
+    assert gated_jobs.peak == 2 and queue.peak_running == 2
 
 
 # ------------------------------------------------------------------------------------------ the app

@@ -70,25 +70,13 @@ def test_a_running_job_that_another_user_shares_is_not_stopped_by_one_cancel():
     assert bob.wait(10) and bob.result() == 42
 
 
-def test_the_memory_budget_admits_jobs_only_while_their_claims_fit():
+def test_the_memory_budget_admits_jobs_only_while_their_claims_fit(gated_jobs):
     queue = AnalysisQueue(workers=2, max_running=4, memory_mb=100)
     with pytest.raises(QueueRefused, match="needs about 150 MB; this studio runs analyses of at most 100 MB"):
         queue.submit("m", "dave", "huge", lambda p: None, memory_mb=150)
-    lock, running, peak, gates, tickets = threading.Lock(), [0], [0], [], []
-
-    def job(progress, gate):
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-        gate.wait(30)
-        with lock:
-            running[0] -= 1
-        return True
-
+    tickets = []
     for i, claim in enumerate((60, 60, 30, 30)):  # 60 + 60 > 100: the second waits for the first
-        gates.append(threading.Event())
-        tickets.append(queue.submit(f"model-{i % 2}", f"user-{i}", i, lambda p, g=gates[-1]: job(p, g),
-                                    memory_mb=claim))
+        tickets.append(queue.submit(f"model-{i % 2}", f"user-{i}", i, gated_jobs.new(), memory_mb=claim))
         if i == 0:  # the first runs before the others ask (workers of two models would race for it)
             deadline = time.monotonic() + 10
             while queue.running() == 0 and time.monotonic() < deadline:
@@ -98,8 +86,7 @@ def test_the_memory_budget_admits_jobs_only_while_their_claims_fit():
     assert queue.status(tickets[0]).state == "running" and queue.status(tickets[1]).state == "waiting"
     with queue._cond:
         assert queue.running_memory() == 90
-    for gate in gates:
-        gate.set()
+    gated_jobs.open_all()
     assert all(t.wait(30) and t.result() for t in tickets)
     assert queue.peak_memory_mb <= 100
 
