@@ -13,6 +13,7 @@ sha256 and are only used with exactly those weights.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -112,16 +113,21 @@ class InputBands:
         return bands
 
 
-def bands_for(metadata: dict, directory: str | Path = SHIPPED_BANDS_DIR) -> InputBands | None:
-    """The bands fitted for the probe whose metadata this is (matched by its weights' sha256), else None."""
-    sha = metadata.get("weights_sha256")
-    if not sha:
-        return None
+@functools.lru_cache(maxsize=4)
+def _bands_by_sha(directory: str) -> dict[str, InputBands]:
+    """Every readable bands file in ``directory``, by the sha256 of the weights it was fitted for (read once per
+    process: the page asks on every rerun)."""
+    found = {}
     for path in sorted(Path(directory).glob("*.json")):
         try:
             bands = InputBands.load(path)
         except (ValueError, KeyError, TypeError, OSError):
             continue
-        if bands.weights_sha256 == sha and bands.inputs == metadata.get("inputs", "rank_ratio"):
-            return bands
-    return None
+        found[bands.weights_sha256] = bands
+    return found
+
+
+def bands_for(metadata: dict, directory: str | Path = SHIPPED_BANDS_DIR) -> InputBands | None:
+    """The bands fitted for the probe whose metadata this is (matched by its weights' sha256), else None."""
+    bands = _bands_by_sha(str(directory)).get(metadata.get("weights_sha256") or "")
+    return bands if bands is not None and bands.inputs == metadata.get("inputs", "rank_ratio") else None
