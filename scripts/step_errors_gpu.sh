@@ -11,12 +11,10 @@ set -eu
 gguf=${1:?GGUF file}
 out=${2:?output folder}
 PY=${PYTHON:-python3}
-MODEL=qwen2.5-coder-1.5b-instruct
 cd "$(dirname "$0")/.."
+. scripts/qwen_gpu.sh
 mkdir -p "$out"
-"$PY" scripts/prepare_gpu_model.py --name "$MODEL" --gguf "$gguf" \
-  --sha256 cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 --tokenizer .tok/qwen \
-  --check-ids .tok/qwen_ids.json
+prepare_qwen "$gguf"
 "$PY" -m grade label --model "$MODEL" --device cuda --dtype float32 --dataset gsm8k --samples 4 \
   --limit "${PROBLEMS:-600}" --batch 128 --out "$out/generated.jsonl" --quiet > "$out/label.log" 2>&1
 "$PY" -m grade steperrors --model "$MODEL" --device cuda --dtype float32 --out "$out" --injected "${INJECTED:-400}" \

@@ -15,13 +15,11 @@ set -eu
 gguf=${1:?GGUF file}
 out=${2:?output folder}
 PY=${PYTHON:-python3}
-MODEL=qwen2.5-coder-1.5b-instruct
 cd "$(dirname "$0")/.."
+. scripts/qwen_gpu.sh
 mkdir -p "$out"
 common=(--model "$MODEL" --device cuda --dtype float32)
-"$PY" scripts/prepare_gpu_model.py --name "$MODEL" --gguf "$gguf" \
-  --sha256 cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 --tokenizer .tok/qwen \
-  --check-ids .tok/qwen_ids.json
+prepare_qwen "$gguf"
 "$PY" -m grade extract "${common[@]}" --labels "data/labels/$MODEL/gsm8k.jsonl.xz" --loss pos --no-hidden \
   --out "$out/features/gsm8k.pos.parquet" --quiet > "$out/extract_gsm8k.log" 2>&1 &
 "$PY" -m grade traces "${common[@]}" --samples "results/step_errors/$MODEL/benchmark.jsonl.xz" --out "$out/store" \
