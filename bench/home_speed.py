@@ -11,6 +11,10 @@ for the task, the three shipped detectors and the default answer length), for "W
 * ``shipped``: the example's precomputed result loaded from ``studio/assets/examples`` (what Home does for one
   of its examples since the results ship: the file is found by the request's hash and read).
 
+The two computing routes also run as they did before the answer and the detectors started from the analysis'
+own prompt pass (``..., prompt read again``: ``analyze(keep_prompt_pass=False)``, so the torch generator and
+the detectors' pass each read the prompt once more), to measure that change side by side.
+
 Routes alternate (``--repeats`` rounds after one warm-up round); every route's answer, verdict, detector
 verdicts and rank ratios are checked against the torch route's. The report gives each stage's seconds (the
 analysis' forward and backward pass with the spectra, the generation, the detectors' pass), the process CPU
@@ -22,6 +26,7 @@ seconds beside the wall clock, and the load average before and after (the 2-core
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -73,6 +78,22 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             lm.generation_backend = None
 
+    @contextlib.contextmanager
+    def prompt_read_again():
+        """The route before the prompt pass was shared: analyze() keeps none for the answer and the detectors."""
+        original = grade.analyze
+        grade.analyze = lambda *a, **k: original(*a, **{**k, "keep_prompt_pass": False})
+        try:
+            yield
+        finally:
+            grade.analyze = original
+
+    def again(route):
+        def run():
+            with prompt_read_again():
+                return route()
+        return run
+
     def shipped():
         request = home_request(lm, args.question, None, "qa", HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
                                info.path, detectors_for(lm.name, DETECTORS_DIR))
@@ -83,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         return found
 
     routes = {"torch": lambda: analyse(torch_backend)}
+    routes["torch, prompt read again"] = again(routes["torch"])
     if llama_cpp_available():
         routes["llama.cpp"] = lambda: analyse(None)
+        routes["llama.cpp, prompt read again"] = again(routes["llama.cpp"])
     else:
         print("llama_cpp is not importable: the llama.cpp route is left out (`make install-fast`)", file=sys.stderr)
     routes["shipped"] = shipped
@@ -97,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             analysis = route()
             record = {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
                       **({} if name == "shipped" else analysis.seconds)}
-            print(f"round {round_} {name:9s} {record['wall_s']:7.2f} s  "
+            print(f"round {round_} {name:28s} {record['wall_s']:7.2f} s  "
                   + "  ".join(f"{k} {v:.2f}" for k, v in record.items() if k in STAGES), flush=True)
             if round_:
                 runs[name].append(record)
@@ -123,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                      "cpu s": statistics.median(r["cpu_s"] for r in records),
                      **{stage: statistics.median(r.get(stage, float("nan")) for r in records) for stage in STAGES},
                      "answer": checks[name]["answer"].strip()[:30],
+                     "same answer and detectors as torch": checks[name]["answer_same"]
+                     and checks[name]["detectors"] == checks["torch"]["detectors"],
                      "verdict": checks[name]["verdict"],
                      "max rel diff of rank ratios": checks[name]["rank_ratio_max_rel_diff"]})
     report = {"machine": machine(), "model": args.model, "question": args.question, "repeats": args.repeats,
@@ -131,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "home_speed.json", report)
     columns = ["route", "wall s (median)", "ratio to torch", "cpu s", *STAGES, "answer", "verdict",
-               "max rel diff of rank ratios"]
+               "same answer and detectors as torch", "max rel diff of rank ratios"]
     text = (f"# Home's analysis of {args.question!r}, {args.model}\n\n"
             f"{machine()['cpu']}, {machine()['cpu_count']} cores, torch threads {machine()['torch_threads']}; load "
             f"average before {load_before[0]:.2f} / after {load_after[0]:.2f}; {args.repeats} rounds after a warm-up, "

@@ -55,7 +55,7 @@ def capture_tensors(lm: LoadedModel, input_ids: list[int], *, span: tuple[int, i
     """h and Δ of every layer for the ``pre`` loss, or for the mean cross-entropy of tokens ``span``."""
     logits_from = len(input_ids) - 1 if span is None else span[0] - 1
     with torch.enable_grad():
-        capture, logits, first, _ = forward_with_capture(lm, input_ids, False, logits_from)
+        capture, logits, first, _, _ = forward_with_capture(lm, input_ids, False, logits_from)
         if span is None:
             loss = entropy_at_last_position(logits)
         else:
@@ -69,7 +69,7 @@ def capture_steps(lm: LoadedModel, input_ids: list[int], spans: list[tuple[int, 
     """One forward and the batched backward of the step-wise pos path: h per layer (n, d_ff) and Δ per
     layer (K, n, d_model), as :func:`grade.analyze` computes them for ``steps=True``."""
     with torch.enable_grad():
-        capture, logits, first, _ = forward_with_capture(lm, input_ids, False, spans[0][0] - 1)
+        capture, logits, first, _, _ = forward_with_capture(lm, input_ids, False, spans[0][0] - 1)
         ids = torch.tensor(input_ids[first:], device=logits.device)
         losses = torch.stack([response_cross_entropy(logits, ids, s - first, e - first) for s, e in spans])
         deltas = activation_grads(losses, capture.outputs)

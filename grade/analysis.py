@@ -22,7 +22,7 @@ from . import __version__
 from .cancel import check_cancelled
 from .capture import capture_mlp
 from .errors import InputError, NumericalError
-from .generation import encode_prompt, greedy_answer
+from .generation import PromptPass, encode_prompt, greedy_answer, output_cache
 from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response, token_surprisal
 from .models import LoadedModel
 from .prompts import format_prompt
@@ -85,26 +85,30 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
 
 def _forward(lm: LoadedModel, input_ids: list[int], keep_hidden: bool):
     """Forward pass with capture; returns (capture, logits (n, vocab), hidden states or None)."""
-    capture, logits, _, hidden_states = forward_with_capture(lm, input_ids, keep_hidden, 0)
+    capture, logits, _, hidden_states, _ = forward_with_capture(lm, input_ids, keep_hidden, 0)
     return capture, logits, hidden_states
 
 
 def forward_with_capture(
-    lm: LoadedModel, input_ids: list[int], keep_hidden: bool, logits_from: int, *, low_memory: bool = False
+    lm: LoadedModel, input_ids: list[int], keep_hidden: bool, logits_from: int, *, low_memory: bool = False,
+    keep_cache: bool = False,
 ):
-    """Forward pass with capture; returns (capture, logits (n - first, vocab), first, hidden states or None).
+    """Forward pass with capture; returns (capture, logits (n - first, vocab), first, hidden states or None,
+    the key/value cache or None).
 
     Only positions ``first..n-1`` get logits (``first`` is ``logits_from`` where the model supports
     ``logits_to_keep``, else 0): the LM head's product, its backward and the (n, vocab) buffers are the
     largest avoidable costs of a GRADE pass, and the losses read a few rows only. ``low_memory``
     captures with activation recomputation and keeps ``h hᵀ`` instead of h (see :mod:`grade.capture`).
+    ``keep_cache`` also returns the pass's key/value cache (still attached to the autograd graph).
     """
     ids = torch.tensor([input_ids], device=lm.device)
     first = logits_from if logits_from > 0 and _accepts_logits_to_keep(lm.model) else 0
     extra = {"logits_to_keep": len(input_ids) - first} if first else {}
     with capture_mlp(lm.model, recompute=low_memory, grams=low_memory) as capture:
-        out = lm.model(input_ids=ids, use_cache=False, output_hidden_states=keep_hidden, **extra)
-    return capture, out.logits[0], first, (out.hidden_states if keep_hidden else None)
+        out = lm.model(input_ids=ids, use_cache=keep_cache, output_hidden_states=keep_hidden, **extra)
+    return (capture, out.logits[0], first, (out.hidden_states if keep_hidden else None),
+            output_cache(out) if keep_cache else None)
 
 
 def activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor], batched: bool | None = None) -> list[torch.Tensor]:
@@ -305,6 +309,8 @@ class _Features:
     surprisal: np.ndarray | None = None
     hidden_states: tuple | None = None
     steps: list[StepResult] = field(default_factory=list)
+    prompt_cache: object | None = None  # ``pre`` with keep_prompt_pass: the pass's key/value cache ...
+    last_logits: torch.Tensor | None = None  # ... and its last position's logits (vocab,)
 
 
 def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, response, generate, steps,
@@ -346,15 +352,16 @@ def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, resp
 
 
 def _one_loss_pass(lm: LoadedModel, inputs: _Inputs, loss: LossKind, kinds, *, spectra: bool, keep_hidden: bool,
-                   low_memory: bool, row_sums: bool, timings: dict) -> _Features:
+                   low_memory: bool, row_sums: bool, keep_cache: bool, timings: dict) -> _Features:
     """``pre``, or ``pos`` of the whole response: one forward pass, one loss, one backward pass, spectra."""
     input_ids, n_prompt = inputs.input_ids, len(inputs.prompt_ids)
     check_cancelled()
     t = time.perf_counter()
     with torch.enable_grad():
         logits_from = len(input_ids) - 1 if loss == "pre" else n_prompt - 1
-        capture, logits, first, hidden_states = forward_with_capture(lm, input_ids, keep_hidden, logits_from,
-                                                                     low_memory=low_memory)
+        capture, logits, first, hidden_states, cache = forward_with_capture(
+            lm, input_ids, keep_hidden, logits_from, low_memory=low_memory, keep_cache=keep_cache)
+        last_logits = logits[-1].detach() if keep_cache else None
         timings["forward_s"] = time.perf_counter() - t
         # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
         ids = torch.tensor(input_ids[first:], device=logits.device)
@@ -388,7 +395,7 @@ def _one_loss_pass(lm: LoadedModel, inputs: _Inputs, loss: LossKind, kinds, *, s
             token_scores[:, n_prompt:] = rows[:, n_prompt:]
     timings["spectra_s"] = time.perf_counter() - t
     return _Features(srank_h, srank_g, ratio, float(value.detach()), eig_h, eig_g, token_scores, surprisal,
-                     hidden_states)
+                     hidden_states, prompt_cache=cache, last_logits=last_logits)
 
 
 def _step_group(lm: LoadedModel, input_ids: list[int], spans: list[Step], kinds, *, spectra: bool, keep_hidden: bool,
@@ -400,7 +407,8 @@ def _step_group(lm: LoadedModel, input_ids: list[int], spans: list[Step], kinds,
     end = spans[-1].end
     t = time.perf_counter()
     with torch.enable_grad():
-        capture, logits, first, hidden_states = forward_with_capture(lm, input_ids[:end], keep_hidden, spans[0].start - 1)
+        capture, logits, first, hidden_states, _ = forward_with_capture(lm, input_ids[:end], keep_hidden,
+                                                                        spans[0].start - 1)
         timings["forward_s"] += time.perf_counter() - t
         ids = torch.tensor(input_ids[first:end], device=logits.device)
         losses = torch.stack([response_cross_entropy(logits, ids, s.start - first, s.end - first) for s in spans])
@@ -473,6 +481,9 @@ def _assemble_result(lm: LoadedModel, inputs: _Inputs, features: _Features, *, l
         last = len(inputs.prompt_ids) - 1
         # .cpu() per layer: under a device_map the hidden states live on several GPUs.
         last_hidden = torch.stack([hs[0, last].detach().float().cpu() for hs in features.hidden_states]).numpy()
+    prompt_pass = None
+    if features.prompt_cache is not None and last_hidden is not None:
+        prompt_pass = PromptPass.detached(inputs.prompt_ids, features.prompt_cache, features.last_logits, last_hidden)
     input_ids = inputs.input_ids
     return GradeResult(
         model=lm.name,
@@ -498,6 +509,7 @@ def _assemble_result(lm: LoadedModel, inputs: _Inputs, features: _Features, *, l
         steps=features.steps,
         timings=timings,
         package_version=__version__,
+        prompt_pass=prompt_pass,
     )
 
 
@@ -521,6 +533,7 @@ def analyze(
     step_passes: Literal["auto", "shared", "prefix"] = "auto",
     token_scores: bool | None = None,
     step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB,
+    keep_prompt_pass: bool = False,
 ) -> GradeResult:
     """GRADE features of one question.
 
@@ -556,6 +569,9 @@ def analyze(
     step_memory_mb : step-wise ``pos`` sharing a pass holds every step's Δ, (K, n, d_model) per layer;
         with a bound, the steps are computed in groups whose Δ fit it (:func:`step_pieces`: each group one
         forward pass over its prefix), with the same features up to rounding. ``None``: one group.
+    keep_prompt_pass : under ``pre``, keep the forward pass's key/value cache, last logits and last hidden
+        states as ``result.prompt_pass`` (:class:`grade.generation.PromptPass`, not saved with the result), so
+        that a pass over an answer (the detectors') need not run the prompt again. Implies ``keep_hidden``.
 
     Returns
     -------
@@ -587,8 +603,9 @@ def analyze(
     else:
         if low_memory is None:  # below a few hundred tokens activations are small and launches dominate
             low_memory = torch.device(lm.device).type == "cuda" and len(inputs.input_ids) >= LOW_MEMORY_MIN_TOKENS
-        features = _one_loss_pass(lm, inputs, loss, kinds, spectra=spectra, keep_hidden=keep_hidden,
+        keep_cache = keep_prompt_pass and loss == "pre"
+        features = _one_loss_pass(lm, inputs, loss, kinds, spectra=spectra, keep_hidden=keep_hidden or keep_cache,
                                   low_memory=low_memory and not spectra and not steps and not row_sums, row_sums=row_sums,
-                                  timings=timings)
+                                  keep_cache=keep_cache, timings=timings)
     timings["total_s"] = time.perf_counter() - t0
     return _assemble_result(lm, inputs, features, loss=loss, srank=srank, task=task, context=context, timings=timings)

@@ -48,7 +48,8 @@ import torch
 
 from .batch.runner import run_local
 from .errors import InputError
-from .generation import DecodeSettings, Generation, cache_keyword, encode_prompt, generate, output_cache, settings_for_task
+from .generation import (DecodeSettings, Generation, PromptPass, cache_keyword, encode_prompt, generate, output_cache,
+                         settings_for_task)
 from .models import LoadedModel
 from .prompts import INSTRUCTIONS, format_prompt, user_message
 from .tasks import answer_format, answer_key, majority
@@ -269,9 +270,11 @@ class AnswerStates:
 
 @torch.no_grad()
 def answer_states(lm: LoadedModel, prompt_ids: list[int], answers: list[Generation], *, layer: int | None = None,
-                  entropies: bool = False) -> AnswerStates:
+                  entropies: bool = False, prompt_pass: PromptPass | None = None) -> AnswerStates:
     """One forward pass over the prompt, then one over all answers at once (the prompt's key/value cache
     repeated, answers right-padded: a causal model never lets a real token see the padding after it).
+    ``prompt_pass``: the prompt's pass already run (a GRADE ``pre`` analysis' :class:`PromptPass`), used in
+    place of the first pass where it is of these ``prompt_ids``.
 
     The statistics are read where the decoder produced them: the state of an answer token is the one
     computed when it is fed; the entropy of decoding step t is that of the distribution at the position
@@ -281,15 +284,20 @@ def answer_states(lm: LoadedModel, prompt_ids: list[int], answers: list[Generati
     """
     model, device = lm.model, lm.device
     want_all = layer is None
-    out = model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, output_hidden_states=True,
-                logits_to_keep=1)
-    prompt_states = torch.stack([h[0, -1] for h in out.hidden_states]).float().cpu()  # (L+1, d)
-    prompt_entropy = entropy_sum(out.logits[0, -1:]) if entropies else 0.0
+    if prompt_pass is None or prompt_pass.ids != list(prompt_ids):
+        out = model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, output_hidden_states=True,
+                    logits_to_keep=1)
+        prompt_pass = PromptPass(list(prompt_ids), output_cache(out), out.logits[0, -1],
+                                 torch.stack([h[0, -1] for h in out.hidden_states]).float().cpu().numpy())
+        cache = prompt_pass.cache
+    else:
+        cache = prompt_pass.fresh_cache()
+    prompt_states = torch.from_numpy(np.asarray(prompt_pass.states, dtype=np.float32))  # (L+1, d)
+    prompt_entropy = entropy_sum(prompt_pass.last_logits[None]) if entropies else 0.0
     fed = [a.token_ids for a in answers]
     width = max((len(f) for f in fed), default=0)
     per_token = logits_steps = None
     if width:
-        cache = output_cache(out)
         if len(fed) > 1:
             cache.batch_repeat_interleave(len(fed))
         pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
@@ -353,15 +361,16 @@ def p_yes_matrix(lm: LoadedModel, prompt: str, n_tokens: int) -> np.ndarray:
 
 
 def answer_statistics(lm: LoadedModel, prompt_ids: list[int], greedy: Generation,
-                      config: BaselineConfig | None = None) -> dict:
+                      config: BaselineConfig | None = None, prompt_pass: PromptPass | None = None) -> dict:
     """What one pass over a prompt and its greedy answer gives the baselines, as the cache stores it:
     ``greedy_answer``, ``p_entropy``, ``coe_r`` / ``coe_c``, ``saplma_hidden`` (base64 float16,
     hidden_states[-12] at the answer's last token) and ``align_hidden`` (layer -> base64 float16 vector
     of the last prompt token). The benchmark's passes and the app's detectors both read these, so a
-    detector sees at run time exactly what it was trained on (float16 rounding included)."""
+    detector sees at run time exactly what it was trained on (float16 rounding included). ``prompt_pass``:
+    see :func:`answer_states`."""
     config = config or BaselineConfig()
     with lm.lock:
-        passes = answer_states(lm, prompt_ids, [greedy], entropies=True)
+        passes = answer_states(lm, prompt_ids, [greedy], entropies=True, prompt_pass=prompt_pass)
     states = passes.states[0]  # (n, L+1, d)
     coe_r, coe_c = coe_scores(states.astype(np.float64).mean(axis=0))  # mean over tokens
     return {

@@ -31,6 +31,7 @@ settings), each by the rule of ``generate``'s warpers.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
@@ -181,6 +182,42 @@ def output_cache(out):
     return cache if cache is not None else out.past_key_values
 
 
+@dataclass
+class PromptPass:
+    """A prompt the model has already read, so that a pass over its continuation need not read it again.
+
+    ``ids``: the prompt's token ids; ``cache``: its key/value cache, cut from the autograd graph;
+    ``last_logits``: (vocab,) the logits at its last position; ``states``: (L + 1, d_model) hidden states of
+    its last token (embeddings first). A GRADE ``pre`` analysis makes one (``analyze(keep_prompt_pass=True)``)
+    and the detectors' pass over the answer reads it (:func:`grade.baselines.answer_states`): on a CPU every
+    pass streams all the weights from memory, so a short prompt's pass costs about as much as a long one's.
+    """
+
+    ids: list[int]
+    cache: object
+    last_logits: torch.Tensor
+    states: object  # numpy (L + 1, d_model)
+
+    @classmethod
+    def detached(cls, ids: Sequence[int], cache, last_logits: torch.Tensor, states) -> "PromptPass | None":
+        """From a pass run with gradients; None where the cache's layout is not the one we know how to detach
+        (the caller then runs the prompt again)."""
+        layers = getattr(cache, "layers", None)
+        if not layers:
+            return None
+        for layer in layers:
+            for name in ("keys", "values"):
+                tensor = getattr(layer, name, None)
+                if not isinstance(tensor, torch.Tensor):
+                    return None
+                setattr(layer, name, tensor.detach())
+        return cls(list(ids), cache, last_logits.detach(), states)
+
+    def fresh_cache(self):
+        """A copy of the cache for one continuation: a pass appends to the cache it is given."""
+        return copy.deepcopy(self.cache)
+
+
 class TorchBackend:
     """The decoding loop on a transformers model with a key/value cache (see the module docstring)."""
 
@@ -189,7 +226,10 @@ class TorchBackend:
 
     @torch.no_grad()
     def generate_ids(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings,
-                     seeds: Sequence[Sequence[int]] | None) -> list[list[list[int]]]:
+                     seeds: Sequence[Sequence[int]] | None, prompt_pass: PromptPass | None = None
+                     ) -> list[list[list[int]]]:
+        """See :class:`Backend`; ``prompt_pass``: a single prompt's pass already run, decoded from instead of
+        reading the prompt again (where it is of that prompt)."""
         model, tokenizer, device = self.lm.model, self.lm.tokenizer, self.lm.device
         n_per = [1] * len(prompts) if seeds is None else [len(s) for s in seeds]
         if len(set(n_per)) != 1:
@@ -206,9 +246,13 @@ class TorchBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
         cache_kw = cache_keyword(model)
-        out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        cache = output_cache(out)
-        logits = out.logits[:, -1]
+        if prompt_pass is not None and len(prompts) == 1 and prompt_pass.ids == list(prompts[0]):
+            cache, logits = prompt_pass.fresh_cache(), prompt_pass.last_logits[None].to(device)
+        else:
+            out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                        logits_to_keep=1)
+            cache = output_cache(out)
+            logits = out.logits[:, -1]
         if n > 1:
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
@@ -280,6 +324,7 @@ def generate(
     seeds: Sequence[Sequence[int]] | None = None,
     *,
     batch_size: int | None = None,
+    prompt_pass: PromptPass | None = None,
 ) -> list[list[Generation]]:
     """Answers to encoded prompts, ``[prompt][row]``.
 
@@ -290,6 +335,8 @@ def generate(
     seeds : sampling only: one seed per row of each prompt (every prompt the same number of rows).
     batch_size : prompts decoded together (left-padded); default all. Rows never depend on it beyond
         float rounding of batched matrix products.
+    prompt_pass : one prompt's pass already run (a GRADE ``pre`` analysis'): the transformers loop decodes
+        from it instead of reading the prompt again; other backends read the prompt themselves.
 
     A prompt that leaves no room for an answer in the model's context raises :class:`InputError`; an
     answer never runs past the context.
@@ -314,7 +361,11 @@ def generate(
     with lm.lock:
         for start in range(0, len(prompts), size):
             chunk = slice(start, start + size)
-            ids += backend.generate_ids(prompts[chunk], settings, None if seeds is None else seeds[chunk])
+            chunk_seeds = None if seeds is None else seeds[chunk]
+            if prompt_pass is not None and isinstance(backend, TorchBackend):
+                ids += backend.generate_ids(prompts[chunk], settings, chunk_seeds, prompt_pass=prompt_pass)
+            else:
+                ids += backend.generate_ids(prompts[chunk], settings, chunk_seeds)
     return [[finish_row(lm.tokenizer, row, settings) for row in per_prompt] for per_prompt in ids]
 
 
@@ -338,8 +389,8 @@ def shorter_answer(tokenizer, generation: Generation, settings: DecodeSettings) 
 
 
 def greedy_answer(lm: LoadedModel, prompt: str | Sequence[int], *, task: str = "qa",
-                  max_new_tokens: int | None = None) -> Generation:
+                  max_new_tokens: int | None = None, prompt_pass: PromptPass | None = None) -> Generation:
     """The model's greedy answer to a prompt (text, encoded by :func:`encode_prompt`, or its ids), with
-    ``task``'s answer length (or ``max_new_tokens``) and stop rule."""
+    ``task``'s answer length (or ``max_new_tokens``) and stop rule; ``prompt_pass``: see :func:`generate`."""
     ids = encode_prompt(lm.tokenizer, prompt) if isinstance(prompt, str) else list(prompt)
-    return generate(lm, [ids], settings_for_task(task, max_new_tokens))[0][0]
+    return generate(lm, [ids], settings_for_task(task, max_new_tokens), prompt_pass=prompt_pass)[0][0]

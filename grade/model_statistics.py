@@ -76,7 +76,8 @@ def question_statistics(lm, prompt: str, *, task: str, statistics: Sequence[str]
     missing})``.
 
     ``loss_value`` is read off ``result`` (a GRADE_pre analysis of ``prompt``); the answer statistics
-    cost one pass over the prompt and the greedy answer at the task's length (:func:`answer_for_task`).
+    cost one pass over the prompt and the greedy answer at the task's length (:func:`answer_for_task`), or
+    over the answer alone where ``result`` kept its prompt pass (``analyze(keep_prompt_pass=True)``).
     """
     from .baselines import answer_statistics
     from .generation import encode_prompt
@@ -91,7 +92,8 @@ def question_statistics(lm, prompt: str, *, task: str, statistics: Sequence[str]
     wanted = [s for s in statistics if s in ANSWER_STATISTICS]
     if wanted:
         prompt_ids = encode_prompt(lm.tokenizer, prompt)
-        record = answer_statistics(lm, prompt_ids, answer_for_task(lm, prompt_ids, task, shown_answer))
+        record = answer_statistics(lm, prompt_ids, answer_for_task(lm, prompt_ids, task, shown_answer),
+                                   prompt_pass=getattr(result, "prompt_pass", None))
         for statistic in wanted:
             values[statistic] = record_statistic(record, statistic)
     return values, missing

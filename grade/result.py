@@ -93,8 +93,12 @@ class GradeResult:
     steps: list[StepResult] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     package_version: str = ""
+    #: The analysis' prompt pass for a later pass over an answer (``analyze(keep_prompt_pass=True)``): lives
+    #: in this process only, never saved, compared or copied into a dict.
+    prompt_pass: Any = field(default=None, repr=False, compare=False)
 
     _ARRAYS = ("srank_h", "srank_g", "rank_ratio", "eig_h", "eig_g", "token_scores", "last_hidden", "token_surprisal")
+    _NOT_SAVED = ("prompt_pass",)
 
     @property
     def n_layers(self) -> int:
@@ -112,7 +116,8 @@ class GradeResult:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "steps"}
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "steps" and f.name not in self._NOT_SAVED}  # steps: written below
         data["steps"] = [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.steps]
         data["layers"] = self.layer_table()
         data["format_version"] = FORMAT_VERSION

@@ -95,7 +95,7 @@ def _result_parts(result: grade.GradeResult, half: tuple[str, ...] = (),
     for k, step in enumerate(result.steps):
         arrays.update({f"steps.{k}.{name}": stored(name, getattr(step, name)) for name in StepResult._ARRAYS
                        if getattr(step, name) is not None})
-    skip = set(grade.GradeResult._ARRAYS) | set(StepResult._ARRAYS) | {"layers"}
+    skip = set(grade.GradeResult._ARRAYS) | set(StepResult._ARRAYS) | set(grade.GradeResult._NOT_SAVED) | {"layers"}
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
               if f.name not in skip and f.name != "steps"}
     if hidden_layers is not None and "last_hidden" in arrays:
@@ -265,11 +265,16 @@ def analyze_question(
     else:
         say("Computing GRADE features (entropy after the prompt) ...")
         t = time.perf_counter()
-        result = grade.analyze(lm, question, context=context, task=task, loss="pre", srank=srank, keep_hidden=True)
+        # The answer (where torch generates it) and the detectors' pass over it start from this pass's key/value
+        # cache instead of reading the prompt again: on a CPU a pass over a short prompt costs about as much
+        # as the whole answer (bench/home_speed.py).
+        result = grade.analyze(lm, question, context=context, task=task, loss="pre", srank=srank, keep_hidden=True,
+                               keep_prompt_pass=True)
         seconds["analysis_s"] = time.perf_counter() - t
         say("Generating the model's answer ...")
         t = time.perf_counter()
-        shown = greedy_answer(lm, result.prompt, task=task, max_new_tokens=max_new_tokens)
+        shown = greedy_answer(lm, result.prompt, task=task, max_new_tokens=max_new_tokens,
+                              prompt_pass=result.prompt_pass)
         answer = shown.text
         seconds["generation_s"] = time.perf_counter() - t
     verdict, problem = None, None
@@ -298,6 +303,7 @@ def analyze_question(
                                               statistics=needed) if needed else ({}, {})
         others = verdicts(detectors, values, task=task, has_context=bool(context), missing={**missing, **refused})
         seconds["detectors_s"] = time.perf_counter() - t
+    result.prompt_pass = None  # the cache is for this analysis' own passes, not for the analysis cache to keep
     return QuestionAnalysis(result=result, answer=answer, verdict=verdict, model_label=model_label, seconds=seconds,
                             probe_problem=problem, detector_verdicts=others)
 

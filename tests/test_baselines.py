@@ -180,6 +180,34 @@ def test_answer_states_are_the_decoders_and_p_entropy_runs_entropy_sum(smol, mon
 
 
 @pytest.mark.slow
+def test_a_kept_prompt_pass_gives_the_detectors_the_same_statistics_in_one_pass(smol):
+    """Home's detectors start from the GRADE pre analysis' own prompt pass: the same statistics bit for bit
+    as a pass of their own, with one model pass (the answer's) instead of two, as often as it is used (a pass
+    grows the cache it is given), and the kept pass is never written with the result."""
+    import grade
+    from grade.generation import encode_prompt, greedy_answer
+
+    question = "What is the capital of France?"
+    result = grade.analyze(smol, question, task="qa", loss="pre", keep_prompt_pass=True)
+    assert result.prompt_pass is not None and "prompt_pass" not in result.to_dict()
+    assert grade.GradeResult.from_dict(result.to_dict()).prompt_pass is None
+    ids = encode_prompt(smol.tokenizer, result.prompt)
+    answer = greedy_answer(smol, ids, task="qa")
+    calls = []
+    handle = smol.model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        own = B.answer_statistics(smol, ids, answer)
+        passes_own = len(calls)
+        shared = [B.answer_statistics(smol, ids, answer, prompt_pass=result.prompt_pass) for _ in range(2)]
+    finally:
+        handle.remove()
+    assert passes_own == 2 and len(calls) == passes_own + 2
+    assert shared[0] == own and shared[1] == own
+    assert grade.analyze(smol, question, task="qa", loss="pos", response="Paris.",
+                         keep_prompt_pass=True).prompt_pass is None  # pos reads the response too: no prompt pass
+
+
+@pytest.mark.slow
 def test_sampled_baseline_answers_are_seeded(smol):
     from grade.generation import DecodeSettings, encode_prompt, generate
 
