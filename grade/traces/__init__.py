@@ -16,10 +16,12 @@ Inputs (:func:`read_traces` tells them apart by their fields):
   benchmark's traces carry them);
 * a **labels file** of :mod:`grade.labeling` with full samples: each sampled answer is a trace, scored as
   the labeller scored it. :func:`generate_traces` writes one: the model's own traces, as GRADE_pos is
-  defined;
+  defined. Its ``cut_off`` marks the samples that stopped at ``max_new_tokens`` (their "wrong" may only mean
+  unfinished); labels written before it existed leave ``cut_off`` unknown;
 * an **Inspect AI eval log** (``.eval``, or ``.json`` with ``eval`` and ``samples``), read with ``inspect_ai``'s
   own reader (optional: ``pip install 'grade-studio[inspect]'``): one trace per sample and epoch, correct from
-  a scorer's C / I (the first scorer; ``--metric`` names another). See :mod:`grade.traces.inspect_logs`.
+  a scorer's C / I (the first scorer; ``--metric`` names another), ``cut_off`` from the output's stop reason.
+  See :mod:`grade.traces.inspect_logs`.
 
 Each trace gets a step-wise ``pos`` analysis (:func:`grade.analyze` with ``steps=True``): a rank ratio per
 step and layer, GRADE_pos (their mean), per-token epistemic shock (row sums of ``C_g``) and token surprisal,
