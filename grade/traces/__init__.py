@@ -59,7 +59,7 @@ from .inspect_logs import is_inspect_log, read_inspect_log  # noqa: F401
 from .analysis import TOKEN_CLASSES, token_class, token_shock, trace_records, analyze_trace_item, TraceWork  # noqa: F401
 from .store import FORMAT_VERSION, ERROR_KINDS, TRACE_SCHEMA, TOKEN_SCHEMA, TraceStore, TraceStoreSink  # noqa: F401
 from .runs import ProgressCallback, analyze_traces, generate_traces  # noqa: F401
-from .aggregates import json_doc_id, summary_rows, RANKING_SCORES, aggregate, aggregate_markdown  # noqa: F401
+from .aggregates import json_doc_id, summary_rows, RANKING_SCORES, aggregate, aggregate_markdown, cut_off_line  # noqa: F401
 
 __all__ = [
     "TRACE_TASKS",
@@ -91,4 +91,5 @@ __all__ = [
     "RANKING_SCORES",
     "aggregate",
     "aggregate_markdown",
+    "cut_off_line",
 ]
