@@ -8,8 +8,10 @@ Results go to a JSONL file, one line per question, appended and flushed as each 
 A run that stops (Ctrl-C, crash, full disk) is resumed by running it again with the same output
 file: ids already written are skipped, and a last line cut off mid-write is removed first.
 
-Record fields: ``id, question, answers, context, choices, task, dataset, samples, scores,
-n_correct, n_samples, accuracy, label, majority, model, matcher, seed``. ``context`` and
+Record fields: ``id, question, answers, context, choices, task, dataset, samples, scores, cut_off,
+n_correct, n_samples, accuracy, label, majority, model, matcher, seed, max_new_tokens``. ``cut_off`` has one
+boolean per sample: true where the sample stopped at ``max_new_tokens`` (files written before it existed have
+no such key: not known, not false). ``context`` and
 ``choices`` are what the prompt used (``context`` is null for a closed-book run even when the
 dataset has one), so ``format_prompt(tok, r["question"], task=r["task"], context=r["context"],
 choices=r["choices"])`` rebuilds the prompt the labels were made with. ``majority`` is the most
@@ -28,9 +30,10 @@ from typing import Callable, Iterable
 
 from .batch.runner import RunReport, items_to_do, model_for_backend, write_in_chunks
 from .errors import InputError
+from .generation import Generation
 from .io import append_lines, hold_output_lock, is_compressed, open_text
 from .models import LoadedModel, ModelSpec
-from .sampling import SamplingSettings, sample_answers
+from .sampling import SamplingSettings, sample_generations
 from .tasks import MATCHERS, TASKS, Question, TaskSpec, answer_format, is_correct, label_for_accuracy
 from .tasks import majority_answer as tasks_majority_answer
 
@@ -246,15 +249,15 @@ def label_questions(
                 task_questions = _fitting(lm, task_questions, lm.max_context - settings.max_new_tokens, too_long)
                 if not task_questions:
                     continue
-                samples = sample_answers(
+                samples = sample_generations(
                     lm,
                     [q.prompt(lm.tokenizer) for q in task_questions],
                     [q.id for q in task_questions],
                     settings,
                     questions_per_batch=len(task_questions),
                 )
-                for q, texts in zip(task_questions, samples):
-                    record = _record(q, texts, matcher, settings, run, sample_chars)
+                for q, generations in zip(task_questions, samples):
+                    record = _record(q, generations, matcher, settings, run, sample_chars)
                     yield record, record
 
     # one record a write: a question is on disk before the callback hears of it
@@ -372,8 +375,9 @@ def _fitting(lm: LoadedModel, questions: list[Question], limit: int, too_long: l
     return fitting
 
 
-def _record(q: Question, texts: list[str], matcher: str, settings: SamplingSettings, run: dict,
+def _record(q: Question, generations: list[Generation], matcher: str, settings: SamplingSettings, run: dict,
             sample_chars: int | None) -> dict:
+    texts = [g.text for g in generations]
     scores = [int(is_correct(q, t, matcher)) for t in texts]
     n_correct = sum(scores)
     record = {
@@ -386,6 +390,8 @@ def _record(q: Question, texts: list[str], matcher: str, settings: SamplingSetti
         "dataset": q.dataset,
         "samples": [t[:sample_chars] for t in texts] if sample_chars else texts,
         "scores": scores,
+        # a sample that hit max_new_tokens may have no final answer yet: its 0 can mean unfinished
+        "cut_off": [g.finish == "length" for g in generations],
         "n_correct": n_correct,
         "n_samples": len(texts),
         "accuracy": n_correct / len(texts),

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass
 
 from .errors import InputError
-from .generation import DecodeSettings, encode_prompt, generate
+from .generation import DecodeSettings, Generation, encode_prompt, generate
 from .models import LoadedModel
 
 
@@ -50,7 +50,7 @@ def sample_seed(seed: int, question_id: str, index: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def sample_answers(
+def sample_generations(
     lm: LoadedModel,
     prompts: list[str],
     question_ids: list[str],
@@ -58,8 +58,9 @@ def sample_answers(
     *,
     questions_per_batch: int = 1,
     one_at_a_time: bool = False,
-) -> list[list[str]]:
-    """``settings.n_samples`` sampled answers for each prompt, ``[question][sample]``.
+) -> list[list[Generation]]:
+    """``settings.n_samples`` sampled answers for each prompt, ``[question][sample]``, each with why it ended
+    (:attr:`grade.generation.Generation.finish`; ``"length"``: it stopped at ``settings.max_new_tokens``).
 
     Parameters
     ----------
@@ -83,6 +84,20 @@ def sample_answers(
     decode = settings.decode_settings()
     seeds = [[sample_seed(settings.seed, qid, i) for i in range(settings.n_samples)] for qid in question_ids]
     if one_at_a_time:
-        return [[generate(lm, [ids], decode, [[seed]])[0][0].text for seed in per] for ids, per in zip(encoded, seeds)]
-    rows = generate(lm, encoded, decode, seeds, batch_size=questions_per_batch)
+        return [[generate(lm, [ids], decode, [[seed]])[0][0] for seed in per] for ids, per in zip(encoded, seeds)]
+    return generate(lm, encoded, decode, seeds, batch_size=questions_per_batch)
+
+
+def sample_answers(
+    lm: LoadedModel,
+    prompts: list[str],
+    question_ids: list[str],
+    settings: SamplingSettings = SamplingSettings(),
+    *,
+    questions_per_batch: int = 1,
+    one_at_a_time: bool = False,
+) -> list[list[str]]:
+    """The texts of :func:`sample_generations`, ``[question][sample]`` (same arguments)."""
+    rows = sample_generations(lm, prompts, question_ids, settings, questions_per_batch=questions_per_batch,
+                              one_at_a_time=one_at_a_time)
     return [[g.text for g in per] for per in rows]

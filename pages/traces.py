@@ -11,7 +11,7 @@ import streamlit as st
 
 from grade.errors import GradeError, InputError
 from grade.locate import DEFAULT_LOCATOR, LOCATORS, signals_of_row
-from grade.traces import ERROR_KINDS, TraceStore, aggregate, read_traces
+from grade.traces import ERROR_KINDS, TraceStore, aggregate, cut_off_line, read_traces
 from studio import figures, localization, session, tokens
 from studio import traces as tr
 
@@ -178,6 +178,7 @@ except GradeError as exc:
     session.show_error(exc, "Store not readable")
     st.stop()
 source = meta.get("source") or {}
+token_limit = source.get("max_new_tokens")  # generated traces' max_new_tokens; None for other sources
 st.markdown(f"**{store.path.name}** · model `{meta.get('model')}` · {len(frame)} traces · "
             f"from `{source.get('file', '?')}` ({source.get('format', '?')}"
             + (f", {source['metric']} under filter {source['filter']}" if source.get("metric") else "") + ")")
@@ -235,7 +236,9 @@ downloads.download_button("Table (CSV)", table.to_csv(index=False), file_name="t
 # -------------------------------------------------------------------------------------- aggregates
 
 with st.expander("Aggregates: where the shock peaks, and how well GRADE_pos finds wrong traces"):
-    agg = aggregate(frame, _all_tokens(str(store.path), store.version()))
+    agg = aggregate(frame, _all_tokens(str(store.path), store.version()), token_limit=token_limit)
+    if cut_line := cut_off_line(agg):
+        st.markdown(f"**Cut off.** {cut_line}.")
     ranking = pd.DataFrame(agg["ranking"])
     st.markdown("**Ranking wrong traces above correct ones** (AUROC with a 95% bootstrap interval; for every "
                 "score, higher was taken to mean wrong before looking at data)")
@@ -260,7 +263,7 @@ with st.expander("Aggregates: where the shock peaks, and how well GRADE_pos find
 
 # -------------------------------------------------------------------------------------- one trace
 
-labels = {t: f"{t} · {c} · GRADE_pos {g:.4f}" for t, c, g in zip(table["trace"], table["correctness"], table["GRADE_pos"])}
+labels = tr.trace_labels(table, frame)
 chosen = st.selectbox("Open trace", rows, key="tr_open", format_func=labels.get)
 if not chosen:
     st.stop()
@@ -273,7 +276,9 @@ model_name = str(meta.get("model") or "")
 with st.container(border=True, key="tr_trace"):
     badge = {"correct": ":green-badge[correct]", "wrong": ":red-badge[wrong]",
              "unknown": ":gray-badge[not known]"}[tr.correctness_label(row["correct"])]
-    st.markdown(f"#### Trace {chosen} {badge}")
+    st.markdown(f"#### Trace {chosen} {badge} {tr.cut_off_badge(row['cut_off'], token_limit)}".rstrip())
+    if tr.is_cut_off(row["cut_off"]):
+        st.warning(tr.cut_off_warning(row["correct"], token_limit), icon=":material/content_cut:")
     st.markdown(f"**Question.** {session.plain(str(row['question']))}")
     signals = signals_of_row(row, token_rows)
     ranked = localization.ranked_table(list(row["step_texts"]), signals)

@@ -181,9 +181,37 @@ def correctness_label(value) -> str:
     return "unknown" if value is None or pd.isna(value) else ("correct" if bool(value) else "wrong")
 
 
+def is_cut_off(value) -> bool:
+    """Whether a stored ``cut_off`` says the trace stopped at its token limit (null: not known, shown as not)."""
+    return value is not None and not pd.isna(value) and bool(value)
+
+
+def trace_labels(table: pd.DataFrame, frame: pd.DataFrame) -> dict[str, str]:
+    """How the trace picker names each trace of a :func:`triage_table`; a cut-off one says so beside its
+    correctness (``frame``: the store's traces, whose ``cut_off`` the table may not show)."""
+    cut = dict(zip(frame["trace_id"], frame["cut_off"])) if "cut_off" in frame else {}
+    return {t: f"{t} · {c}{' (cut off)' if is_cut_off(cut.get(t)) else ''} · GRADE_pos {g:.4f}"
+            for t, c, g in zip(table["trace"], table["correctness"], table["GRADE_pos"])}
+
+
+def cut_off_badge(value, token_limit: int | None = None) -> str:
+    """The Markdown badge beside a cut-off trace's correctness badge (as on the Reasoning trace page); "" else."""
+    if not is_cut_off(value):
+        return ""
+    return f":orange-badge[cut off at {token_limit} tokens]" if token_limit else ":orange-badge[cut off at the token limit]"
+
+
+def cut_off_warning(correct, token_limit: int | None = None) -> str:
+    """Why a cut-off trace's correctness is to be read with care."""
+    limit = f"the {token_limit}-token limit" if token_limit else "its token limit"
+    unfinished = ', so "wrong" may only mean unfinished' if correctness_label(correct) == "wrong" else ""
+    return f"Generation stopped at {limit} before the model finished its answer{unfinished}."
+
+
 def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=None, peak_range=None,
                  steps_range=None, sort: str = "GRADE_pos", descending: bool = True) -> pd.DataFrame:
-    """The rows of a store's trace frame that pass the filters, sorted, with the columns the page shows.
+    """The rows of a store's trace frame that pass the filters, sorted, with the columns the page shows
+    (``cut off`` beside ``correctness`` where the store knows it).
 
     Ranges are inclusive ``(low, high)``; ``None`` keeps everything.
     """
@@ -199,9 +227,12 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
     suspect = shown["suspect_step"] if "suspect_step" in shown else missing  # stores of format 1 have none
     flagged = (shown["step_check"].map(lambda v: int(np.sum(np.asarray(v) > 0)) if v is not None else None)
                if "step_check" in shown else missing)
+    columns = {"trace": shown["trace_id"], "correctness": shown["correctness"]}
+    # only stores of generated traces know it; an all-blank column would only say nothing
+    if "cut_off" in shown and shown["cut_off"].notna().any():
+        columns["cut off"] = shown["cut_off"].astype("boolean")
     return pd.DataFrame({
-        "trace": shown["trace_id"],
-        "correctness": shown["correctness"],
+        **columns,
         "suspect step": suspect,
         "check flags": flagged,
         "GRADE_pos": shown["grade_pos"],

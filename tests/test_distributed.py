@@ -162,6 +162,7 @@ def test_label_command_on_an_existing_cluster_matches_local(smollm, ray_cluster,
     assert sorted(r["id"] for r in ray) == sorted(local)  # the cut line was dropped, nothing twice
     for record in ray:
         assert record == local[record["id"]]  # samples, scores, labels, every field
+        assert len(record["cut_off"]) == 3  # the flag too: Ray workers run label_questions itself
 
 
 @pytest.mark.slow

@@ -40,11 +40,12 @@ from inspect_ai.solver import generate
 out = Path(sys.argv[1])
 spec = json.loads((out / "spec.json").read_text())
 replies = {q["question"]: q["reply"] for q in spec["questions"]}
+stops = {q["question"]: q["stop"] for q in spec["questions"]}
 
 
 def reply(messages, tools, tool_choice, config):
     question = next(m.text for m in messages if m.role == "user")
-    output = ModelOutput.from_content(model="mockllm/model", content=replies[question])
+    output = ModelOutput.from_content(model="mockllm/model", content=replies[question], stop_reason=stops[question])
     output.usage = ModelUsage(input_tokens=50, output_tokens=20, total_tokens=70)  # no tiktoken download
     return output
 
@@ -88,15 +89,15 @@ paths = {
 
 @pytest.fixture(scope="module")
 def questions():
-    """Three GSM8K dev questions with set replies: right (worked solution), wrong, right; and a third
-    scorer's values (1, 0.5, false)."""
+    """Three GSM8K dev questions with set replies: right (worked solution), wrong, right; a third
+    scorer's values (1, 0.5, false); and the replies' stop reasons (the wrong one hit the token limit)."""
     chosen = load_questions("gsm8k", limit=3)
     gold = [q.answers[0] for q in chosen]
     replies = [chosen[0].solution.split("####")[0] + f"The answer is {gold[0]}.",
                f"Let me think step by step.\nIt is {int(gold[1]) + 7}.\nThe answer is {int(gold[1]) + 7}.",
                f"Step one.\nStep two.\nThe answer is {gold[2]}."]
-    return [{"id": q.id, "question": q.question, "target": q.answers[0], "reply": r, "graded": g, "gold": a}
-            for q, r, g, a in zip(chosen, replies, [1, 0.5, False], gold)]
+    return [{"id": q.id, "question": q.question, "target": q.answers[0], "reply": r, "graded": g, "gold": a, "stop": stop}
+            for q, r, g, a, stop in zip(chosen, replies, [1, 0.5, False], gold, ["stop", "max_tokens", "unknown"])]
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,8 @@ def test_an_eval_log_gives_one_trace_per_sample_and_epoch(logs, questions):
         assert item.answers == (q["gold"],) and item.task == "gsm8k" and item.prompt is None
         assert item.source == "scorer match" and item.trace_id == f"{item.doc_id}:{item.sample}"
     assert [i.correct for i in source.items] == [True, True, False, False, True, True]
+    # from each output's stop reason: max_tokens is cut off, "unknown" says nothing
+    assert [i.cut_off for i in source.items] == [False, False, True, True, None, None]
     assert any("also has includes, graded" in note for note in source.notes)
     assert source.describe() == {"file": logs["eval"].name, "format": "inspect", "task": "gsm8k", "metric": "match",
                                  "filter": None, "prompt": "task"}
@@ -150,6 +153,7 @@ def test_a_json_log_with_chat_input_gives_the_user_message_as_the_question(logs,
     assert (source.format, source.task) == ("inspect", "gsm8k")
     assert [i.question for i in source.items] == [q["question"] for q in questions]  # not the system message
     assert [i.correct for i in source.items] == [True, False, True] and {i.sample for i in source.items} == {0}
+    assert [i.cut_off for i in source.items] == [False, True, None]
 
 
 def test_the_task_comes_from_task_then_names_else_task_is_required(logs):
@@ -211,7 +215,7 @@ def test_the_command_analyses_a_trace_of_an_inspect_log(logs, questions, tmp_pat
     printed = json.loads(stdout.getvalue())
     assert printed["n"] == 1
     [trace] = printed["traces"]
-    assert (trace["doc_id"], trace["sample"], trace["correct"]) == (questions[0]["id"], 0, True)
+    assert (trace["doc_id"], trace["sample"], trace["correct"], trace["cut_off"]) == (questions[0]["id"], 0, True, False)
     assert np.isfinite(trace["grade_pos"]) and trace["grade_pos"] > 0 and trace["n_steps"] >= 1
     meta = json.loads((tmp_path / "store" / "meta.json").read_text())
     assert meta["source"]["format"] == "inspect" and meta["source"]["metric"] == "match"

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from grade.errors import InputError
-from grade.labeling import label_questions, labelled_examples, read_records, summarize
+from grade.labeling import label_questions, labelled_examples, read_records, settings_for, summarize
 from grade.generation import candidates
-from grade.sampling import SamplingSettings, sample_answers, sample_seed
+from grade.sampling import SamplingSettings, sample_answers, sample_generations, sample_seed
 from grade.tasks import load_questions
 
 SMALL = dict(n_samples=3, max_new_tokens=5, matcher="lenient", seed=11, questions_per_batch=2)
@@ -86,6 +86,29 @@ def test_samples_are_reproducible_and_independent_of_batch_neighbours(smollm, fa
     assert sum(a == b for a, b in zip(first[0], single[0])) >= 3, (first[0], single[0])  # of 4
     grouped = sample_answers(smollm, prompts, ids, settings, questions_per_batch=3)
     assert sum(a == b for x, y in zip(first, grouped) for a, b in zip(x, y)) >= 10, (first, grouped)  # of 12
+
+
+@pytest.mark.slow
+def test_records_say_which_samples_stopped_at_the_token_limit(smollm, facts, tmp_path):
+    """``cut_off`` is the decoder's own reason for stopping: at 12 tokens some of these answers end by
+    themselves and some are cut, and the record flags exactly the cut ones."""
+    questions = facts[:3]
+    settings = settings_for(questions[0].spec, n_samples=3, seed=11, max_new_tokens=12)
+    prompts, ids = [q.prompt(smollm.tokenizer) for q in questions], [q.id for q in questions]
+    generations = sample_generations(smollm, prompts, ids, settings, questions_per_batch=3)
+    assert [[g.text for g in per] for per in generations] == sample_answers(smollm, prompts, ids, settings,
+                                                                            questions_per_batch=3)
+    finishes = [[g.finish for g in per] for per in generations]
+    assert {"length", "end_of_answer"} <= {f for per in finishes for f in per}, finishes  # both kinds, or no test
+    for per in generations:
+        for g in per:
+            assert (g.finish == "length") == (len(g.token_ids) == 12 and g.finish != "stop_string")
+
+    out = tmp_path / "labels.jsonl"
+    label_questions(smollm, questions, out, n_samples=3, max_new_tokens=12, seed=11, questions_per_batch=3)
+    records = read_records(out)
+    assert [r["cut_off"] for r in records] == [[f == "length" for f in per] for per in finishes]
+    assert [r["samples"] for r in records] == [[g.text for g in per] for per in generations]
 
 
 @pytest.mark.slow

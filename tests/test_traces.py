@@ -22,7 +22,10 @@ from grade.traces import (
     ERROR_KINDS,
     TraceStore,
     aggregate,
+    aggregate_markdown,
+    cut_off_line,
     read_traces,
+    summary_rows,
     token_class,
     token_shock,
 )
@@ -119,6 +122,21 @@ def test_project_jsonl_and_labels_files(tmp_path):
     source = read_traces(write_jsonl(tmp_path / "labels.jsonl", [label]))
     assert source.format == "labels" and [(i.trace_id, i.correct) for i in source.items] == [("gsm8k-1:0", True),
                                                                                              ("gsm8k-1:1", False)]
+    # labels written before cut_off existed: not known, never "not cut off"
+    assert [i.cut_off for i in source.items] == [None, None] and "max_new_tokens" not in source.describe()
+
+
+def test_labels_cut_off_reads_per_sample_with_the_token_limit(tmp_path):
+    row = [r for r in lines(GSM8K) if r["filter"] == "strict-match"][3]
+    label = {"id": "gsm8k-1", "question": row["doc"]["question"], "answers": ["1800"], "task": "gsm8k",
+             "samples": [row["resps"][0][0], "Step 1: She buys"], "scores": [1, 0], "cut_off": [False, True],
+             "max_new_tokens": 24, "matcher": "strict"}
+    source = read_traces(write_jsonl(tmp_path / "labels.jsonl", [label]))
+    assert [(i.trace_id, i.correct, i.cut_off) for i in source.items] == [("gsm8k-1:0", True, False),
+                                                                         ("gsm8k-1:1", False, True)]
+    assert source.describe()["max_new_tokens"] == 24  # meta.json keeps it for the reports' wording
+    with pytest.raises(InputError, match="'cut_off' needs one true / false per sample"):
+        read_traces(write_jsonl(tmp_path / "bad.jsonl", [dict(label, cut_off=[True])]))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -193,6 +211,66 @@ def test_aggregates_count_what_they_say():
     assert notes["peak_token_step_is_error_step"] == 0.0 and notes["peak_step_within_one"] == 1.0
     assert notes["chance"] == pytest.approx((1 / 3 + 1 / 4) / 2)
     assert notes["kinds"] == {"arithmetic slip": 1, "unit error": 1}
+    assert agg["cut_off"] == {"known": 0, "traces": 0, "wrong": 0, "token_limit": None}  # no column: nothing known
+    assert "stopped at" not in aggregate_markdown(agg)
+
+    frame["cut_off"] = pd.array([False, True, True, False, None], dtype="boolean")
+    agg = aggregate(frame, n_boot=50, token_limit=512)
+    assert agg["cut_off"] == {"known": 4, "traces": 2, "wrong": 1, "token_limit": 512}
+    assert ("1 of the 2 wrong traces stopped at the 512-token limit before an answer: their 'wrong' may only mean "
+            "unfinished (2 of all 5 traces stopped there; not known for 1 trace)") in aggregate_markdown(agg).splitlines()
+    frame["cut_off"] = pd.array([False, False, True, True, False], dtype="boolean")
+    assert cut_off_line(aggregate(frame, n_boot=50)) == ("2 of the 2 wrong traces stopped at the token limit before "
+                                                        "an answer: their 'wrong' may only mean unfinished")
+
+
+def _demo_store(tmp_path) -> TraceStore:
+    """A copy of a shipped demo store: real rows written before the cut_off column existed."""
+    from importlib import resources
+
+    shipped = Path(str(resources.files("grade") / "assets" / "demo_traces"))
+    return TraceStore(shutil.copytree(sorted(p for p in shipped.iterdir() if (p / "meta.json").is_file())[0],
+                                      tmp_path / "store"))
+
+
+def test_an_old_store_without_cut_off_reads_as_not_known_and_takes_new_parts(tmp_path):
+    import pyarrow.parquet as pq
+
+    from studio import traces as tr
+
+    store = _demo_store(tmp_path)
+    parts = sorted(store.traces_dir.glob("part-*.parquet"))
+    assert "cut_off" not in pq.read_schema(parts[0]).names  # the premise: an old part
+    old = store.traces()
+    assert old["cut_off"].isna().all() and str(old["cut_off"].dtype) == "boolean"
+    assert all("cut_off" not in row for row in summary_rows(old))
+    assert cut_off_line(aggregate(old, n_boot=20)) is None
+    assert "cut off" not in tr.triage_table(old)
+
+    meta = store.meta()
+    store.prepare(meta["model"], meta["srank"], meta["source"])  # resuming an old store is allowed
+    row = dict(pq.read_table(parts[0]).to_pylist()[0], trace_id="new:0", doc_id="new", correct=False, cut_off=True)
+    store.write([{"trace": row, "tokens": []}])
+    assert "cut_off" in pq.read_schema(sorted(store.traces_dir.glob("part-*.parquet"))[-1]).names
+    frame = store.traces()
+    assert len(frame) == len(old) + 1 and frame["cut_off"].isna().sum() == len(old)
+    assert frame.set_index("trace_id").loc["new:0", "cut_off"] == True  # noqa: E712
+    summary = summary_rows(frame)
+    assert summary[-1]["cut_off"] is True and all("cut_off" not in r for r in summary[:-1])
+    wrong = int((frame["correct"] == False).sum())  # noqa: E712
+    assert cut_off_line(aggregate(frame, n_boot=20)) == (
+        f"1 of the {wrong} wrong traces stopped at the token limit before an answer: their 'wrong' may only mean "
+        f"unfinished (not known for {len(old)} traces)")
+
+    table = tr.triage_table(frame)
+    assert list(table.columns[:3]) == ["trace", "correctness", "cut off"]
+    shown = table.set_index("trace")["cut off"]
+    assert shown["new:0"] == True and shown.drop("new:0").isna().all()  # noqa: E712
+    labels = tr.trace_labels(table, frame)
+    assert labels["new:0"].startswith("new:0 · wrong (cut off) · GRADE_pos")
+    assert sum("(cut off)" in label for label in labels.values()) == 1
+    assert tr.cut_off_badge(True, 256) == ":orange-badge[cut off at 256 tokens]"
+    assert tr.cut_off_badge(pd.NA, 256) == tr.cut_off_badge(False) == ""
 
 
 # ------------------------------------------------------------------------------ with the model
@@ -313,6 +391,43 @@ def test_the_models_own_traces(tmp_path, capsys):
     assert TraceStore(tmp_path / "own").traces()["response"].tolist() == [s.strip() for s in generated[0]["samples"]]
     assert main(argv) == 0  # resumed: nothing sampled or analysed again
     assert json.loads(capsys.readouterr().out) == printed
+
+
+@pytest.mark.slow
+def test_generated_traces_cut_off_by_the_token_limit_are_flagged(tmp_path, capsys, monkeypatch):
+    """At 16 tokens no GSM8K trace of the model reaches its answer: the labels record, the store, --json, the
+    aggregates' line and the Traces page all say that the traces were cut off, and by which limit."""
+    problem = {"id": "gsm8k-soup", "question": lines(GSM8K)[3]["doc"]["question"], "answers": ["1800"], "task": "gsm8k"}
+    problems = write_jsonl(tmp_path / "problems.jsonl", [problem])
+    out = tmp_path / "own"
+    argv = ["traces", "--dataset", str(problems), "--generate", "2", "--max-new-tokens", "16", "--out", str(out),
+            "--quiet", "--threads", "1"]
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    [record] = lines(out / "generated.jsonl")
+    assert record["cut_off"] == [True, True] and record["max_new_tokens"] == 16
+    assert [t["cut_off"] for t in printed["traces"]] == [True, True]
+    store = TraceStore(out)
+    assert store.traces()["cut_off"].tolist() == [True, True]
+    assert store.meta()["source"]["max_new_tokens"] == 16
+    wrong = record["scores"].count(0)
+    assert main(argv) == 0  # the tables of the stored traces
+    text = capsys.readouterr().out
+    assert (f"{wrong} of the {wrong} wrong traces stopped at the 16-token limit before an answer: their 'wrong' may "
+            "only mean unfinished") in text
+
+    import studio.traces
+
+    monkeypatch.setattr(studio.traces, "stores_dir", lambda: tmp_path / "stores")  # the demo store's copy
+    at = _app().run()
+    at.switch_page("pages/traces.py").run()
+    at.text_input(key="tr_store_path").input(str(out))
+    at.button(key="tr_open_store").click().run()
+    _no_exception(at)
+    assert at.dataframe(key="tr_table").value["cut off"].tolist() == [True, True]
+    assert all("(cut off)" in label for label in at.selectbox(key="tr_open").options)
+    assert any(":orange-badge[cut off at 16 tokens]" in m.value for m in at.markdown)
+    assert any("16-token limit" in w.value for w in at.warning)
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ dataset by the model itself::
     python -m grade traces --out runs/traces/gsm8k          # aggregates of an existing store
 
 The store (see :mod:`grade.traces`) is resumable: running the same command again analyses only the traces
-not yet stored. The app's Traces page opens it.
+not yet stored. The app's Traces page opens it. A generated trace that stopped at --max-new-tokens is flagged
+(``cut_off`` in --json, a line in the tables): its "wrong" may only mean unfinished.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         if report is not None:
             rate = 60 * report.written / report.seconds if report.seconds and report.written else 0.0
             print(f"{report} ({rate:.2f} traces/min)")
-        print(aggregate_markdown(aggregate(frame, store.tokens())))
+        print(aggregate_markdown(aggregate(frame, store.tokens(), token_limit=described.get("max_new_tokens"))))
     if report is not None:
         for trace, reason in report.skipped[:10]:
             print(f"  skipped {trace}: {reason}", file=sys.stderr)

@@ -16,10 +16,12 @@ Inputs (:func:`read_traces` tells them apart by their fields):
   benchmark's traces carry them);
 * a **labels file** of :mod:`grade.labeling` with full samples: each sampled answer is a trace, scored as
   the labeller scored it. :func:`generate_traces` writes one: the model's own traces, as GRADE_pos is
-  defined;
+  defined. Its ``cut_off`` marks the samples that stopped at ``max_new_tokens`` (their "wrong" may only mean
+  unfinished); labels written before it existed leave ``cut_off`` unknown;
 * an **Inspect AI eval log** (``.eval``, or ``.json`` with ``eval`` and ``samples``), read with ``inspect_ai``'s
   own reader (optional: ``pip install 'grade-studio[inspect]'``): one trace per sample and epoch, correct from
-  a scorer's C / I (the first scorer; ``--metric`` names another). See :mod:`grade.traces.inspect_logs`.
+  a scorer's C / I (the first scorer; ``--metric`` names another), ``cut_off`` from the output's stop reason.
+  See :mod:`grade.traces.inspect_logs`.
 
 Each trace gets a step-wise ``pos`` analysis (:func:`grade.analyze` with ``steps=True``): a rank ratio per
 step and layer, GRADE_pos (their mean), per-token epistemic shock (row sums of ``C_g``) and token surprisal,
@@ -57,7 +59,7 @@ from .inspect_logs import is_inspect_log, read_inspect_log  # noqa: F401
 from .analysis import TOKEN_CLASSES, token_class, token_shock, trace_records, analyze_trace_item, TraceWork  # noqa: F401
 from .store import FORMAT_VERSION, ERROR_KINDS, TRACE_SCHEMA, TOKEN_SCHEMA, TraceStore, TraceStoreSink  # noqa: F401
 from .runs import ProgressCallback, analyze_traces, generate_traces  # noqa: F401
-from .aggregates import json_doc_id, summary_rows, RANKING_SCORES, aggregate, aggregate_markdown  # noqa: F401
+from .aggregates import json_doc_id, summary_rows, RANKING_SCORES, aggregate, aggregate_markdown, cut_off_line  # noqa: F401
 
 __all__ = [
     "TRACE_TASKS",
@@ -89,4 +91,5 @@ __all__ = [
     "RANKING_SCORES",
     "aggregate",
     "aggregate_markdown",
+    "cut_off_line",
 ]

@@ -21,7 +21,7 @@ def json_doc_id(doc_id: str, fmt: str | None, int_ids: bool = False):
 
 
 def summary_rows(frame, fmt: str | None = None, int_ids: bool = False) -> list[dict]:
-    """The per-trace summary of ``python -m grade traces --json``."""
+    """The per-trace summary of ``python -m grade traces --json``; ``cut_off`` only where the store knows it."""
     rows = []
     for r in frame.itertuples(index=False):
         row = {"doc_id": json_doc_id(r.doc_id, fmt, int_ids), "sample": int(r.sample),
@@ -32,6 +32,9 @@ def summary_rows(frame, fmt: str | None = None, int_ids: bool = False) -> list[d
             row.update(suspect_step=int(suspect), suspect_step_text=r.suspect_step_text, locator=r.locator,
                        step_ranking=[int(k) for k in r.step_ranking], step_texts=list(r.step_texts),
                        flagged_steps=[k + 1 for k, v in enumerate(r.step_check) if v > 0])
+        cut = getattr(r, "cut_off", None)
+        if not _missing(cut):  # only generated traces (labels, Inspect logs) know it
+            row["cut_off"] = bool(cut)
         rows.append(row)
     return rows
 
@@ -54,12 +57,17 @@ def _thirds(relative: np.ndarray) -> dict[str, float]:
             "last_third": float(np.mean(relative > 2 / 3))}
 
 
-def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0, token_limit: int | None = None) -> dict[str, Any]:
     """Numbers for the case study, from :meth:`TraceStore.traces` (and its tokens, for base rates).
+
+    ``token_limit``: the ``max_new_tokens`` the traces were generated under, where known (the store's
+    ``meta.json`` source names it for generated traces); only the wording of the cut-off line uses it.
 
     Returns a JSON-able dict:
 
     * ``counts``: traces, correct, wrong, unknown;
+    * ``cut_off``: traces whose ``cut_off`` is known, how many of them stopped at the token limit (``traces``)
+      and how many of the wrong ones did (``wrong``), and ``token_limit``;
     * ``ranking``: per score of :data:`RANKING_SCORES`, AUROC for "wrong" (1) against "correct" (0) with a
       stratified percentile bootstrap interval (:func:`grade.metrics.bootstrap_ci`); higher scores are
       taken to mean "wrong" for every score, decided before looking at any data;
@@ -78,6 +86,12 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0) -> dict[
     groups = {"correct": known & ~is_wrong, "wrong": known & is_wrong}
     out: dict[str, Any] = {"counts": {"traces": int(len(frame)), "correct": int(groups["correct"].sum()),
                                       "wrong": int(groups["wrong"].sum()), "unknown": int((~known).sum())}}
+    # a trace cut off by the token limit may have no final answer: its "wrong" may only mean unfinished
+    cut = frame["cut_off"].astype("boolean") if "cut_off" in frame else None
+    cut_known = cut.notna().to_numpy() if cut is not None else np.zeros(len(frame), dtype=bool)
+    is_cut = cut.fillna(False).to_numpy(dtype=bool) if cut is not None else np.zeros(len(frame), dtype=bool)
+    out["cut_off"] = {"known": int(cut_known.sum()), "traces": int(is_cut.sum()),
+                      "wrong": int((is_cut & groups["wrong"]).sum()), "token_limit": token_limit}
     ranking = []
     y = is_wrong[known].astype(int)
     for name, column in RANKING_SCORES.items():
@@ -136,12 +150,33 @@ def _fmt(value, digits: int = 3) -> str:
     return "n/a" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
 
 
+def cut_off_line(agg: dict[str, Any]) -> str | None:
+    """One sentence on the traces that stopped at the token limit (from :func:`aggregate`); None where none did
+    or no trace's cut-off is known."""
+    cut, counts = agg.get("cut_off") or {}, agg["counts"]
+    if not cut.get("traces"):
+        return None
+    limit = f"the {cut['token_limit']}-token limit" if cut.get("token_limit") else "the token limit"
+    line = (f"{cut['wrong']} of the {counts['wrong']} wrong traces stopped at {limit} before an answer: their "
+            "'wrong' may only mean unfinished")
+    extra = []
+    if cut["traces"] != cut["wrong"]:
+        extra.append(f"{cut['traces']} of all {counts['traces']} traces stopped there")
+    if cut["known"] < counts["traces"]:
+        unknown = counts["traces"] - cut["known"]
+        extra.append(f"not known for {unknown} trace{'' if unknown == 1 else 's'}")
+    return line + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def aggregate_markdown(agg: dict[str, Any]) -> str:
     """The aggregates as Markdown tables (the command's text output)."""
     c = agg["counts"]
-    lines = [f"{c['traces']} traces: {c['correct']} correct, {c['wrong']} wrong, {c['unknown']} unknown", "",
-             "Ranking wrong traces above correct ones (AUROC, 95% bootstrap interval; higher score = wrong)", "",
-             "| score | AUROC | interval |", "|---|---|---|"]
+    lines = [f"{c['traces']} traces: {c['correct']} correct, {c['wrong']} wrong, {c['unknown']} unknown", ""]
+    cut = cut_off_line(agg)
+    if cut:
+        lines += [cut, ""]
+    lines += ["Ranking wrong traces above correct ones (AUROC, 95% bootstrap interval; higher score = wrong)", "",
+              "| score | AUROC | interval |", "|---|---|---|"]
     for r in agg["ranking"]:
         lines.append(f"| {r['score']} | {_fmt(r['auroc'])} | [{_fmt(r['lo'], 2)}, {_fmt(r['hi'], 2)}] |")
     lines += ["", "Where the step shock peaks (relative position 0 = first step, 1 = last)", "",

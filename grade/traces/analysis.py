@@ -98,6 +98,7 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
            for name in ("surprisal_max", "surprisal_mean", "shock_max", "shock_mean")},
         "known_error_step": item.error_step,
         "known_error_kind": item.error_kind,
+        "cut_off": item.cut_off,
         "seconds": float(seconds),
         "format_version": FORMAT_VERSION,
         "package_version": __version__,

@@ -10,7 +10,10 @@ an optional dependency: ``pip install 'grade-studio[inspect]'``. Each sample of 
 * ``correct`` comes from one scorer's per-sample score (the log's first scorer; ``metric`` names another):
   ``"C"`` / ``"I"`` (inspect_ai's CORRECT / INCORRECT), 1 / 0 or true / false. Any other value (partial
   credit ``"P"``, no answer ``"N"``, 0.5, a dict) leaves ``correct`` unknown, and a note counts those traces;
-* ``answers`` come from the sample's target (GSM8K's text after ``####``, MATH's last ``\\boxed{}``).
+* ``answers`` come from the sample's target (GSM8K's text after ``####``, MATH's last ``\\boxed{}``);
+* ``cut_off`` comes from the output's stop reason (``ModelOutput.stop_reason``, its first choice's): true for
+  ``"max_tokens"`` (the request's token limit) and ``"model_length"`` (the model's context ran out), false for
+  the other reasons the model gives, unknown for ``"unknown"``.
 
 The task (GSM8K or MATH: the prompt and answer check) comes from ``task``, else from the eval's task name or
 its dataset's name or location; samples that ended in an error or have no output are skipped, with a note.
@@ -121,6 +124,18 @@ def _answers(target: Any, task: str) -> tuple[str, ...]:
     return tuple(answers)
 
 
+#: Stop reasons (``inspect_ai.model.StopReason``) that end a generation before the model finished it.
+_CUT_OFF = {"max_tokens", "model_length"}
+
+
+def _cut_off(output) -> bool | None:
+    """Whether the generation stopped at a token limit; None where the log does not say."""
+    if output is None or not getattr(output, "choices", None):
+        return None
+    reason = getattr(output.choices[0], "stop_reason", None)
+    return None if reason in (None, "unknown") else reason in _CUT_OFF
+
+
 def _correct(value: Any) -> bool | None:
     """True / False for inspect_ai's C / I, 1 / 0 and true / false; None for any other score value."""
     if isinstance(value, bool):
@@ -189,7 +204,7 @@ def read_inspect_log(path: str | Path, *, task: str | None = None, metric: str |
                 shown = repr(score.value)[:40]
                 other_values[shown] = other_values.get(shown, 0) + 1
         items.append(TraceItem(str(sample.id), max(int(sample.epoch or 1) - 1, 0), question, response, correct,
-                               task, f"scorer {metric}", _answers(sample.target, task)))
+                               task, f"scorer {metric}", _answers(sample.target, task), cut_off=_cut_off(sample.output)))
     if not items:
         raise InputError(f"{path} holds no finished samples with output ({len(errored)} ended in an error, "
                          f"{len(no_output)} have no output)")

@@ -213,20 +213,30 @@ def _read_project_jsonl(path: Path, rows: list[tuple[int, dict]], task: str | No
 
 
 def _read_labels(path: Path, rows: list[tuple[int, dict]], task: str | None) -> TraceSource:
-    items = []
+    items, limits = [], set()
     for number, row in rows:
         samples, scores = row.get("samples"), row.get("scores")
         if not isinstance(samples, list) or not isinstance(scores, list) or len(samples) != len(scores):
             raise InputError(f"{path}, line {number}: a labels record needs 'samples' and one score per sample")
+        # labels written before the flag existed have no cut_off: not known, which is not "not cut off"
+        cut_off = row.get("cut_off")
+        if cut_off is None:
+            cut_off = [None] * len(samples)
+        elif not isinstance(cut_off, list) or len(cut_off) != len(samples):
+            raise InputError(f"{path}, line {number}: 'cut_off' needs one true / false per sample")
         row_task = _check_task(row.get("task") or task) or "gsm8k"
         if row_task not in TRACE_TASKS:
             raise InputError(f"{path}, line {number}: task {row_task!r} has no reasoning traces")
+        limits.add(row.get("max_new_tokens"))
         source = f"generated, scored {row.get('matcher', 'strict')}"
-        for k, (text, score) in enumerate(zip(samples, scores)):
+        for k, (text, score, cut) in enumerate(zip(samples, scores, cut_off)):
             items.append(TraceItem(str(row["id"]), k, row["question"], text, bool(score), row_task, source,
-                                   tuple(str(a) for a in row.get("answers") or ())))
+                                   tuple(str(a) for a in row.get("answers") or ()),
+                                   cut_off=None if cut is None else bool(cut)))
     tasks = {i.task for i in items}
-    return TraceSource(str(path), "labels", tasks.pop() if len(tasks) == 1 else "mixed", items)
+    limit = limits.pop() if len(limits) == 1 else None  # records of several lengths (tasks) name no one limit
+    return TraceSource(str(path), "labels", tasks.pop() if len(tasks) == 1 else "mixed", items,
+                       max_new_tokens=limit if isinstance(limit, int) else None)
 
 
 def read_traces(path: str | Path, *, task: str | None = None, metric: str | None = None,

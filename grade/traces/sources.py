@@ -31,6 +31,7 @@ class TraceItem:
     prompt: str | None = None  # a ready prompt (the run's own); None: this project's task prompt
     error_step: int | None = None  # 1-based first wrong step, where the input knows it (a benchmark)
     error_kind: str | None = None
+    cut_off: bool | None = None  # generation stopped at its token limit ("wrong" may mean unfinished); None: not known
 
     @property
     def trace_id(self) -> str:
@@ -56,6 +57,7 @@ class TraceSource:
     filters: list[str] = field(default_factory=list)  # its filters (lm-eval)
     notes: list[str] = field(default_factory=list)  # what a user should know (duplicates dropped, re-scoring)
     int_ids: bool = False  # every doc_id of the file was a JSON integer (trace JSONL)
+    max_new_tokens: int | None = None  # the token limit the traces were generated under, where the file says
 
     def describe(self) -> dict[str, Any]:
         """The reading settings (stored in the store's meta.json; a resumed run must match them)."""
@@ -63,6 +65,8 @@ class TraceSource:
                      "filter": self.filter, "prompt": self.prompt}
         if self.int_ids:
             described["int_ids"] = True
+        if self.max_new_tokens is not None:
+            described["max_new_tokens"] = self.max_new_tokens
         return described
 
 

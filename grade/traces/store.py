@@ -71,8 +71,13 @@ TRACE_SCHEMA = pa.schema(
         ("seconds", pa.float64()),  # analysis time of this trace
         ("format_version", pa.int32()),
         ("package_version", pa.string()),
+        # added within format 2 (parts written before lack it; :meth:`TraceStore.traces` reads them as null)
+        ("cut_off", pa.bool_()),  # generation stopped at its token limit, so "wrong" may mean unfinished; null: not known
     ]
 )
+
+#: Nullable columns appended to :data:`TRACE_SCHEMA` without a format bump: null in parts written before them.
+ADDED_COLUMNS = ("cut_off",)
 
 TOKEN_SCHEMA = pa.schema(
     [
@@ -109,6 +114,16 @@ _LOCKS_GUARD = threading.Lock()
 def _lock_for(path: Path) -> threading.Lock:
     with _LOCKS_GUARD:
         return _ANNOTATION_LOCKS.setdefault(str(path.resolve()), threading.Lock())
+
+
+def _with_added_columns(frame):
+    """``frame`` (one part) with every column of :data:`ADDED_COLUMNS`: all null where the part predates it
+    (typed, so that concatenating old and new parts keeps true / false / null apart)."""
+    import pandas as pd
+
+    for column in ADDED_COLUMNS:
+        frame[column] = frame[column].astype("boolean") if column in frame else pd.array([None] * len(frame), dtype="boolean")
+    return frame
 
 
 class TraceStore:
@@ -202,10 +217,11 @@ class TraceStore:
         import pandas as pd
 
         parts = PartStore(self.traces_dir).parts()
-        frames = [pq.read_table(p).to_pandas() for p in parts]
+        frames = [_with_added_columns(pq.read_table(p).to_pandas()) for p in parts]
         frame = pd.concat(frames, ignore_index=True) if frames else TRACE_SCHEMA.empty_table().to_pandas()
         frame = frame.drop_duplicates("trace_id", keep="last").reset_index(drop=True)
-        frame["correct"] = frame["correct"].astype("boolean")
+        for column in ("correct", *ADDED_COLUMNS):
+            frame[column] = frame[column].astype("boolean")
         if annotated:
             notes = self.annotations()
             known = dict(zip(frame["trace_id"], zip(frame.get("known_error_step", [None] * len(frame)),
