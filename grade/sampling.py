@@ -88,16 +88,7 @@ def sample_generations(
     return generate(lm, encoded, decode, seeds, batch_size=questions_per_batch)
 
 
-def sample_answers(
-    lm: LoadedModel,
-    prompts: list[str],
-    question_ids: list[str],
-    settings: SamplingSettings = SamplingSettings(),
-    *,
-    questions_per_batch: int = 1,
-    one_at_a_time: bool = False,
-) -> list[list[str]]:
-    """The texts of :func:`sample_generations`, ``[question][sample]`` (same arguments)."""
-    rows = sample_generations(lm, prompts, question_ids, settings, questions_per_batch=questions_per_batch,
-                              one_at_a_time=one_at_a_time)
-    return [[g.text for g in per] for per in rows]
+def sample_answers(lm: LoadedModel, prompts: list[str], question_ids: list[str],
+                   settings: SamplingSettings = SamplingSettings(), **options) -> list[list[str]]:
+    """The texts of :func:`sample_generations` (the same arguments and ``options``), ``[question][sample]``."""
+    return [[g.text for g in per] for per in sample_generations(lm, prompts, question_ids, settings, **options)]
