@@ -55,4 +55,8 @@ restore "$(git log --format=%H -1 --grep='^Qwen MATH caches in history' || true)
 stepwise=("data/probe_features/$qwen/pos/gsm8k.parquet" "data/probe_features/$qwen/pos/math.parquet")
 (cd "$dest" && rm -rf "${stepwise[@]}")
 restore "$(git log --format=%H -1 --grep='^Qwen step-split caches in history' || true)" "${stepwise[@]}"
+# ... and the benchmark's 80 GSM8K rows of that GSM8K store (the same rows and responses as before the split)
+bench_stepwise=("data/benchmark/$qwen/features/gsm8k.pos.parquet")
+(cd "$dest" && rm -rf "${bench_stepwise[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen benchmark step-split cache in history' || true)" "${bench_stepwise[@]}"
 (cd "$dest" && du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*)
