@@ -221,6 +221,8 @@ class PromptPass:
 class TorchBackend:
     """The decoding loop on a transformers model with a key/value cache (see the module docstring)."""
 
+    name = "torch"
+
     def __init__(self, lm: LoadedModel):
         self.lm = lm
 
@@ -311,6 +313,13 @@ def backend_for(lm: LoadedModel, settings: DecodeSettings | None = None) -> Back
         if fast is not None:
             return fast
     return TorchBackend(lm)
+
+
+def answer_engine(lm: LoadedModel) -> str:
+    """What writes ``lm``'s greedy answers now ("llama.cpp" or "torch"; a model's own backend by its name): the
+    app says it beside the model, since llama.cpp takes over once its background build is installed."""
+    backend = backend_for(lm, DecodeSettings(max_new_tokens=1))
+    return getattr(backend, "name", type(backend).__name__)
 
 
 # --------------------------------------------------------------------------------------------------

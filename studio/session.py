@@ -20,6 +20,7 @@ import streamlit as st
 
 import grade
 from grade.errors import GradeError, ProbeError
+from grade.generation import answer_engine
 
 from . import loading
 from . import served as served_mode
@@ -315,7 +316,7 @@ def load_current_model() -> grade.LoadedModel | None:
     st.session_state["model_spec"] = spec
     st.sidebar.caption(f"{lm.n_layers} layers · context {lm.max_context:,} tokens · "
                        f"{'chat template' if lm.is_chat else 'base model (no chat template)'} · {spec.device}, "
-                       f"{str(lm.dtype).replace('torch.', '')}")
+                       f"{str(lm.dtype).replace('torch.', '')} · answers by {answer_engine(lm)}")
     return lm
 
 

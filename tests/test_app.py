@@ -292,6 +292,8 @@ def test_a_model_that_fails_to_load_is_reported(tmp_path):
     at.selectbox(key="model_choice").set_value("smollm2-135m-instruct").run()
     _no_exception(at)
     assert not at.sidebar.error and not at.button(key="analyze").disabled
+    # the sidebar says what writes the answers now (SmolLM2 always generates with torch)
+    assert any(c.value.endswith("answers by torch") for c in at.sidebar.caption), [c.value for c in at.sidebar.caption]
 
 
 def test_a_corrupt_probe_file_is_reported(tmp_path, shipped_probe):

@@ -182,6 +182,23 @@ def test_llama_cpp_generates_under_the_same_stop_rules(smollm):
     assert [g.token_ids for g in first] == [g.token_ids for g in again] and len(first) == 2
 
 
+def test_the_answer_engine_is_the_backend_that_generates(smollm):
+    """What the sidebar names is what backend_for picks: a model's own backend by its name, else the torch loop for
+    a model without llama.cpp generation (SmolLM2)."""
+    from dataclasses import replace
+
+    from grade.generation import answer_engine
+
+    class Engine:
+        name = "another engine"
+
+        def generate_ids(self, prompts, settings, seeds):
+            return [[[]] for _ in prompts]
+
+    assert answer_engine(smollm) == "torch"
+    assert answer_engine(replace(smollm, generation_backend=Engine())) == "another engine"
+
+
 def test_a_llama_cpp_that_cannot_generate_leaves_generation_to_torch(tmp_path, caplog):
     """The llama.cpp check runs in a child process, so a build that crashes (a native build used AMX on our
     VM and died with a segmentation fault at the first token) or a file it cannot read costs a warning and the
