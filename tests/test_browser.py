@@ -156,6 +156,14 @@ def _save(driver, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
     driver.set_window_size(1440, 1000)
+    if os.environ.get("GRADE_UPDATE_SCREENSHOTS") == "1":
+        # 256 colours keep the committed pages readable at about 40 % of the size: the tracked tree travels to
+        # the GPU machine beside the model's weights
+        from PIL import Image
+
+        with Image.open(path) as image:
+            quantized = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+        quantized.save(path, optimize=True)
     return path
 
 
