@@ -7,9 +7,11 @@
   detectors, the default answer length and the local answer-length cap), on the CPU in the model's default
   dtype (float32), as the app loads it. Of the hidden states only the layers the reference set stores are kept
   (float16): Projections draws the question there; the other layers load as NaN.
-  The answer comes from whatever generates for the model in this environment (llama.cpp for Qwen where
-  llama-cpp-python is importable, as after ``make run``; else torch); the request records which, and the app uses
-  the result only with the same generator.
+  The request records what generated the answer (llama.cpp and torch answers can part after some tokens) and
+  the app uses a result only with the same generator, so each example is built with every generator the app may
+  answer with here: torch (the app before ``make run``'s background build of llama-cpp-python is done, and
+  ``make test``'s environment) and, for Qwen where llama-cpp-python is importable, llama.cpp. Results of a
+  generator this run could not use are kept.
 * **trace**: the Reasoning trace page's reference solutions of the model's own problems and of the problem the
   page opens on (:func:`studio.workflows.analyze_trace`). The model's generated traces are not shipped.
 * **projections**: Projections' t-SNE and UMAP of the shipped reference set for the model (loss ``pre``, the
@@ -71,26 +73,46 @@ def build_home(lm, say) -> list[Path]:
     probes, written = list_probes(), []
     frame = load_features(REFERENCE_FEATURES)
     label = ModelSpec(source=lm.name, device="cpu", dtype="auto").label
-    for name, (question, context, task) in home_examples(lm.name).items():
-        info = default_probe(lm.name, probes, task=task)
-        if info is None:
-            say(f"  skipped (no probe for {task}): {name}")
-            continue
-        start = time.perf_counter()
-        analysis = analyze_question(lm, question, context=context, task=task, probe=load_probe(info.path),
-                                    probe_info=info, max_new_tokens=HOME_ANSWER_TOKENS, model_label=label,
-                                    limits=LOCAL_LIMITS, detectors=detectors)
-        analysis.detectors_problem = detectors_problem  # as Home sets it
-        request = home_request(lm, question, context, task, HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
-                               info.path, detectors_for(lm.name, DETECTORS_DIR))
-        analysis.origin = origin(request)
-        path = shipped_path(request)
-        # Of the hidden states only the layers Projections draws the question on (the reference set's).
-        reference = reference_set(frame, lm.name, analysis.result.loss)
-        analysis.save(path, half=("last_hidden",), hidden_layers=reference.hidden_layers if reference else [])
-        written.append(path)
-        say(f"  {time.perf_counter() - start:6.1f} s  {path.name}  {name}")
+    for generator in answer_generators(lm):
+        lm.generation_backend = generator
+        try:
+            for name, (question, context, task) in home_examples(lm.name).items():
+                info = default_probe(lm.name, probes, task=task)
+                if info is None:
+                    say(f"  skipped (no probe for {task}): {name}")
+                    continue
+                start = time.perf_counter()
+                analysis = analyze_question(lm, question, context=context, task=task, probe=load_probe(info.path),
+                                            probe_info=info, max_new_tokens=HOME_ANSWER_TOKENS, model_label=label,
+                                            limits=LOCAL_LIMITS, detectors=detectors)
+                analysis.detectors_problem = detectors_problem  # as Home sets it
+                request = home_request(lm, question, context, task, HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
+                                       info.path, detectors_for(lm.name, DETECTORS_DIR))
+                analysis.origin = origin(request)
+                path = shipped_path(request)
+                # Of the hidden states only the layers Projections draws the question on (the reference set's).
+                reference = reference_set(frame, lm.name, analysis.result.loss)
+                analysis.save(path, half=("last_hidden",), hidden_layers=reference.hidden_layers if reference else [])
+                written.append(path)
+                say(f"  {time.perf_counter() - start:6.1f} s  {path.name}  {request['generator']}: {name}")
+        finally:
+            lm.generation_backend = None
     return written
+
+
+def answer_generators(lm) -> list:
+    """What Home may answer with for ``lm`` in this environment: the torch loop, and llama.cpp where it generates
+    for ``lm`` here (:func:`grade.backends.fast_backend`)."""
+    from grade.backends import fast_backend
+    from grade.generation import TorchBackend
+
+    fast = fast_backend(lm)
+    return [TorchBackend(lm)] + ([fast] if fast is not None else [])
+
+
+def generators_of(lm) -> set[str]:
+    """The generators' names as home requests record them (:func:`studio.analysis_cache.home_request`)."""
+    return {type(g).__name__ for g in answer_generators(lm)}
 
 
 def build_traces(lm, say) -> list[Path]:
@@ -141,13 +163,26 @@ def build_projections(model: str, say) -> list[Path]:
     return written
 
 
-def prune(folder: Path, kind: str, keep: list[Path], say) -> None:
-    """Remove the files of ``kind`` in ``folder`` that this run did not write (requests no longer asked)."""
+def prune(folder: Path, kind: str, keep: list[Path], say, generators: set[str] | None = None) -> None:
+    """Remove the files of ``kind`` in ``folder`` that this run did not write (requests no longer asked), but
+    not those answered by a generator outside ``generators`` (the ones this run used; None: any)."""
+    import json
+
     names = {p.name for p in keep}
     for path in sorted(folder.glob(f"{kind}-*")):
-        if path.name.split(".")[0] not in names:
-            path.unlink()
-            say(f"  removed {path.name}")
+        stem = path.name.split(".")[0]
+        if stem in names:
+            continue
+        if generators is not None:
+            described = path.with_name(stem + ".json")
+            try:
+                used = json.loads(described.read_text())["origin"]["request"].get("generator")
+            except (OSError, ValueError, KeyError, TypeError):
+                used = None
+            if used is not None and used not in generators:
+                continue
+        path.unlink()
+        say(f"  removed {path.name}")
 
 
 def main() -> int:
@@ -179,7 +214,7 @@ def main() -> int:
                 written = build_traces(lm, say)
             else:
                 written = build_projections(model, say)
-            prune(folder, kind, written, say)
+            prune(folder, kind, written, say, generators_of(lm) if kind == "home" else None)
         total = sum(f.stat().st_size for f in folder.glob("*")) if folder.is_dir() else 0
         say(f"{model}: {total / 1024:.0f} KiB in {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}")
     return 0
