@@ -284,7 +284,7 @@ def answer_states(lm: LoadedModel, prompt_ids: list[int], answers: list[Generati
     """
     model, device = lm.model, lm.device
     want_all = layer is None
-    if prompt_pass is None or prompt_pass.ids != list(prompt_ids):
+    if prompt_pass is None or not prompt_pass.is_of(prompt_ids):
         out = model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, output_hidden_states=True,
                     logits_to_keep=1)
         prompt_pass = PromptPass(list(prompt_ids), output_cache(out), out.logits[0, -1],

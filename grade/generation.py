@@ -213,6 +213,10 @@ class PromptPass:
                 setattr(layer, name, tensor.detach())
         return cls(list(ids), cache, last_logits.detach(), states)
 
+    def is_of(self, ids: Sequence[int]) -> bool:
+        """Whether this is the pass of the prompt ``ids`` (a pass of any other prompt must not be reused)."""
+        return self.ids == list(ids)
+
     def fresh_cache(self):
         """A copy of the cache for one continuation: a pass appends to the cache it is given."""
         return copy.deepcopy(self.cache)
@@ -248,7 +252,7 @@ class TorchBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
         cache_kw = cache_keyword(model)
-        if prompt_pass is not None and len(prompts) == 1 and prompt_pass.ids == list(prompts[0]):
+        if prompt_pass is not None and len(prompts) == 1 and prompt_pass.is_of(prompts[0]):
             cache, logits = prompt_pass.fresh_cache(), prompt_pass.last_logits[None].to(device)
         else:
             out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,

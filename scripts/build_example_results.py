@@ -60,7 +60,8 @@ def origin(request: dict) -> dict:
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "grade": grade.__version__}
 
 
-def build_home(lm, say) -> list[Path]:
+def build_home(lm, say) -> tuple[list[Path], set[str]]:
+    """The Home examples' results, written; returns their paths and the generators their requests name."""
     from grade.detectors import detectors_for
     from studio.analysis_cache import home_request, shipped_path
     from grade.features import load_features
@@ -70,7 +71,7 @@ def build_home(lm, say) -> list[Path]:
     from studio.workflows import HOME_ANSWER_TOKENS, analyze_question, home_examples
 
     detectors, detectors_problem = load_detectors(lm.name, DETECTORS_DIR)
-    probes, written = list_probes(), []
+    probes, written, generators = list_probes(), [], set()
     frame = load_features(REFERENCE_FEATURES)
     label = ModelSpec(source=lm.name, device="cpu", dtype="auto").label
     for generator in answer_generators(lm):
@@ -94,10 +95,11 @@ def build_home(lm, say) -> list[Path]:
                 reference = reference_set(frame, lm.name, analysis.result.loss)
                 analysis.save(path, half=("last_hidden",), hidden_layers=reference.hidden_layers if reference else [])
                 written.append(path)
+                generators.add(request["generator"])
                 say(f"  {time.perf_counter() - start:6.1f} s  {path.name}  {request['generator']}: {name}")
         finally:
             lm.generation_backend = None
-    return written
+    return written, generators
 
 
 def answer_generators(lm) -> list:
@@ -109,10 +111,6 @@ def answer_generators(lm) -> list:
     fast = fast_backend(lm)
     return [TorchBackend(lm)] + ([fast] if fast is not None else [])
 
-
-def generators_of(lm) -> set[str]:
-    """The generators' names as home requests record them (:func:`studio.analysis_cache.home_request`)."""
-    return {type(g).__name__ for g in answer_generators(lm)}
 
 
 def build_traces(lm, say) -> list[Path]:
@@ -208,13 +206,14 @@ def main() -> int:
         lm = grade.load_model(model, device="cpu") if {"home", "trace"} & set(kinds) else None
         say(f"{model} on {machine()}, load average {os.getloadavg()[0]:.1f}")
         for kind in kinds:
+            generators = None
             if kind == "home":
-                written = build_home(lm, say)
+                written, generators = build_home(lm, say)
             elif kind == "trace":
                 written = build_traces(lm, say)
             else:
                 written = build_projections(model, say)
-            prune(folder, kind, written, say, generators_of(lm) if kind == "home" else None)
+            prune(folder, kind, written, say, generators)
         total = sum(f.stat().st_size for f in folder.glob("*")) if folder.is_dir() else 0
         say(f"{model}: {total / 1024:.0f} KiB in {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}")
     return 0
