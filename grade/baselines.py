@@ -388,61 +388,104 @@ PARTS = ("answer", "ic", "judge", "samples")
 
 def score_question(lm: LoadedModel, item: dict, *, variant: str = "original", config: BaselineConfig | None = None,
                    parts: tuple[str, ...] = PARTS) -> dict:
-    """All unsupervised baseline scores and the supervised baselines' inputs for one labelled item.
+    """All unsupervised baseline scores and the supervised baselines' inputs for one labelled item
+    (:func:`score_questions` of one item)."""
+    return score_questions(lm, [item], variant=variant, config=config, parts=parts)[0]
 
-    ``item``: a labelled record (``id``, ``question``, ``task``, optional ``context`` / ``choices``).
-    Returns a JSON-ready dict: the scores under :data:`SCORE_KEYS` (higher = answerable), the greedy
+
+def _answer_settings(item: dict, config: BaselineConfig) -> DecodeSettings:
+    """The answer length the labels were sampled with, where the labelled record says so."""
+    task = item.get("task") or "qa"
+    return settings_for_task(task, int(item.get("max_new_tokens") or config.new_tokens(task)))
+
+
+def _batches_by_settings(items: list[dict], config: BaselineConfig) -> list[tuple[DecodeSettings, list[int]]]:
+    """Item indices grouped by their answer settings (one decoding call per group)."""
+    groups: dict[DecodeSettings, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(_answer_settings(item, config), []).append(i)
+    return list(groups.items())
+
+
+def score_questions(lm: LoadedModel, items: list[dict], *, variant: str = "original",
+                    config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS) -> list[dict]:
+    """All unsupervised baseline scores and the supervised baselines' inputs for labelled items, one record
+    each, in order.
+
+    ``items``: labelled records (``id``, ``question``, ``task``, optional ``context`` / ``choices``).
+    Each record is JSON-ready: the scores under :data:`SCORE_KEYS` (higher = answerable), the greedy
     answer, the Judge reply, the sampled answer keys, ``align_hidden`` (layer -> base64 float16 vector
     of the last prompt token), ``saplma_hidden`` (base64 float16, hidden_states[-12] at the answer's
-    last token) and per-pass timings. ``parts`` picks the passes: ``answer`` (greedy answer: P-Entropy,
-    CoE, SAPLMA and Align-P inputs), ``ic``, ``judge``, ``samples`` (self-consistency, EigenScore).
+    last token) and per-pass timings (a batch's decoding time shared out evenly). ``parts`` picks the
+    passes: ``answer`` (greedy answer: P-Entropy, CoE, SAPLMA and Align-P inputs), ``ic``, ``judge``,
+    ``samples`` (self-consistency, EigenScore).
+
+    The items' answers are decoded together (left-padded; a row depends on its batch only through
+    float rounding of batched matrix products), which is what makes a GPU run of every labelled
+    question affordable; the passes that read hidden states run one question at a time.
     """
     config = config or BaselineConfig()
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise InputError(f"unknown baseline pass(es) {', '.join(sorted(unknown))}; use {', '.join(PARTS)}")
-    task = item.get("task") or "qa"
-    # the answer length the labels were sampled with, when the labelled record says so
-    answer = settings_for_task(task, int(item.get("max_new_tokens") or config.new_tokens(task)))
-    timings: dict[str, float] = {}
-    record: dict = {"id": str(item["id"]), "dataset": item.get("dataset"), "variant": variant, "model": lm.name}
+    n = len(items)
+    records: list[dict] = [{"id": str(item["id"]), "dataset": item.get("dataset"), "variant": variant,
+                            "model": lm.name} for item in items]
+    timings: list[dict[str, float]] = [{} for _ in items]
+
+    def share(key: str, seconds: float, indices: list[int]) -> None:
+        for i in indices:
+            timings[i][key] = timings[i].get(key, 0.0) + seconds / len(indices)
 
     with lm.lock:
-        prompt_ids = encode_prompt(lm.tokenizer, task_prompt(lm, item, variant))
+        prompt_ids = [encode_prompt(lm.tokenizer, task_prompt(lm, item, variant)) for item in items]
         n_layers = lm.n_layers
-        if "answer" in parts:  # greedy answer, all hidden states of its tokens
-            t = time.perf_counter()
-            (greedy,), = generate(lm, [prompt_ids], answer)
-            record.update(answer_statistics(lm, prompt_ids, greedy, config))
-            timings["answer_s"] = time.perf_counter() - t
+        if "answer" in parts:  # greedy answers, then all hidden states of each answer's tokens
+            for settings, group in _batches_by_settings(items, config):
+                t = time.perf_counter()
+                greedy = generate(lm, [prompt_ids[i] for i in group], settings)
+                share("answer_s", time.perf_counter() - t, group)
+                for i, (answer,) in zip(group, greedy):
+                    t = time.perf_counter()
+                    records[i].update(answer_statistics(lm, prompt_ids[i], answer, config))
+                    timings[i]["answer_s"] += time.perf_counter() - t
 
         if "ic" in parts:
-            t = time.perf_counter()
-            record["ic"] = internal_confidence(p_yes_matrix(lm, ic_prompt(lm, item, variant), config.ic_tokens))
-            timings["ic_s"] = time.perf_counter() - t
+            for i, item in enumerate(items):
+                t = time.perf_counter()
+                records[i]["ic"] = internal_confidence(p_yes_matrix(lm, ic_prompt(lm, item, variant), config.ic_tokens))
+                timings[i]["ic_s"] = time.perf_counter() - t
 
         if "judge" in parts:  # greedy, 16 tokens, one line, refusal word
             t = time.perf_counter()
             judge = DecodeSettings(max_new_tokens=config.judge_tokens, stop_strings=("\n",))
-            (reply,), = generate(lm, [encode_prompt(lm.tokenizer, judge_prompt(lm, item, variant))], judge)
-            record["judge_reply"] = reply.text
-            record["judge"] = 0.0 if "unknown" in reply.text.lower() else 1.0
-            timings["judge_s"] = time.perf_counter() - t
+            replies = generate(lm, [encode_prompt(lm.tokenizer, judge_prompt(lm, item, variant)) for item in items], judge)
+            share("judge_s", time.perf_counter() - t, list(range(n)))
+            for i, (reply,) in enumerate(replies):
+                records[i]["judge_reply"] = reply.text
+                records[i]["judge"] = 0.0 if "unknown" in reply.text.lower() else 1.0
 
         if "samples" in parts:  # K fresh samples -> EigenScore (middle layer, last answer token), SC
-            t = time.perf_counter()
-            seeds = [_seed_for(record["id"], variant, config.seed, k) for k in range(config.n_samples)]
-            sampling = DecodeSettings(max_new_tokens=answer.max_new_tokens, temperature=config.temperature,
-                                      top_p=config.top_p, top_k=config.top_k, stop_strings=answer.stop_strings)
-            (samples,) = generate(lm, [prompt_ids], sampling, [seeds])
-            keys = [answer_key(task, s.text, item.get("choices")) for s in samples]
-            record["sample_keys"] = keys
-            record["self_consistency"] = self_consistency(keys)
-            last = answer_states(lm, prompt_ids, samples, layer=n_layers // 2).states
-            record["eigenscore"] = -eigenscore(np.stack([s[-1] for s in last]), config.eigen_alpha)
-            timings["samples_s"] = time.perf_counter() - t
-    record["timings"] = timings
-    return record
+            for answer, group in _batches_by_settings(items, config):
+                t = time.perf_counter()
+                seeds = [[_seed_for(records[i]["id"], variant, config.seed, k) for k in range(config.n_samples)]
+                         for i in group]
+                sampling = DecodeSettings(max_new_tokens=answer.max_new_tokens, temperature=config.temperature,
+                                          top_p=config.top_p, top_k=config.top_k, stop_strings=answer.stop_strings)
+                drawn = generate(lm, [prompt_ids[i] for i in group], sampling, seeds)
+                share("samples_s", time.perf_counter() - t, group)
+                for i, samples in zip(group, drawn):
+                    t = time.perf_counter()
+                    item = items[i]
+                    keys = [answer_key(item.get("task") or "qa", s.text, item.get("choices")) for s in samples]
+                    records[i]["sample_keys"] = keys
+                    records[i]["self_consistency"] = self_consistency(keys)
+                    last = answer_states(lm, prompt_ids[i], samples, layer=n_layers // 2).states
+                    records[i]["eigenscore"] = -eigenscore(np.stack([s[-1] for s in last]), config.eigen_alpha)
+                    timings[i]["samples_s"] += time.perf_counter() - t
+    for record, spent in zip(records, timings):
+        record["timings"] = spent
+    return records
 
 
 # --------------------------------------------------------------------------------------------------
@@ -509,9 +552,11 @@ class ScoreCache:
 def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, variant: str = "original",
                 config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
                 progress: bool | Callable[[int, int, dict], None] = False,
-                callback: Callable[[int, int, dict], None] | None = None) -> dict[str, dict]:
+                callback: Callable[[int, int, dict], None] | None = None,
+                questions_per_batch: int = 1) -> dict[str, dict]:
     """Score every item not yet in the cache at ``path``, appending one JSON line per question
-    (:func:`grade.batch.run_local`, one question a write). ``progress``: a progress bar on stderr;
+    (:func:`grade.batch.run_local`, one batch of ``questions_per_batch`` questions decoded together
+    and written at a time: :func:`score_questions`). ``progress``: a progress bar on stderr;
     ``callback(done, to do, record)`` after each (a function given as ``progress``, the older spelling, is the
     callback).
 
@@ -522,12 +567,18 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
     config = config or BaselineConfig()
     sink = ScoreCache(path)
 
-    def scored(todo, report):
-        for item in todo:
-            record = score_question(lm, item, variant=variant, config=config, parts=parts)
-            yield record, record
+    if questions_per_batch < 1:
+        raise InputError("questions_per_batch must be at least 1")
 
-    run_local(items, scored, sink, chunk_size=1, progress=progress, desc=f"baselines {variant}", callback=callback)
+    def scored(todo, report):
+        todo = list(todo)
+        for start in range(0, len(todo), questions_per_batch):
+            for record in score_questions(lm, todo[start:start + questions_per_batch], variant=variant,
+                                          config=config, parts=parts):
+                yield record, record
+
+    run_local(items, scored, sink, chunk_size=questions_per_batch, progress=progress, desc=f"baselines {variant}",
+              callback=callback)
     return sink.records
 
 
@@ -546,5 +597,5 @@ __all__ = [
     "coe_scores",
     "decode_vector",
     "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "read_caches", "ScoreCache", "score_items",
-    "score_question", "self_consistency", "task_prompt",
+    "score_question", "score_questions", "self_consistency", "task_prompt",
 ]

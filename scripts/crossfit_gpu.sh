@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU part of Qwen2.5-Coder-1.5B-Instruct's cross-fitted benchmark (every labelled question of the seven
+# datasets scored out of sample; grade/studies/crossfit.py does the rest on a CPU):
+#
+#   TIME_LIMIT=SECONDS scripts/crossfit_gpu.sh GGUF OUT_DIR
+#
+# 1. MMLU labelled again with a reply long enough for a chat model's letter ("The correct answer is C."): the
+#    letter read by the lenient rule (grade.grading.mmlu_letter), 12 new tokens instead of 4; then its GRADE_pre
+#    and GRADE_pos feature stores of the new labels;
+# 2. GRADE_pos (step-wise) of the labelled MATH questions the stores lack (resumes the carried store of the first 160);
+# 3. every baseline pass (scripts/score_all_questions.py) for every labelled question of the seven datasets.
+#
+# Jobs run in lanes, two per GPU (the decoding loop leaves most of a GPU idle); every job resumes what OUT_DIR
+# holds, so the script is run again, call after call, until every lane says done. Each job stops at TIME_LIMIT
+# seconds (default 480) so that a call ends inside the device's command limit with its outputs written.
+# GGUF: the model's GGUF, assembled on the GPU machine (scripts/gpu_pieces.sh; prepare_gpu_model.py needs the
+# tokenizer in .tok/qwen and the gguf wheel).
+set -u
+gguf=${1:?GGUF file}
+out=${2:?output folder}
+PY=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+. scripts/qwen_gpu.sh
+mkdir -p "$out/labels" "$out/features" "$out/logs"
+[ -f "$out/prepared" ] || { prepare_qwen "$gguf" && touch "$out/prepared"; } || exit 2
+labels=data/labels/$MODEL
+common=(--model "$MODEL" --device cuda --dtype float32)
+limit=(timeout "${TIME_LIMIT:-480}")
+ngpu=$(nvidia-smi -L | wc -l)
+lane_no=0
+
+lane() {  # a lane: its jobs run one after another on GPU (lane number / 2) mod ngpu
+  local gpu=$(( (lane_no / 2) % ngpu )) name=$1
+  shift
+  (export CUDA_VISIBLE_DEVICES=$gpu; for job in "$@"; do $job || exit; done; echo "lane $name: done") \
+    >> "$out/logs/$name.log" 2>&1 &
+  lane_no=$((lane_no + 1))
+}
+job() { echo "== $* ($(date +%T))"; "${limit[@]}" "$@"; local rc=$?; echo "   exit $rc ($(date +%T))"; return $rc; }
+score() {  # batch, NAME=LABELS ..., then --parts
+  local batch=$1; shift
+  job "$PY" scripts/score_all_questions.py "${common[@]}" --cache-dir "$out/bench" --batch "$batch" "$@"
+}
+extract() {  # labels, loss, store
+  job "$PY" -m grade extract "${common[@]}" --labels "$1" --loss "$2" --no-hidden --out "$3" --quiet
+}
+
+mmlu_labels() {
+  job "$PY" -m grade label "${common[@]}" --dataset mmlu --matcher lenient --max-new-tokens 12 --batch 128 \
+    --sample-chars 80 --out "$out/labels/mmlu.jsonl" --quiet
+}
+mmlu_pre() { extract "$out/labels/mmlu.jsonl" pre "$out/features/mmlu.pre.parquet"; }
+mmlu_pos() { extract "$out/labels/mmlu.jsonl" pos "$out/features/mmlu.pos.parquet"; }
+mmlu_main() { score 128 "mmlu=$out/labels/mmlu.jsonl" --parts main; }
+mmlu_samples() { score 64 "mmlu=$out/labels/mmlu.jsonl" --parts samples; }
+math_pos() {
+  [ -d "$out/features/math.pos.parquet" ] || cp -r "data/probe_features/$MODEL/pos/math.parquet" "$out/features/math.pos.parquet"
+  extract "$labels/math.jsonl.xz" pos "$out/features/math.pos.parquet"
+}
+math_main() { score 32 "math=$labels/math.jsonl.xz" --parts main; }
+math_samples() { score 12 "math=$labels/math.jsonl.xz" --parts samples; }
+gsm8k_main() { score 64 "gsm8k=$labels/gsm8k.jsonl.xz" --parts main; }
+gsm8k_samples() { score 24 "gsm8k=$labels/gsm8k.jsonl.xz" --parts samples; }
+short_a() { score 64 "triviaqa=$labels/triviaqa.jsonl.xz" "nq_open=$labels/nq_open.jsonl.xz"; }
+# the benchmark's names: hotpotqa is the question with its two paragraphs, hotpotqa_closed without
+short_b() { score 32 "hotpotqa=$labels/hotpotqa_context.jsonl.xz" "hotpotqa_closed=$labels/hotpotqa.jsonl.xz"; }
+
+lane math_a math_pos
+lane math_b math_samples
+lane math_c math_main
+lane gsm8k_a gsm8k_samples
+lane gsm8k_b gsm8k_main
+lane mmlu mmlu_labels mmlu_pre mmlu_pos mmlu_main mmlu_samples
+lane short_a short_a
+lane short_b short_b
+wait
+grep -h "^lane .*: done" "$out"/logs/*.log | sort -u
