@@ -11,8 +11,9 @@
 # 3. every baseline pass (scripts/score_all_questions.py) for every labelled question of the seven datasets.
 #
 # Jobs run in lanes, two per GPU (the decoding loop leaves most of a GPU idle); every job resumes what OUT_DIR
-# holds, so the script is run again, call after call, until every lane says done. Each job stops at TIME_LIMIT
-# seconds (default 480) so that a call ends inside the device's command limit with its outputs written.
+# holds, so the script is run again, call after call, until every lane says done. Every job stops TIME_LIMIT
+# seconds (default 480) after the lanes start, so that a call ends inside the device's command limit with its
+# outputs written.
 # GGUF: the model's GGUF, assembled on the GPU machine (scripts/gpu_pieces.sh; prepare_gpu_model.py needs the
 # tokenizer in .tok/qwen and the gguf wheel).
 set -u
@@ -25,7 +26,6 @@ mkdir -p "$out/labels" "$out/features" "$out/logs"
 [ -f "$out/prepared" ] || { prepare_qwen "$gguf" && touch "$out/prepared"; } || exit 2
 labels=data/labels/$MODEL
 common=(--model "$MODEL" --device cuda --dtype float32)
-limit=(timeout "${TIME_LIMIT:-480}")
 ngpu=$(nvidia-smi -L | wc -l)
 lane_no=0
 
@@ -36,7 +36,16 @@ lane() {  # a lane: its jobs run one after another on GPU (lane number / 2) mod 
     >> "$out/logs/$name.log" 2>&1 &
   lane_no=$((lane_no + 1))
 }
-job() { echo "== $* ($(date +%T))"; "${limit[@]}" "$@"; local rc=$?; echo "   exit $rc ($(date +%T))"; return $rc; }
+deadline=$(( $(date +%s) + ${TIME_LIMIT:-480} ))
+job() {  # one command, stopped at the deadline (exit 124, as timeout(1) says)
+  local left=$(( deadline - $(date +%s) ))
+  [ "$left" -gt 10 ] || return 124
+  echo "== $* ($(date +%T))"
+  timeout "$left" "$@"
+  local rc=$?
+  echo "   exit $rc ($(date +%T))"
+  return $rc
+}
 score() {  # batch, NAME=LABELS ..., then --parts
   local batch=$1; shift
   job "$PY" scripts/score_all_questions.py "${common[@]}" --cache-dir "$out/bench" --batch "$batch" "$@"

@@ -36,9 +36,12 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--batch", type=int, default=16, help="questions decoded together")
-    parser.add_argument("--parts", nargs="+", choices=tuple(PASSES), default=list(PASSES))
+    # one value per flag (repeat it): a list-valued option would swallow the NAME=FILE arguments after it
+    parser.add_argument("--parts", action="append", choices=tuple(PASSES), default=None,
+                        help="main or samples (repeat for both; default both)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N labelled rows of each file")
     args = parser.parse_args()
+    args.parts = args.parts or list(PASSES)
 
     jobs = []
     for spec in args.datasets:
