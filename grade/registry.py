@@ -132,7 +132,7 @@ REGISTRY: dict[str, TaskSpec] = {
         document_instruction="Answer the question with one or a few words. You may use the document above.",
         display_name="Short answer (facts)", checker=_check_qa),
     "mmlu": TaskSpec(
-        "mmlu", "mmlu", 4, 0.2, 0.8, stop_strings=LINE_STOPS,
+        "mmlu", "mmlu", 12, 0.2, 0.8, stop_strings=LINE_STOPS,  # room for a chat model's "The correct answer is C."
         instruction="Answer the multiple-choice question with the letter (A, B, C or D) of the correct option.",
         display_name="Multiple choice (A to D)", choices=True, checker=_check_mmlu, key=_key_mmlu),
     "gsm8k": TaskSpec(

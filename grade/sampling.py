@@ -1,7 +1,7 @@
 """Sampling many answers per question, fast and reproducibly (the raw material of labels).
 
 Reference settings: temperature 0.7, nucleus top-p 0.9, answer length and stop rule by task
-(:func:`grade.tasks.answer_format`: short QA 12 tokens, MMLU 4, GSM8K 256, MATH 512).
+(:func:`grade.tasks.answer_format`: short QA 12 tokens, MMLU 12, GSM8K 256, MATH 512).
 
 The decoding itself is :func:`grade.generation.generate` (one prompt pass for all samples, finished
 rows leave the batch). What is particular to labels is the random stream of every sample: sample

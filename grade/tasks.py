@@ -13,7 +13,7 @@ checked and which replies count as the same answer:
 task    reply is correct when                        max new tokens  answer ends at      labels 0 / 1
 ======  ===========================================  ==============  ==================  ============
 qa      it matches an alias (short factual answer)   12              a new line          < 0.2 / >= 0.8
-mmlu    its letter is the gold letter                4               a new line          < 0.2 / >= 0.8
+mmlu    its letter is the gold letter                12              a new line          < 0.2 / >= 0.8
 gsm8k   its final number equals the gold number      256             a new "Question:"   < 0.4 / >= 0.6
 math    its boxed answer is equivalent to the gold   512             a new "Question:"   < 0.2 / >= 0.8
 ======  ===========================================  ==============  ==================  ============

@@ -59,4 +59,11 @@ restore "$(git log --format=%H -1 --grep='^Qwen step-split caches in history' ||
 bench_stepwise=("data/benchmark/$qwen/features/gsm8k.pos.parquet")
 (cd "$dest" && rm -rf "${bench_stepwise[@]}")
 restore "$(git log --format=%H -1 --grep='^Qwen benchmark step-split cache in history' || true)" "${bench_stepwise[@]}"
-(cd "$dest" && du -sh data/benchmark/*/features data/benchmark/*/baselines data/probe_features/*)
+# Qwen's cross-fitted benchmark: every baseline pass that the GPU lease of the cross-fit run finished (batched, replacing
+# the earlier rows of the same questions; nq_open and the robustness variants stay as above) and the feature stores of
+# every labelled question of the seven datasets (grade.studies.crossfit reads them from crossfit_features/)
+crossfit=("data/benchmark/$qwen/baselines/"{triviaqa,hotpotqa,hotpotqa_closed,gsm8k,math}{,.samples}.jsonl
+          "data/benchmark/$qwen/crossfit_features")
+(cd "$dest" && rm -rf "${crossfit[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen cross-fit caches in history' || true)" "${crossfit[@]}"
+(cd "$dest" && du -sh 2>/dev/null data/benchmark/*/features data/benchmark/*/baselines data/benchmark/*/crossfit_features data/probe_features/*)
