@@ -1,1 +1,1 @@
-"""One module per CLI command; see :mod:`grade.cli`."""
+"""One module per CLI command; see :mod:`grade.commands.cli`."""
