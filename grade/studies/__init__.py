@@ -1,4 +1,7 @@
-"""The benchmark's studies, run on cached features: GRADE next to the baselines.
+"""Studies: the benchmark (its runs, studies, tables and report figures), GRADE next to the baselines and detectors.
+Layer: learning; imports the engine folders, batch/ and verdict/.
+
+The benchmark's studies, run on cached features: GRADE next to the baselines.
 
 Everything here works from files, never from a model, so the tables regenerate in seconds:
 

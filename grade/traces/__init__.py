@@ -1,4 +1,7 @@
-"""Error analysis of many reasoning traces: read an evaluation run, score every trace step-wise, triage.
+"""Many reasoning traces: their sources and readers, step-wise analysis, the store, runs and aggregates.
+Layer: batch; imports the engine folders and batch/.
+
+Error analysis of many reasoning traces: read an evaluation run, score every trace step-wise, triage.
 
 Inputs (:func:`read_traces` tells them apart by their fields):
 
