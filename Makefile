@@ -41,7 +41,7 @@ space := $(empty) $(empty)
 # with a segmentation fault at the first generated token, while its AVX-512 build without AMX ran there, and on
 # the 2-core AMD EPYC (Zen 4) VM it evaluates the prompt faster than AVX2 (bench/RESULTS.md, section 7).
 # The AVX2 build runs on any x86-64 CPU since 2013; the app's one-token check in a child process
-# (grade/backends.py) falls back to torch if a build does not run on the CPU it is moved to.
+# (grade/models/backends.py) falls back to torch if a build does not run on the CPU it is moved to.
 # Set LLAMA_CMAKE_ARGS to choose the flags yourself. A change of the flags rebuilds (.llama-cmake-args).
 # --no-cache-dir: pip would otherwise reuse a wheel built earlier with other flags.
 LLAMA_CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
@@ -73,7 +73,7 @@ $(FAST_STAMP): requirements-fast.txt $(LLAMA_ARGS_STAMP) | $(STAMP)
 	else echo "$(LLAMA_FAILED)"; fi
 
 # `make run` and `make serve` do not wait for llama.cpp: they start this build in the background and the app
-# generates with torch until llama_cpp is importable (grade/backends.py looks again when the build's stamp or
+# generates with torch until llama_cpp is importable (grade/models/backends.py looks again when the build's stamp or
 # log changes, so the next generation after the build uses llama.cpp, no restart). The build runs niced, in
 # its own session (stopping the app does not stop it; the next `make run` finds it done), with pip's verbose
 # output, the compiler's [done/total] steps included, in $(LLAMA_LOG), which the app shows. One build at a

@@ -14,12 +14,12 @@ import streamlit as st
 
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
-from grade.registry import REGISTRY, TYPED_TASKS  # noqa: E402
+from grade.tasks.registry import REGISTRY, TYPED_TASKS  # noqa: E402
 from studio import figures, loading, session, tokens, waiting, workflows  # noqa: E402
 from studio.resources import default_probe, list_probes, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading, probe_reading  # noqa: E402
-from grade.probe import probe_inputs  # noqa: E402
-from grade.probe_reading import bands_for  # noqa: E402
+from grade.verdict.probe import probe_inputs  # noqa: E402
+from grade.verdict.probe_reading import bands_for  # noqa: E402
 
 @st.cache_data(show_spinner=False)
 def _examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
@@ -121,7 +121,7 @@ PRECOMPUTE_VARIABLE = "GRADE_PRECOMPUTE_EXAMPLES"
 def _shipped(lm, request: dict, probe_info) -> workflows.QuestionAnalysis | None:
     """The result shipped with the app for exactly ``request`` with this probe and the shipped detectors
     (:func:`studio.analysis_cache.find_shipped`), else None."""
-    from grade.detectors import detectors_for
+    from grade.verdict.detectors import detectors_for
     from studio.analysis_cache import find_shipped, home_request, shipped_enabled
     from studio.resources import DETECTORS_DIR
 

@@ -2,7 +2,7 @@
 
 A new user's first stop of ``make run`` printed ``Llama.__del__ ... TypeError: 'NoneType' object is not callable``
 (issue 23): llama-cpp-python frees its model in ``__del__``, which at interpreter shutdown can run after the
-functions it calls are gone. :func:`grade.backends.close_llama_backends`, registered with ``atexit`` when the first
+functions it calls are gone. :func:`grade.models.backends.close_llama_backends`, registered with ``atexit`` when the first
 llama.cpp model loads, closes them first. A plain script that loads a llama.cpp model does not always show the
 traceback (it depends on the order in which the interpreter tears objects down), so the check is the app itself:
 
@@ -36,7 +36,7 @@ from bench.load_test import HOST, ROOT, _free_port, _until, _verdict_shown, clic
 MODEL = "qwen2.5-coder-1.5b-instruct"
 QUESTION = "What is the capital of Peru?"  # not one of Home's examples: computed, not read from a shipped result
 
-#: Drops exactly one atexit registration, grade.backends.close_llama_backends: the app as it was before it.
+#: Drops exactly one atexit registration, grade.models.backends.close_llama_backends: the app as it was before it.
 WITHOUT_CLOSE = '''import atexit
 _register = atexit.register
 def register(func, *args, **kwargs):

@@ -9,7 +9,7 @@ Modes, each on the same questions with the same per-sample seeds (so they draw t
   what a plain ``for i in range(n): generate(...)`` loop does.
 * ``hf-generate``: ``model.generate(num_return_sequences=n)`` per question (the transformers
   default way: the prompt is run n times).
-* ``batched qN``: :func:`grade.sampling.sample_answers` with N questions per batch (one prompt pass
+* ``batched qN``: :func:`grade.models.sampling.sample_answers` with N questions per batch (one prompt pass
   per question, cache shared by its samples, finished rows dropped).
 
 The modes are interleaved question group by question group, so that load from other processes on a
@@ -26,9 +26,9 @@ import time
 import torch
 
 import grade
-from grade.generation import encode_prompt
-from grade.sampling import SamplingSettings, sample_answers
-from grade.tasks import TASKS, load_questions
+from grade.models.generation import encode_prompt
+from grade.models.sampling import SamplingSettings, sample_answers
+from grade.tasks.tasks import TASKS, load_questions
 
 
 def hf_generate(lm, prompts, settings):

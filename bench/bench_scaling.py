@@ -72,7 +72,7 @@ def random_model(config_dir: Path, target: Path) -> str:
 
 def work_items(args, lm_name: str):
     """The questions (label work) or labelled rows (feature work), warm-up first."""
-    from grade.tasks import load_questions
+    from grade.tasks.tasks import load_questions
 
     questions = load_questions(args.dataset, limit=args.questions + args.warmup)
     if args.work == "label":
@@ -82,8 +82,8 @@ def work_items(args, lm_name: str):
 
 
 def make_work_and_sink(args, model_name: str, folder: Path):
-    from grade.features import FeatureStoreSink, FeatureWork
-    from grade.labeling import LabelFileSink, LabelWork
+    from grade.batch.features import FeatureStoreSink, FeatureWork
+    from grade.batch.labeling import LabelFileSink, LabelWork
 
     if args.work == "label":
         work = LabelWork(n_samples=args.samples, matcher="lenient", seed=0, max_new_tokens=args.max_new_tokens,
@@ -97,7 +97,7 @@ def make_work_and_sink(args, model_name: str, folder: Path):
 def time_local(args, model_name: str, items) -> dict:
     """The single-process path on the same items (warm-up item first, not timed)."""
     import grade
-    from grade.models import ModelSpec
+    from grade.models.models import ModelSpec
 
     device = "cuda" if args.gpus_per_worker > 0 else "cpu"
     # As many torch threads as one CPU worker: on a shared machine more threads than free cores
@@ -116,7 +116,7 @@ def time_local(args, model_name: str, items) -> dict:
 
 def time_ray(args, model_name: str, items, workers: int) -> dict:
     from grade.batch import ClusterOptions, RayRun
-    from grade.models import ModelSpec
+    from grade.models.models import ModelSpec
 
     cluster = ClusterOptions(workers=workers, gpus_per_worker=args.gpus_per_worker,
                              cpus_per_worker=args.threads_per_worker)

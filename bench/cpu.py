@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 import grade
-from grade.analysis import layer_features
-from grade.losses import entropy_at_last_position
-from grade.prompts import format_prompt
-from grade.reference import literal_stable_ranks, recipe_rank_ratios, reference_recipe
-from grade.tasks import read_jsonl, resolve_dataset
+from grade.gradients.analysis import layer_features
+from grade.gradients.losses import entropy_at_last_position
+from grade.tasks.prompts import format_prompt
+from grade.gradients.reference import literal_stable_ranks, recipe_rank_ratios, reference_recipe
+from grade.tasks.tasks import read_jsonl, resolve_dataset
 
 from .common import max_relative_error, time_call
 from .pipeline import capture_tensors, floor_pass
@@ -28,7 +28,7 @@ TARGET_S = 0.5
 
 
 def dataset_rows(name: str):
-    """The raw rows of a benchmark subset, in file order (wherever ``grade.tasks`` finds it)."""
+    """The raw rows of a benchmark subset, in file order (wherever ``grade.tasks.tasks`` finds it)."""
     return (row for _, row in read_jsonl(resolve_dataset(name)[1]))
 
 

@@ -32,11 +32,11 @@ import numpy as np
 import torch
 
 import grade
-from grade.analysis import layer_features
-from grade.losses import entropy_at_last_position
-from grade.reference import literal_stable_ranks, reference_recipe
-from grade import spectra
-from grade.spectra import cholesky_info, gram_into, top_eigenvalue, stable_ranks_fast
+from grade.gradients.analysis import layer_features
+from grade.gradients.losses import entropy_at_last_position
+from grade.gradients.reference import literal_stable_ranks, reference_recipe
+from grade.gradients import stable_rank as spectra
+from grade.gradients.stable_rank import cholesky_info, gram_into, top_eigenvalue, stable_ranks_fast
 
 from . import stepwise
 from .common import machine, max_relative_error, peak_extra_memory, table, time_call, write_json
@@ -60,7 +60,7 @@ def probe(lm, log, device="cuda") -> dict:
     except (TypeError, RuntimeError) as exc:
         info["mm_out_dtype"] = f"unavailable: {exc}"[:200]
     ids = torch.randint(0, 1000, (1, 24), device=device)
-    from grade.capture import capture_mlp
+    from grade.gradients.capture import capture_mlp
 
     with torch.enable_grad(), capture_mlp(lm.model) as cap:
         logits = lm.model(input_ids=ids, use_cache=False).logits[0]

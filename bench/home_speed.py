@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GRADE_SHIPPED_RESULTS"] = "1"
 
     import grade
-    from grade.backends import llama_cpp_available
-    from grade.detectors import detectors_for
-    from grade.generation import TorchBackend
+    from grade.models.backends import llama_cpp_available
+    from grade.verdict.detectors import detectors_for
+    from grade.models.generation import TorchBackend
     from studio.analysis_cache import find_shipped, home_request
     from studio.resources import DETECTORS_DIR, default_probe, list_probes, load_detectors, load_probe
     from studio.served import LOCAL_LIMITS

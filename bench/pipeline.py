@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from grade.analysis import activation_grads, forward_with_capture, layer_features, srank_kinds
-from grade.architectures import down_projections
-from grade.capture import model_lock
-from grade.losses import entropy_at_last_position, response_cross_entropy
-from grade.models import LoadedModel
+from grade.gradients.analysis import activation_grads, forward_with_capture, layer_features, srank_kinds
+from grade.models.architectures import down_projections
+from grade.gradients.capture import model_lock
+from grade.gradients.losses import entropy_at_last_position, response_cross_entropy
+from grade.models.models import LoadedModel
 
 
 def floor_pass(lm: LoadedModel, input_ids: torch.Tensor) -> None:

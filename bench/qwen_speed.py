@@ -1,9 +1,9 @@
 """``python -m bench.qwen_speed``: Qwen2.5-Coder-1.5B-Instruct on this CPU, today's path beside the new one.
 
 1. **Generation**, greedy, from the same prompt ids: the torch decoding loop on the torch model
-   (:class:`grade.generation.TorchBackend`, float32 and bfloat16; results recorded before it replaced HF
+   (:class:`grade.models.generation.TorchBackend`, float32 and bfloat16; results recorded before it replaced HF
    ``generate`` name it ``hf_generate``) against llama.cpp on the same GGUF file
-   (:class:`grade.backends.LlamaCppBackend`), in tokens per second (wall clock, prompt evaluation
+   (:class:`grade.models.backends.LlamaCppBackend`), in tokens per second (wall clock, prompt evaluation
    included), plus where the greedy answers part.
 2. **GRADE_pre of a 64-token question**, as Home computes it (exact spectra): today's path (float32
    forward and backward, float64 SVD of every h) beside the new one (the model's CPU dtype, exact
@@ -43,10 +43,10 @@ TARGETS = {"tokens_per_s": 20.0, "grade_pre_s": 3.0, "trace_6_steps_s": 30.0}
 
 
 def layer_spectrum_today(h: torch.Tensor, delta: torch.Tensor):
-    """``grade.spectra.layer_spectrum`` as it is on main today: a full SVD of h (n x d_ff) in float64,
+    """``grade.gradients.stable_rank.layer_spectrum`` as it is on main today: a full SVD of h (n x d_ff) in float64,
     whose right singular vectors LAPACK forms and the method never uses (kept here, verbatim but for
     this docstring, to time today's path)."""
-    from grade.spectra import LayerSpectrum, range_tolerance
+    from grade.gradients.stable_rank import LayerSpectrum, range_tolerance
 
     h64 = h.detach().to("cpu", torch.float64)
     d64 = delta.detach().to("cpu", torch.float64)
@@ -73,7 +73,7 @@ def layer_spectrum_today(h: torch.Tensor, delta: torch.Tensor):
 @contextlib.contextmanager
 def svd_spectra():
     """Today's exact route, swapped in for the "today" rows only."""
-    import grade.analysis as analysis
+    import grade.gradients.analysis as analysis
 
     real = analysis.layer_spectrum
     analysis.layer_spectrum = layer_spectrum_today
@@ -103,8 +103,8 @@ def load(log) -> dict:
 
 
 def generation(models, backend, prompt_ids, stop_ids, new_tokens: int, repeats: int, log) -> dict:
-    from grade.backends import LlamaCppGenerator
-    from grade.generation import DecodeSettings, TorchBackend
+    from grade.models.backends import LlamaCppGenerator
+    from grade.models.generation import DecodeSettings, TorchBackend
 
     # a fixed number of tokens: no end-of-answer token for any of them
     lm = models["float32"]
@@ -191,11 +191,11 @@ def grade_pre(models, question: str, repeats: int, log) -> dict:
 def trace(models, backend, question: str, stop_ids, new_tokens: int, log) -> dict:
     """The model's own GSM8K trace, its first six steps, analysed step-wise as the Reasoning trace page does."""
     import grade
-    from grade.backends import LlamaCppGenerator
-    from grade.generation import DecodeSettings, TorchBackend
-    from grade.losses import steps_for_response
-    from grade.prompts import format_prompt
-    from grade.generation import encode_prompt
+    from grade.models.backends import LlamaCppGenerator
+    from grade.models.generation import DecodeSettings, TorchBackend
+    from grade.gradients.losses import steps_for_response
+    from grade.tasks.prompts import format_prompt
+    from grade.models.generation import encode_prompt
 
     lm = models["float32"]
     prompt = format_prompt(lm.tokenizer, question, task="gsm8k")
@@ -265,10 +265,10 @@ def main(argv=None) -> int:
         lines.append(line)
 
     import grade
-    from grade.backends import llama_cpp_backend
-    from grade.architectures import end_of_answer_ids
-    from grade.prompts import format_prompt
-    from grade.generation import encode_prompt
+    from grade.models.backends import llama_cpp_backend
+    from grade.models.architectures import end_of_answer_ids
+    from grade.tasks.prompts import format_prompt
+    from grade.models.generation import encode_prompt
 
     from .cpu import dataset_questions, question_with_prompt_tokens
 

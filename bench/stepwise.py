@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 import grade
-from grade.analysis import layer_features, prefix_passes_are_cheaper, srank_kinds
-from grade.losses import split_steps
-from grade.reference import literal_stable_ranks
+from grade.gradients.analysis import layer_features, prefix_passes_are_cheaper, srank_kinds
+from grade.gradients.losses import split_steps
+from grade.gradients.reference import literal_stable_ranks
 
 from .common import max_relative_error, time_call
 from .cpu import dataset_rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from grade.models import LoadedModel
+from grade.models.models import LoadedModel
 
 LLAMA_31_8B = dict(
     hidden_size=4096,

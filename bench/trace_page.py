@@ -15,7 +15,7 @@ timed analysis), so that each peak RSS is that route's whole process:
   route's values, checked below), plus token surprisal and the step check;
 * **unbounded**: the fast route with every step sharing one forward pass (``step_passes="shared"``, the route
   a GPU takes) and no memory bound (``step_memory_mb=None``): Δ of all K steps held at once;
-* **bounded**: the same with the default bound (:data:`grade.analysis.DEFAULT_STEP_MEMORY_MB`): the steps
+* **bounded**: the same with the default bound (:data:`grade.gradients.analysis.DEFAULT_STEP_MEMORY_MB`): the steps
   in groups whose Δ fit it, each group one forward pass over its prefix.
 
 The first route given is the baseline of the comparison. Prints a Markdown table with the ratios measured in
@@ -45,7 +45,7 @@ ROUTES = {
 
 
 def pick_trace(model: str, steps: int) -> dict:
-    from grade.losses import split_steps
+    from grade.gradients.losses import split_steps
 
     path = ROOT / "results" / "step_errors" / model / "benchmark.jsonl.xz"
     rows = [json.loads(line) for line in lzma.open(path, "rt")]
@@ -59,7 +59,7 @@ def child(route: str, model: str, trace_file: Path, out: Path, threads: int) -> 
     import torch
 
     import grade
-    from grade.locate import DEFAULT_LOCATOR, locate, ranked_steps, signals_of_result
+    from grade.steps.locate import DEFAULT_LOCATOR, locate, ranked_steps, signals_of_result
 
     torch.set_num_threads(threads)
     trace = json.loads(trace_file.read_text())

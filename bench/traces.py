@@ -46,7 +46,7 @@ def _labels_text(path: Path) -> str:
 
 def own_traces(folder: Path, limit: int) -> Path:
     """A trace JSONL of the model's own majority answers (correct = the labeller's score of that answer)."""
-    from grade.tasks import answer_key
+    from grade.tasks.tasks import answer_key
 
     rows = []
     for line in _labels_text(OWN_LABELS).splitlines()[:limit]:

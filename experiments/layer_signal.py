@@ -19,8 +19,8 @@ import numpy as np
 
 
 def main() -> int:
-    from grade.metrics import auroc
-    from grade.features import feature_matrix, load_features
+    from grade.common.metrics import auroc
+    from grade.batch.features import feature_matrix, load_features
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grade.features import analyze_row
-from grade.io import iter_jsonl
-from grade.metrics import cross_validated_auroc
+from grade.batch.features import analyze_row
+from grade.common.io import iter_jsonl
+from grade.common.metrics import cross_validated_auroc
 
 THRESHOLDS = (1e-6, 1e-4, 1e-2)
 

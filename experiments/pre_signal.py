@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grade.metrics import cross_validated_auroc
-from grade.features import feature_matrix, load_features
+from grade.common.metrics import cross_validated_auroc
+from grade.batch.features import feature_matrix, load_features
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,8 +1,8 @@
 """What a probe should read, measured: rank ratios against the two stable ranks apart plus the loss.
 
-For one model and each loss, trains the shipped probes' recipe (``grade.probe.train_from_features``: seeded
+For one model and each loss, trains the shipped probes' recipe (``grade.verdict.probe.train_from_features``: seeded
 70/15/15 split stratified by dataset and label, each class capped at 1000 rows) on the stored features with
-both inputs (:data:`grade.probe.INPUTS`) and both estimators, over several split seeds, and prints one
+both inputs (:data:`grade.verdict.probe.INPUTS`) and both estimators, over several split seeds, and prints one
 Markdown row per (probe, loss, inputs, estimator): the mean test AUROC over the seeds (all test rows, then per
 dataset), with the lowest and highest seed beside the pooled one. ``general`` trains on every labelled
 dataset, ``math`` on GSM8K alone (as the shipped ``-math`` probes are). Loads no model.
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from grade.features import load_features
-from grade.probe import INPUTS, train_from_features
+from grade.batch.features import load_features
+from grade.verdict.probe import INPUTS, train_from_features
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("gsm8k", "math", "triviaqa", "nq_open", "hotpotqa")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from grade.training_sets import MAX_PER_CLASS, current_rows, extract_all
+from grade.verdict.training_sets import MAX_PER_CLASS, current_rows, extract_all
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ and runs/ folders
 MODEL, LOSS = "smollm2-135m-instruct", "pre"
@@ -45,9 +45,9 @@ def mixes(datasets: list[str]) -> dict[str, list[str]]:
 
 def main() -> int:
     import grade
-    from grade.metrics import auroc, bootstrap_ci
-    from grade.features import extract_features, feature_matrix
-    from grade.probe import train_from_features
+    from grade.common.metrics import auroc, bootstrap_ci
+    from grade.batch.features import extract_features, feature_matrix
+    from grade.verdict.probe import train_from_features
 
     torch.set_num_threads(2)
     features = ROOT / "runs" / "features"

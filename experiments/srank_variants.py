@@ -2,7 +2,7 @@
 
 The stores come from ``python -m grade extract --loss pre --srank {paper,sum,squared} --no-hidden`` over one
 labels file each (on a GPU for Qwen: ``.xfer``-style runs, see data/labels/README.md). For each store this
-prints the 5-fold logistic-regression AUROC (mean of 3 seeds, :func:`grade.metrics.cross_validated_auroc`) of the rank
+prints the 5-fold logistic-regression AUROC (mean of 3 seeds, :func:`grade.common.metrics.cross_validated_auroc`) of the rank
 ratios and of log srank(C_h), log srank(C_g) as two vectors, on the questions every store holds.
 
     python experiments/srank_variants.py paper=STORE sum=STORE squared=STORE
@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 
-from grade.features import feature_matrix, load_features
-from grade.metrics import cross_validated_auroc
+from grade.batch.features import feature_matrix, load_features
+from grade.common.metrics import cross_validated_auroc
 
 
 def main(argv: list[str]) -> int:

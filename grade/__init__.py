@@ -15,14 +15,14 @@ import importlib.util  # noqa: E402
 # ``python -m grade`` start without torch (about 2 s), so the command line can answer --help at once and
 # an interrupt during that import is handled by the command line, not printed as a traceback.
 _PUBLIC = {
-    "GradeError": "errors",
-    "DEFAULT_MODEL": "models",
-    "EMBEDDED_MODELS": "models",
-    "LoadedModel": "models",
-    "load_model": "models",
-    "GradeResult": "result",
-    "StepResult": "result",
-    "analyze": "analysis",
+    "GradeError": "common.errors",
+    "DEFAULT_MODEL": "models.models",
+    "EMBEDDED_MODELS": "models.models",
+    "LoadedModel": "models.models",
+    "load_model": "models.models",
+    "GradeResult": "gradients.result",
+    "StepResult": "gradients.result",
+    "analyze": "gradients.analysis",
 }
 
 

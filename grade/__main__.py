@@ -1,7 +1,7 @@
 import sys
 
 try:
-    from .cli import main
+    from .commands.cli import main
 except KeyboardInterrupt:  # Ctrl-C while the command line itself is imported
     print("interrupted", file=sys.stderr)
     sys.exit(130)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from grade.errors import GradeError
-from grade.report import figures
+from grade.common.errors import GradeError
+from grade.studies.report import figures
 from grade.studies import METHOD_ORDER, BenchmarkResult, selective_summary
 from studio import session
 from studio.summaries import benchmark_summary, explain, pick_results_folder, small_sample_warning

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from grade.errors import GradeError, InputError
-from grade.probe import INPUT_COLUMNS, INPUTS
+from grade.common.errors import GradeError, InputError
+from grade.verdict.probe import INPUT_COLUMNS, INPUTS
 from studio import figures, session, waiting
 from studio import served as served_mode
 from studio.summaries import explain, small_sample_warning
@@ -148,9 +148,9 @@ def _check_uploaded_metadata(data: bytes, name: str) -> None:
     """An uploaded probe's JSON: UTF-8, JSON, a probe description whose every field has its type."""
     import json
 
-    from grade.errors import ProbeError
-    from grade.io import decode_text
-    from grade.probe import check_probe_metadata
+    from grade.common.errors import ProbeError
+    from grade.common.io import decode_text
+    from grade.verdict.probe import check_probe_metadata
 
     shown = served_mode.safe_display_name(name)
     try:
@@ -267,7 +267,7 @@ def _feature_source() -> pd.DataFrame | None:
             return None
         name = served_mode.safe_display_name(upload.name)
         try:
-            from grade.features import TRAINING_COLUMNS
+            from grade.batch.features import TRAINING_COLUMNS
 
             served_mode.check_upload(upload.name, upload.size, LIMITS)
             # rows, decoded size and columns from the Parquet metadata: a refused file is never decoded or cached
@@ -280,7 +280,7 @@ def _feature_source() -> pd.DataFrame | None:
             st.error(f"Could not read {name} as Parquet: {session.user_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}")
             return None
         try:
-            from grade.features import check_feature_frame
+            from grade.batch.features import check_feature_frame
 
             check_feature_frame(frame, name)
         except GradeError as exc:
@@ -305,9 +305,9 @@ def _feature_source() -> pd.DataFrame | None:
         import hashlib
         import tempfile
 
-        from grade.analysis import analysis_memory_bytes
-        from grade.features import features_of_rows, read_labelled
-        from grade.losses import split_steps
+        from grade.gradients.analysis import analysis_memory_bytes
+        from grade.batch.features import features_of_rows, read_labelled
+        from grade.gradients.losses import split_steps
 
         with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
             handle.write(upload.getvalue())
@@ -399,7 +399,7 @@ with train_tab:
         seed = c3.number_input("Seed", 0, 10_000, 42, key="train_seed")
         c4.metric("Rows (answerable / unanswerable)", f"{int(rows['label'].sum())} / {int((1 - rows['label']).sum())}")
         if st.button("Train", key="train_probe", type="primary", disabled=rows.empty):
-            from grade.probe import train_from_features
+            from grade.verdict.probe import train_from_features
 
             bar = st.progress(0.0, text="Training ...")
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from grade.cancel import Cancelled
-from grade.errors import InputError
-from grade.tasks import answer_format
+from grade.models.cancel import Cancelled
+from grade.common.errors import InputError
+from grade.tasks.tasks import answer_format
 from studio import figures, localization, session, tokens, waiting, workflows
 from studio.analysis_cache import shipped_trace
 from studio.resources import load_questions, trace_examples
@@ -130,8 +130,8 @@ def _trace_key(question: str, response: str, gold: list[str], private: bool) -> 
 
 def _memory_mb(question: str, responses: list[str]) -> float:
     """What the queue counts this job as holding (the longest trace's estimate): the operator's budget."""
-    from grade.analysis import analysis_memory_bytes
-    from grade.losses import split_steps
+    from grade.gradients.analysis import analysis_memory_bytes
+    from grade.gradients.losses import split_steps
 
     limits, largest = session.limits(), 0
     for response in responses:

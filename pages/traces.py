@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from grade.errors import GradeError, InputError
-from grade.locate import DEFAULT_LOCATOR, LOCATORS, signals_of_row
+from grade.common.errors import GradeError, InputError
+from grade.steps.locate import DEFAULT_LOCATOR, LOCATORS, signals_of_row
 from grade.traces import ERROR_KINDS, TraceStore, aggregate, cut_off_line, read_traces
 from studio import figures, localization, session, tokens
 from studio import traces as tr

@@ -28,7 +28,7 @@ def main() -> int:
     parser.add_argument("--injected", type=int, default=4)
     args = parser.parse_args()
 
-    from grade.step_errors import INJECTIONS, OWN_KIND, split_of
+    from grade.steps.step_errors import INJECTIONS, OWN_KIND, split_of
     from grade.traces import TraceStore
 
     source = TraceStore(args.store)

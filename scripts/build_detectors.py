@@ -5,11 +5,11 @@ model), offline, from the benchmark's caches only (``data/benchmark/<model>/{fea
 ``scripts/restore_benchmark_caches.sh`` restores them from the repository's history, no model is loaded):
 
 1. the benchmark's tables are assembled exactly as ``python -m grade benchmark`` assembles them
-   (:func:`grade.benchmark.build_tables`: the same labelled files, per-class caps and seeded 60/20/20
+   (:func:`grade.studies.benchmark.build_tables`: the same labelled files, per-class caps and seeded 60/20/20
    train / validation / test split per dataset);
-2. every detector of :data:`grade.detectors.DETECTORS` is fitted on the train rows of all datasets
+2. every detector of :data:`grade.verdict.detectors.DETECTORS` is fitted on the train rows of all datasets
    together, selects what it selects on their validation rows, and is scored on each dataset's test
-   rows, which it never saw (AUROC with a 95% stratified-bootstrap interval, :mod:`grade.metrics`);
+   rows, which it never saw (AUROC with a 95% stratified-bootstrap interval, :mod:`grade.common.metrics`);
 3. ``grade/assets/detectors/<model>-<name>.{safetensors,json}`` are written (the JSON records the
    sources with their SHA-256, the protocol, the split and the metrics), then
    ``grade/assets/detectors/README.md``.
@@ -26,11 +26,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from grade.baselines import cache_path
-from grade.benchmark import build_tables, feature_store
-from grade.cli import build_parser
+from grade.verdict.detectors.baselines import cache_path
+from grade.studies.benchmark import build_tables, feature_store
+from grade.commands.cli import build_parser
 from grade.commands.benchmark import config_from_args, repository_runs
-from grade.detectors import DETECTORS, SHIPPED_DETECTORS_DIR, Detector, detector_file, fit_detector
+from grade.verdict.detectors import DETECTORS, SHIPPED_DETECTORS_DIR, Detector, detector_file, fit_detector
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = repository_runs()  # the benchmark's runs: one place for which files each model uses
@@ -76,7 +76,7 @@ def build(model: str, out_dir: Path) -> list[Detector]:
                          "(scripts/restore_benchmark_caches.sh)")
     protocol = config.protocol
     training_data = {
-        "benchmark_run": f"scripts/run_benchmark.py RUNS[{name!r}] (offline, grade.benchmark.build_tables)",
+        "benchmark_run": f"scripts/run_benchmark.py RUNS[{name!r}] (offline, grade.studies.benchmark.build_tables)",
         "sources": sources(config, built),
         "protocol": {k: v for k, v in asdict(protocol).items() if k not in ("probe_kind", "probe_epochs")},
         "split": "per dataset: the benchmark's seeded split stratified by label (train / validation / test); "

@@ -62,9 +62,9 @@ def origin(request: dict) -> dict:
 
 def build_home(lm, say) -> tuple[list[Path], set[str]]:
     """The Home examples' results, written; returns their paths and the generators their requests name."""
-    from grade.detectors import detectors_for
+    from grade.verdict.detectors import detectors_for
     from studio.analysis_cache import home_request, shipped_path
-    from grade.features import load_features
+    from grade.batch.features import load_features
     from studio.resources import (DETECTORS_DIR, REFERENCE_FEATURES, ModelSpec, default_probe, list_probes,
                                   load_detectors, load_probe, reference_set)
     from studio.served import LOCAL_LIMITS
@@ -104,9 +104,9 @@ def build_home(lm, say) -> tuple[list[Path], set[str]]:
 
 def answer_generators(lm) -> list:
     """What Home may answer with for ``lm`` in this environment: the torch loop, and llama.cpp where it generates
-    for ``lm`` here (:func:`grade.backends.fast_backend`)."""
-    from grade.backends import fast_backend
-    from grade.generation import TorchBackend
+    for ``lm`` here (:func:`grade.models.backends.fast_backend`)."""
+    from grade.models.backends import fast_backend
+    from grade.models.generation import TorchBackend
 
     fast = fast_backend(lm)
     return [TorchBackend(lm)] + ([fast] if fast is not None else [])
@@ -139,7 +139,7 @@ def build_projections(model: str, say) -> list[Path]:
     from studio.resources import REFERENCE_FEATURES, reference_set
     from studio.analysis_cache import embedding_request, save_embedding
 
-    from grade.features import load_features
+    from grade.batch.features import load_features
 
     reference = reference_set(load_features(REFERENCE_FEATURES), model, "pre")
     if reference is None:
@@ -191,7 +191,7 @@ def main() -> int:
     os.environ["GRADE_SHIPPED_RESULTS"] = "1"
 
     import grade
-    from grade.artifacts import model_key
+    from grade.verdict.artifacts import model_key
     from studio.analysis_cache import shipped_folder
 
     def say(line: str) -> None:

@@ -38,7 +38,7 @@ SOURCES = {"triviaqa": ("TriviaQA", 3), "gsm8k": ("GSM8K", 1)}
 def right_without_the_question(row: dict) -> bool:
     """Whether the row's majority answer is right on a gold answer the question does not itself hold (a
     short-answer row; other tasks are checked otherwise and always pass)."""
-    from grade.tasks import normalize_answer, qa_lenient
+    from grade.tasks.tasks import normalize_answer, qa_lenient
 
     if (row.get("task") or "qa") != "qa":
         return True
@@ -54,8 +54,8 @@ def pick(rows: list[dict], accuracy: float, count: int) -> list[dict]:
 
 
 def examples_for(model: str) -> list[dict]:
-    from grade.features import read_labelled
-    from grade.io import find_jsonl
+    from grade.batch.features import read_labelled
+    from grade.common.io import find_jsonl
 
     out = []
     for dataset, (shown, count) in SOURCES.items():
@@ -76,9 +76,9 @@ def examples_for(model: str) -> list[dict]:
 
 def trace_problems_for(model: str) -> list[dict]:
     """GSM8K problems the model always solved and never solved when its answers were sampled."""
-    from grade.features import read_labelled
-    from grade.io import find_jsonl
-    from grade.tasks import load_questions
+    from grade.batch.features import read_labelled
+    from grade.common.io import find_jsonl
+    from grade.tasks.tasks import load_questions
 
     path = find_jsonl(ROOT / "data" / "labels" / model, "gsm8k")
     if path is None:

@@ -1,4 +1,4 @@
-"""Fit the input bands of every shipped probe (:mod:`grade.probe_reading`) into grade/assets/probe_inputs/.
+"""Fit the input bands of every shipped probe (:mod:`grade.verdict.probe_reading`) into grade/assets/probe_inputs/.
 
 A probe that reads log srank(C_h), log srank(C_g) and the loss (Qwen2.5-Coder's) gets its bands from the
 feature stores it was trained on (``data/probe_features/<model>/<loss>/*.parquet``; restore them with
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from grade.features import load_features
-from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, probe_inputs
-from grade.probe_reading import SHIPPED_BANDS_DIR, InputBands
-from grade.training_sets import dedupe
+from grade.batch.features import load_features
+from grade.verdict.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, probe_inputs
+from grade.verdict.probe_reading import SHIPPED_BANDS_DIR, InputBands
+from grade.verdict.training_sets import dedupe
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,9 +33,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from grade.io import find_jsonl
-from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
-from grade.training_sets import MAX_PER_CLASS, MAX_UNANSWERABLE_PER_SET, current_rows, extract_all
+from grade.common.io import find_jsonl
+from grade.verdict.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
+from grade.verdict.training_sets import MAX_PER_CLASS, MAX_UNANSWERABLE_PER_SET, current_rows, extract_all
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ folder
 
@@ -57,7 +57,7 @@ CHECK_SETS = ("check_facts", "check_arithmetic")
 KINDS = {"math": ("gsm8k",)}
 class Config(NamedTuple):
     """One shipped probe. ``kind``: None = every labelled dataset of the model (the default probe of every
-    task), else a key of :data:`KINDS`. ``inputs``: what the probe reads (:data:`grade.probe.INPUTS`).
+    task), else a key of :data:`KINDS`. ``inputs``: what the probe reads (:data:`grade.verdict.probe.INPUTS`).
     ``estimator``: the shipped probe's kind; the other kind is trained on the same split for comparison."""
 
     model: str
@@ -118,7 +118,7 @@ def slim(metrics: dict) -> dict:
 
 def build_config(config: Config, stores: list[tuple[Path, set]], out_dir: Path, *, transfer_runs: bool = True) -> dict:
     """Transfer runs, the shipped probe and the other estimator's comparison; returns a summary for the README."""
-    from grade.probe import train_from_features
+    from grade.verdict.probe import train_from_features
 
     model, loss, kind, inputs = config.model, config.loss, config.kind, config.inputs
     other = "logreg" if config.estimator == "mlp" else "mlp"
@@ -162,8 +162,8 @@ def build_config(config: Config, stores: list[tuple[Path, set]], out_dir: Path, 
 def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool) -> dict:
     """Scores of the finished probe on the check sets (labelled like the training data, never trained
     on): per set and pooled."""
-    from grade.metrics import binary_metrics
-    from grade.probe import probe_inputs
+    from grade.common.metrics import binary_metrics
+    from grade.verdict.probe import probe_inputs
 
     stores = extract_all(model, loss, [CHECK_LABELS_DIR], features_dir / "check", compute=compute)
     if not stores:
@@ -171,7 +171,7 @@ def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool
     df = current_rows(stores, hidden=False)
     p = probe.predict_proba(probe_inputs(df, probe.inputs))[:, 1]
     y = df["label"].to_numpy().astype(int)
-    from grade.metrics import auroc, bootstrap_ci
+    from grade.common.metrics import auroc, bootstrap_ci
 
     def scored(idx):  # a handful of answerable questions: the interval says how much the AUROC can be trusted
         m = binary_metrics(y[idx], p[idx], roc=False)
@@ -186,7 +186,7 @@ def unseen_check(model: str, loss: str, probe, features_dir: Path, compute: bool
 
 def reference_rows(model: str, loss: str, stores: list[tuple[Path, set]], seed: int = 0) -> pd.DataFrame:
     """A small stratified sample with one middle hidden layer (the app's bands and projections)."""
-    from grade.features import hidden_states
+    from grade.batch.features import hidden_states
 
     df = current_rows(stores, hidden=True)
     df = df[df["hidden"].notna()].reset_index(drop=True)
@@ -223,7 +223,7 @@ def fmt(value) -> str:
 def saved_summary(model: str, loss: str, out_dir: Path, kind: str | None = None) -> dict | None:
     """The README summary of a probe built by an earlier run, from its saved metadata (``--only``
     rebuilds some probes; the others keep their sections as they were)."""
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     name = probe_name(model, loss, kind)
     if not (out_dir / f"{name}.json").exists():
@@ -245,7 +245,7 @@ def write_readme(summaries: list[dict], path: Path) -> None:
         "",
         "Each probe is two files: `NAME.safetensors` (weights, BatchNorm buffers included) and `NAME.json`",
         "(model, loss, stable-rank variant, layer count, feature definition, training data with class",
-        "balance, metrics, package version). Load with `grade.probe.Probe.load(grade.probe.SHIPPED_PROBES_DIR / 'NAME')`.",
+        "balance, metrics, package version). Load with `grade.verdict.probe.Probe.load(grade.verdict.probe.SHIPPED_PROBES_DIR / 'NAME')`.",
         "",
         "Input (`inputs` in the JSON, one per probe): `rank_ratio` = the per-layer rank ratios",
         "`srank(C_g)/srank(C_h)` of one question, the paper's input; `sranks_loss` = log srank(C_h) and log",

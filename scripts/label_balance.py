@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ folder
 
-from grade.labeling import read_records
+from grade.batch.labeling import read_records
 
 LABELS = ROOT / "data" / "labels"
 FOLDERS = (LABELS, ROOT / "data" / "probe_training" / "labels", ROOT / "data" / "probe_check" / "labels")

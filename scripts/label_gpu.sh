@@ -11,7 +11,7 @@
 #       of MATH questions (default 500)
 #
 # Sample texts match the CPU files' up to float rounding: each sample draws from its own seeded
-# generator, whatever the batch (grade/sampling.py).
+# generator, whatever the batch (grade/models/sampling.py).
 set -euo pipefail
 out=${1:?usage: scripts/label_gpu.sh OUT_DIR [JOB ...]}
 shift

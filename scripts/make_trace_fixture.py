@@ -12,13 +12,13 @@ writes, made here without lm-eval (not a dependency of this project):
 * two rows per document, one per filter of lm-eval's ``gsm8k.yaml`` (``strict-match``: the number after
   "#### "; ``flexible-extract``: the last number), each with its ``exact_match`` computed as lm-eval does
   (its ``regexes_to_ignore`` on prediction and target, case ignored); the strict score is checked against
-  :func:`grade.tasks.gsm8k_correct` (where both find a number they must agree);
+  :func:`grade.tasks.tasks.gsm8k_correct` (where both find a number they must agree);
 * ``arguments`` / ``resps`` / ``filtered_resps`` / hashes laid out as lm-eval's ``EvaluationTracker``
   serialises them (``gen_args_0.arg_0`` is the prompt, ``arg_1`` the generation settings).
 
 MATH (``--task math``, ``samples_hendrycks_math_algebra_<date>.jsonl``): the ``hendrycks_math`` layout
 (``doc`` = problem, type, solution and the boxed ``answer`` its ``process_docs`` adds; prompt
-``Problem: ...\\nAnswer:``; one filter, ``none``), ``exact_match`` from :func:`grade.tasks.math_correct`
+``Problem: ...\\nAnswer:``; one filter, ``none``), ``exact_match`` from :func:`grade.tasks.tasks.math_correct`
 (last ``\\boxed{}``, math-aware equality), rows of the shared MATH dev set (subject as ``type``; the shared
 set has no ``level``).
 
@@ -79,8 +79,8 @@ def main(argv=None) -> int:
     import torch
 
     import grade
-    from grade.generation import DecodeSettings, generate
-    from grade.tasks import datasets_dir, gsm8k_correct, gsm8k_final_number, last_boxed, math_correct
+    from grade.models.generation import DecodeSettings, generate
+    from grade.tasks.tasks import datasets_dir, gsm8k_correct, gsm8k_final_number, last_boxed, math_correct
 
     torch.set_num_threads(1)
     rows = [json.loads(line) for line in (datasets_dir() / args.task / "dev.jsonl").open() if line.strip()]

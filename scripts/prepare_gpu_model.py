@@ -3,7 +3,7 @@ tokenizer differently: weights de-quantised there, tokenizer files brought from 
 transformers version in requirements.txt.
 
 Why: the GPU machines lent to this project carry transformers 5.17 and no network. 5.17 converts
-Gemma-3's GGUF vocabulary to one token per character (grade.models refuses it), and a tokenizer that
+Gemma-3's GGUF vocabulary to one token per character (grade.models.models refuses it), and a tokenizer that
 differs in any id from the one the CPU machines use would make labels and features incomparable. So
 the tokenizer is converted here (``AutoTokenizer.from_pretrained(folder, gguf_file=...)``, then
 ``save_pretrained``), carried there, and checked there against the ids listed in ``--check-ids``.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--name", required=True, help="embedded model name (grade.models.EMBEDDED_MODELS)")
+    parser.add_argument("--name", required=True, help="embedded model name (grade.models.models.EMBEDDED_MODELS)")
     parser.add_argument("--gguf", required=True, type=Path)
     parser.add_argument("--sha256", default=None, help="expected sha256 of the GGUF file")
     parser.add_argument("--tokenizer", required=True, type=Path,
@@ -44,7 +44,7 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grade.models import EMBEDDED_MODELS, cache_dir, check_tokenizer_is_not_character_level
+    from grade.models.models import EMBEDDED_MODELS, cache_dir, check_tokenizer_is_not_character_level
 
     if args.name not in EMBEDDED_MODELS:
         print(f"error: unknown embedded model {args.name!r}", file=sys.stderr)

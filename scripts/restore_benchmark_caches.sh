@@ -30,7 +30,7 @@ for model in smollm2-135m-instruct gemma-3-270m; do
 done
 restore b11607c "${paths[@]}"
 # The robustness study's GRADE_pos stores whose rows scored another response than the original rows
-# (grade/benchmark.py now scores the labeller's majority answer there too): rescored on the 2-core CPU,
+# (grade/studies/benchmark.py now scores the labeller's majority answer there too): rescored on the 2-core CPU,
 # kept in the tree of one later commit (found by its message, so that a rebase does not lose it).
 rescored=()
 for store in gemma-3-270m/features/facts.{reworded,irrelevant}.pos.parquet \

@@ -2,7 +2,7 @@
 
 ``python -m grade benchmark`` fills its caches for the questions its capped protocol selects; the
 cross-fitted benchmark (every labelled question scored out of sample) needs every baseline's inputs for
-every labelled question. This script fills the same caches (:func:`grade.baselines.cache_path`: one
+every labelled question. This script fills the same caches (:func:`grade.verdict.detectors.baselines.cache_path`: one
 JSONL line per question, keyed by id, resumed where a run stopped) with many questions decoded together,
 which is what makes the run affordable on one GPU.
 
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import grade
-from grade.baselines import BaselineConfig, cache_path, score_items
-from grade.features import read_labelled
+from grade.verdict.detectors.baselines import BaselineConfig, cache_path, score_items
+from grade.batch.features import read_labelled
 
 PASSES = {"main": ("answer", "ic", "judge"), "samples": ("samples",)}
 

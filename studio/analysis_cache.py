@@ -150,7 +150,7 @@ def shipped_enabled() -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _digest(path: str, mtime_ns: int, size: int) -> str:
-    from grade.artifacts import sha256_file
+    from grade.verdict.artifacts import sha256_file
 
     return sha256_file(Path(path))
 
@@ -198,7 +198,7 @@ def home_request(lm, question: str, context: str | None, task: str, max_new_toke
     if probe_path is not None:
         probe = {"weights": file_digest(probe_path), "metadata": file_digest(probe_metadata_path(Path(probe_path)))}
     detectors = {Path(p).name: [file_digest(p), file_digest(Path(p).with_suffix(".json"))] for p in detector_paths}
-    from grade.generation import backend_for, settings_for_task
+    from grade.models.generation import backend_for, settings_for_task
 
     # The answer's generator (llama.cpp or torch: their greedy answers can part after some tokens).
     generator = type(backend_for(lm, settings_for_task(task, max_new_tokens))).__name__
@@ -221,7 +221,7 @@ def shipped_name(request: dict) -> str:
 
 
 def shipped_path(request: dict, folder: Path | None = None) -> Path:
-    from grade.artifacts import model_key
+    from grade.verdict.artifacts import model_key
 
     return (folder or shipped_folder()) / model_key(request["model"]) / shipped_name(request)
 
@@ -238,7 +238,7 @@ def find_shipped(request: dict, folder: Path | None = None):
     """The shipped result computed for exactly ``request`` (a :class:`studio.workflows.QuestionAnalysis` or
     :class:`~studio.workflows.Trace`), else None. The file is found by the request's hash and used only
     when the request it records is equal, field by field; a file that cannot be read counts as absent."""
-    from grade.errors import GradeError
+    from grade.common.errors import GradeError
 
     from .workflows import QuestionAnalysis, Trace
 
@@ -277,7 +277,7 @@ def save_embedding(request: dict, coords, origin: dict, folder: Path | None = No
 
 def find_embedding(request: dict, folder: Path | None = None):
     """The shipped (n, 2) coordinates computed for exactly ``request``, else None."""
-    from grade.errors import GradeError
+    from grade.common.errors import GradeError
 
     from .workflows import load_parts
 

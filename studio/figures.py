@@ -35,7 +35,7 @@ MIN_TOP_MARGIN = 70  # pixels above the plot area: room for a title (and, in thi
 
 
 def for_display(fig: go.Figure) -> go.Figure:
-    """Any figure (these and :mod:`grade.report`'s) as the app shows it: the title at the top left of the
+    """Any figure (these and :mod:`grade.studies.report`'s) as the app shows it: the title at the top left of the
     figure with room above the plot, so nothing is drawn over it."""
     if fig.layout.title.text:
         fig.update_layout(title=dict(x=0.0, xanchor="left", xref="container", y=0.98, yanchor="top",
@@ -107,7 +107,7 @@ def rank_ratio_trend(
 
 def probe_inputs_figure(bands, x: np.ndarray, *, height: int = 380) -> go.Figure:
     """What a probe reads of one question (x: (width,) in the probe's input order) over each class's
-    inter-quartile band (:class:`grade.probe_reading.InputBands`); the inputs that separate the classes best
+    inter-quartile band (:class:`grade.verdict.probe_reading.InputBands`); the inputs that separate the classes best
     alone are ringed. Rank-ratio probes: one panel; log-srank probes: C_h, C_g and the loss side by side."""
     from plotly.subplots import make_subplots
 

@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 import streamlit as st
 
 import grade
-from grade.backends import LlamaBuild, llama_build_status
-from grade.models import cache_dir
+from grade.models.backends import LlamaBuild, llama_build_status
+from grade.models.models import cache_dir
 
 #: Seconds the first start converts an embedded model's GGUF file into a torch model (de-quantised weights,
 #: cached on disk), measured on 2 idle cores; models not listed: not measured, said as such.

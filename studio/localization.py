@@ -1,7 +1,7 @@
 """What the trace pages say about where a trace goes wrong, without Streamlit: the ranked steps of one trace
 and, beside every view, how often that view found a known wrong step on the step-error benchmark.
 
-The numbers come from :func:`grade.locate.measured_accuracy` (``python -m grade steperrors``, shipped per
+The numbers come from :func:`grade.steps.locate.measured_accuracy` (``python -m grade steperrors``, shipped per
 embedded model); a model without them gets a sentence saying so rather than borrowed numbers.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grade.locate import DEFAULT_LOCATOR, LOCATORS, StepSignals, locate, measured_accuracy, ranked_steps
+from grade.steps.locate import DEFAULT_LOCATOR, LOCATORS, StepSignals, locate, measured_accuracy, ranked_steps
 
 #: The views a page offers -> the locator whose benchmark numbers belong next to it.
 VIEWS = {

@@ -10,14 +10,14 @@ minutes, one waiting 141 s for an analysis of seconds). Here every analysis is a
 * **an operator cap on the total**: at most ``GRADE_MAX_RUNNING`` analyses run at once over all models
   (default: the number of workers of one model), and, with ``GRADE_QUEUE_MEMORY_MB`` set, a job starts only
   while the memory its running neighbours claim plus its own claim fit in it (a job's claim: what the page
-  estimates for it, :func:`grade.analysis.analysis_memory_bytes`; one that could never fit is refused in one
+  estimates for it, :func:`grade.gradients.analysis.analysis_memory_bytes`; one that could never fit is refused in one
   line); the queue keeps its order, so a large job at the head waits rather than be overtaken;
 * **bounded**: at most ``GRADE_QUEUE_MAX`` jobs wait per model (default 32); more are refused in one line;
 * **one per user**: a user (a browser session, or a logged-in user) holds at most one ticket that is waiting or
   running; asking again while one is is refused in one line;
 * **cancel**: a cancelled ticket frees its user at once; a waiting job nobody else waits for leaves the queue,
-  and a running one is stopped: the worker runs each job inside :func:`grade.cancel.cancellable`, so the
-  engine raises :class:`grade.cancel.Cancelled` at its next check (between passes, step groups, steps and
+  and a running one is stopped: the worker runs each job inside :func:`grade.models.cancel.cancellable`, so the
+  engine raises :class:`grade.models.cancel.Cancelled` at its next check (between passes, step groups, steps and
   layers) and the worker takes the next job;
 * **shared**: a request whose ``job_key`` equals a job that is waiting or running joins that job instead of
   computing it again (each ticket keeps its own ``on_result``, e.g. its own cache key);
@@ -39,8 +39,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
-from grade.cancel import Cancelled, cancellable
-from grade.errors import InputError
+from grade.models.cancel import Cancelled, cancellable
+from grade.common.errors import InputError
 
 from .served import env_number
 
@@ -229,7 +229,7 @@ class AnalysisQueue:
 
     def cancel(self, ticket: Ticket) -> bool:
         """Withdraw ``ticket`` and free its user: a job that nobody else waits for leaves the queue if it waits,
-        and is stopped if it runs (the engine raises :class:`grade.cancel.Cancelled` at its next check; the job
+        and is stopped if it runs (the engine raises :class:`grade.models.cancel.Cancelled` at its next check; the job
         ends CANCELLED and its worker takes the next one). False if finished."""
         with self._cond:
             if ticket.done:

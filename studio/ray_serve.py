@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from grade.errors import GradeError
+from grade.common.errors import GradeError
 
 BACKEND_VARIABLE = "GRADE_BACKEND"
 APP_PREFIX = "grade-studio"

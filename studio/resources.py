@@ -20,11 +20,11 @@ from typing import Callable
 import numpy as np
 
 import grade
-from grade.errors import GradeError, ModelLoadError, ProbeError
-from grade.detectors import SHIPPED_DETECTORS_DIR
-from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, ProbeInfo, probe_metadata_path  # noqa: F401
-from grade.probe import list_probes as grade_list_probes, read_probe_info  # noqa: F401
-from grade.verdict import default_probe, probe_probability  # noqa: F401
+from grade.common.errors import GradeError, ModelLoadError, ProbeError
+from grade.verdict.detectors import SHIPPED_DETECTORS_DIR
+from grade.verdict.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, ProbeInfo, probe_metadata_path  # noqa: F401
+from grade.verdict.probe import list_probes as grade_list_probes, read_probe_info  # noqa: F401
+from grade.verdict.verdict import default_probe, probe_probability  # noqa: F401
 
 # The shipped probes, detectors and reference set (package data); the environment can point elsewhere
 # (e.g. a freshly built set).
@@ -123,14 +123,14 @@ def shared_registry(capacity: int = 2) -> ModelRegistry:
 
 def list_probes(folder: Path = PROBES_DIR) -> list[ProbeInfo]:
     """Probe files in ``folder`` (default: the app's probe folder), best test AUROC first
-    (:func:`grade.probe.list_probes`)."""
+    (:func:`grade.verdict.probe.list_probes`)."""
     return grade_list_probes(folder)
 
 
 def load_probe(path: str | Path):
-    """Load a probe with :meth:`grade.probe.Probe.load`; every failure becomes one-line :class:`ProbeError`."""
+    """Load a probe with :meth:`grade.verdict.probe.Probe.load`; every failure becomes one-line :class:`ProbeError`."""
     try:
-        from grade.probe import Probe
+        from grade.verdict.probe import Probe
     except ImportError as exc:
         raise ProbeError(f"probes are not available in this installation ({exc})") from None
     path = Path(path)
@@ -159,7 +159,7 @@ def store_uploaded_probe(weights: bytes, metadata: bytes, name: str, folder: Pat
 def load_detectors(model_name: str, folder: Path = DETECTORS_DIR) -> tuple[list, str | None]:
     """(detectors, problem): the detectors shipped for ``model_name`` beside the probe, and a one-line
     reason where there are none or one is broken (the others are still returned)."""
-    from grade.detectors import Detector, detectors_for, no_detectors_reason
+    from grade.verdict.detectors import Detector, detectors_for, no_detectors_reason
 
     paths = detectors_for(model_name, folder)
     if not paths:
@@ -178,7 +178,7 @@ def load_detectors(model_name: str, folder: Path = DETECTORS_DIR) -> tuple[list,
 
 def detectors_version(model_name: str, folder: Path = DETECTORS_DIR) -> int:
     """Changes whenever one of ``model_name``'s detector files does (for caches keyed on it)."""
-    from grade.detectors import detectors_for
+    from grade.verdict.detectors import detectors_for
 
     files = [f for p in detectors_for(model_name, folder) for f in (p, p.with_suffix(".json")) if f.exists()]
     return sum(f.stat().st_mtime_ns + f.stat().st_size for f in files)
@@ -189,8 +189,8 @@ def detectors_version(model_name: str, folder: Path = DETECTORS_DIR) -> int:
 
 def load_questions(dataset: str, limit: int = 200) -> list[dict]:
     """The first ``limit`` rows of a benchmark subset (empty if it cannot be read)."""
-    from grade.errors import InputError
-    from grade.tasks import read_jsonl, resolve_dataset
+    from grade.common.errors import InputError
+    from grade.tasks.tasks import read_jsonl, resolve_dataset
 
     rows: list[dict] = []
     try:
@@ -206,7 +206,7 @@ def load_questions(dataset: str, limit: int = 200) -> list[dict]:
 def _examples(model_name: str, path: Path) -> list[dict]:
     """The rows of ``model_name`` in an examples file written by ``scripts/build_examples.py`` (model ->
     rows); empty for a model without any, or a file that cannot be read."""
-    from grade.artifacts import model_key
+    from grade.verdict.artifacts import model_key
 
     try:
         examples = json.loads(path.read_text(encoding="utf-8"))
@@ -255,11 +255,11 @@ class ReferenceSet:
 
 
 def reference_set(frame, model: str | None, loss: str | None = None) -> ReferenceSet | None:
-    """The labelled rows of a feature table (see :mod:`grade.features`) for ``model`` and ``loss``.
+    """The labelled rows of a feature table (see :mod:`grade.batch.features`) for ``model`` and ``loss``.
 
     Returns None when no row fits (e.g. the reference set was built for another model).
     """
-    from grade.features import feature_matrix, hidden_states
+    from grade.batch.features import feature_matrix, hidden_states
 
     if frame is None or len(frame) == 0:
         return None

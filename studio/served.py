@@ -33,8 +33,8 @@ import uuid
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from grade.analysis import DEFAULT_STEP_MEMORY_MB
-from grade.errors import InputError, ModelLoadError
+from grade.gradients.analysis import DEFAULT_STEP_MEMORY_MB
+from grade.common.errors import InputError, ModelLoadError
 
 SERVED_ENV = "GRADE_SERVED"
 MODEL_DIRS_ENV = "GRADE_MODEL_DIRS"
@@ -235,8 +235,8 @@ def check_labelled_row(row: dict, tokenizer, loss: str, limits: Limits) -> None:
     (characters, tokens, steps: each step is a backward pass) where the row's task is scored step by
     step, as an answer (tokens) otherwise; the length of an answer the model would generate for it.
     Characters are counted before anything is tokenised."""
-    from grade.features import given_response
-    from grade.tasks import answer_format, scored_stepwise
+    from grade.batch.features import given_response
+    from grade.tasks.tasks import answer_format, scored_stepwise
 
     question, context = str(row.get("question") or ""), str(row.get("context") or "")
     _cap(len(question), limits.question_chars, "The question", "characters")
@@ -256,7 +256,7 @@ def check_labelled_row(row: dict, tokenizer, loss: str, limits: Limits) -> None:
         return
     text = str(response).strip()
     if scored_stepwise(task):
-        from grade.losses import steps_for_response
+        from grade.gradients.losses import steps_for_response
 
         if len(text) > limits.trace_chars:  # before tokenising a text that may be huge
             check_trace(len(text), 0, 0, limits)
@@ -369,7 +369,7 @@ def save_probe(probe, folder: Path, name: str, *, replace_existing: bool = False
     """Save ``probe`` as ``folder/<safe name>`` atomically; an existing probe of that name is replaced
     only when asked. ``quota``: (the user's folder, limits) to check the user's storage against.
     Returns the weights path."""
-    from grade.probe import probe_paths
+    from grade.verdict.probe import probe_paths
 
     name = safe_probe_name(name)
     weights, meta = probe_paths(folder / name)
@@ -388,8 +388,8 @@ def store_upload(weights: bytes, metadata: bytes, name: str, folder: Path, *,
                  quota: tuple[Path, Limits] | None = None) -> Path:
     """Write an uploaded probe pair under ``folder/<content hash>/`` atomically (within ``quota``, see
     :func:`save_probe`) and return its weights path; the same upload twice is stored once."""
-    from grade.io import atomic_paths
-    from grade.probe import probe_paths
+    from grade.common.io import atomic_paths
+    from grade.verdict.probe import probe_paths
 
     digest = hashlib.sha1(weights + b"\0" + metadata).hexdigest()[:16]
     try:

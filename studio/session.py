@@ -19,8 +19,8 @@ import pandas as pd
 import streamlit as st
 
 import grade
-from grade.errors import GradeError, ProbeError
-from grade.generation import answer_engine
+from grade.common.errors import GradeError, ProbeError
+from grade.models.generation import answer_engine
 
 from . import loading
 from . import served as served_mode
@@ -206,7 +206,7 @@ def cached_probe(path: str | Path):
 def _read_features(path: str, version: int) -> pd.DataFrame:
     # cache_resource, not cache_data: the frame is read-only here and large (hidden states), so one
     # shared copy beats a pickled copy per session.
-    from grade.features import load_features
+    from grade.batch.features import load_features
 
     return load_features(path)
 

@@ -179,7 +179,7 @@ def headline_reading(value: float, ratios: np.ndarray | None, labels: np.ndarray
 
 def probe_reading(bands, x, k: int = 5) -> str:
     """What the probe-inputs chart shows, for one question's inputs x (width,) against the bands of the
-    probe's labelled questions (:class:`grade.probe_reading.InputBands`): which inputs separate the classes
+    probe's labelled questions (:class:`grade.verdict.probe_reading.InputBands`): which inputs separate the classes
     best alone, and on which side of each this question lies."""
     x = np.asarray(x, dtype=float).reshape(-1)
     names, side, counts = bands.names, bands.side(x), bands.counts

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grade.errors import GradeError
+from grade.common.errors import GradeError
 from grade.traces import TraceSource, TraceStore, analyze_traces
 
 from .resources import user_data_dir

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import numpy as np
 
 import grade
-from grade.detectors import (
+import grade.tasks.prompts
+from grade.verdict.detectors import (
     ANSWER_STATISTICS,
     DetectorVerdict,
     disagreement,
@@ -25,10 +26,10 @@ from grade.detectors import (
     question_statistics,
     verdicts,
 )
-from grade.errors import InputError, ProbeError
-from grade.generation import greedy_answer, settings_for_task, shorter_answer
-from grade.tasks import answer_format
-from grade.verdict import Verdict, probe_verdict as verdict_of
+from grade.common.errors import InputError, ProbeError
+from grade.models.generation import greedy_answer, settings_for_task, shorter_answer
+from grade.tasks.tasks import answer_format
+from grade.verdict.verdict import Verdict, probe_verdict as verdict_of
 
 from .resources import ProbeInfo
 from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace
@@ -82,7 +83,7 @@ def _result_parts(result: grade.GradeResult, half: tuple[str, ...] = (),
     """(arrays, JSON fields) of a :class:`grade.GradeResult`: its arrays (``steps.<k>.<name>`` for a step's)
     as float32, or float16 for those in ``half`` that fit, and every other field as it is. With
     ``hidden_layers``, only those rows of ``last_hidden`` (L + 1, d) are kept; the others load as NaN."""
-    from grade.result import StepResult
+    from grade.gradients.result import StepResult
 
     def stored(name: str, value) -> np.ndarray:
         array = np.ascontiguousarray(value, dtype=np.float32)
@@ -127,8 +128,8 @@ def save_parts(path: str | Path, kind: str, arrays: dict[str, np.ndarray], field
     """``path.safetensors`` (arrays) and ``path.json`` (everything else), written atomically together."""
     from safetensors.numpy import save_file
 
-    from grade.artifacts import jsonable
-    from grade.io import atomic_paths
+    from grade.verdict.artifacts import jsonable
+    from grade.common.io import atomic_paths
 
     path = Path(path)
     weights, meta = path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
@@ -143,7 +144,7 @@ def save_parts(path: str | Path, kind: str, arrays: dict[str, np.ndarray], field
 def load_parts(path: str | Path, kind: str) -> tuple[dict[str, np.ndarray], dict]:
     from safetensors.numpy import load_file
 
-    from grade.errors import GradeError
+    from grade.common.errors import GradeError
 
     path = Path(path)
     try:
@@ -242,7 +243,7 @@ def analyze_question(
     detectors: list | None = None,
 ) -> QuestionAnalysis:
     """Features (with spectra and hidden states), the greedy answer, the probe's verdict and the verdicts
-    of ``detectors`` (:mod:`grade.detectors`, loaded for this model) for one question.
+    of ``detectors`` (:mod:`grade.verdict.detectors`, loaded for this model) for one question.
 
     The feature loss follows the probe (``pre`` if none). Under ``pre`` the answer is generated
     separately, only to show it; under ``pos`` it is the response the features are computed on. Either
@@ -310,7 +311,7 @@ def analyze_question(
 
 def probe_verdict(probe, probe_info: ProbeInfo, lm: grade.LoadedModel, result: grade.GradeResult) -> Verdict:
     """P(answerable) from the probe, after its own check that model, depth, loss and srank variant fit
-    (:func:`grade.verdict.probe_verdict`)."""
+    (:func:`grade.verdict.verdict.probe_verdict`)."""
     return verdict_of(probe, result, name=probe_info.name, lm=lm)
 
 
@@ -360,8 +361,8 @@ class Trace:
         return float(self.result.grade)
 
     def localization(self):
-        """(signals, step of each response token, shock, surprisal): :func:`grade.locate.signals_of_result`."""
-        from grade.locate import signals_of_result
+        """(signals, step of each response token, shock, surprisal): :func:`grade.steps.locate.signals_of_result`."""
+        from grade.steps.locate import signals_of_result
 
         return signals_of_result(self.result)
 
@@ -400,7 +401,7 @@ def generate_trace(lm: grade.LoadedModel, question: str, task: str = "gsm8k", ma
     the task's length too), and whether the length cut it off."""
     question, _ = check_inputs(question, None, limits)
     max_new_tokens = check_cot_tokens(max_new_tokens or answer_format(task).max_new_tokens, limits)
-    prompt = grade.prompts.format_prompt(lm.tokenizer, question, task=task)
+    prompt = grade.tasks.prompts.format_prompt(lm.tokenizer, question, task=task)
     answer = greedy_answer(lm, prompt, task=task, max_new_tokens=max_new_tokens)
     return GeneratedTrace(answer.text, answer.finish == "length", max_new_tokens)
 
@@ -417,7 +418,7 @@ def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title:
 
     The trace is measured first (characters, tokens, steps: each step costs a backward pass and a
     spectrum per layer) and refused with a message above ``limits``."""
-    from grade.losses import steps_for_response
+    from grade.gradients.losses import steps_for_response
 
     question, _ = check_inputs(question, None, limits)
     if not response or not response.strip():
@@ -438,8 +439,8 @@ def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title:
 
 
 def check_numeric_answer(response: str, gold: list[str]) -> bool | None:
-    """GSM8K check (:func:`grade.tasks.gsm8k_correct`, lenient: the number after '####', else the last number)."""
-    from grade.tasks import gsm8k_correct
+    """GSM8K check (:func:`grade.tasks.tasks.gsm8k_correct`, lenient: the number after '####', else the last number)."""
+    from grade.tasks.tasks import gsm8k_correct
 
     return bool(gsm8k_correct(response, gold, lenient=True))
 

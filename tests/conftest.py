@@ -32,7 +32,7 @@ def smollm():
 
 @pytest.fixture(scope="session")
 def datasets_dir() -> Path:
-    from grade.tasks import datasets_dir
+    from grade.tasks.tasks import datasets_dir
 
     return datasets_dir()
 
@@ -51,7 +51,7 @@ def gsm8k_trace_run(tmp_path_factory):
 
     import torch
 
-    from grade.cli import main
+    from grade.commands.cli import main
 
     out = tmp_path_factory.mktemp("traces") / "gsm8k"
     threads = torch.get_num_threads()

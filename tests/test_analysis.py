@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import grade
-from grade.analysis import _forward, activation_grads, layer_features, prefix_passes_are_cheaper, srank_kinds
-from grade.errors import InputError, ModelLoadError, NumericalError
-from grade.losses import response_cross_entropy, split_steps
+import grade.models.architectures
+from grade.gradients.analysis import _forward, activation_grads, layer_features, prefix_passes_are_cheaper, srank_kinds
+from grade.common.errors import InputError, ModelLoadError, NumericalError
+from grade.gradients.losses import response_cross_entropy, split_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = "Tom has 3 boxes of 4 pens. That makes 3 * 4 = 12 pens. He gives away 5 pens. So he keeps 12 - 5 = 7 pens."
@@ -121,7 +122,7 @@ def test_bad_inputs_raise_clear_errors(smollm, tmp_path):
 
 @pytest.mark.slow
 def test_nan_weights_give_numerical_error(smollm):
-    layer = grade.architectures.down_projections(smollm.model)[3]
+    layer = grade.models.architectures.down_projections(smollm.model)[3]
     saved = layer.weight.data.clone()
     try:
         layer.weight.data[0, 0] = float("nan")

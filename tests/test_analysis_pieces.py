@@ -1,6 +1,6 @@
-"""Step-wise ``pos`` in pieces (grade.analysis.step_pieces): the same features as one shared pass on a real
+"""Step-wise ``pos`` in pieces (grade.gradients.analysis.step_pieces): the same features as one shared pass on a real
 multi-step trace with SmolLM2, groups sized from the memory bound; and cooperative cancellation
-(grade.cancel) stopping an analysis between its passes."""
+(grade.models.cancel) stopping an analysis between its passes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import grade
-from grade.analysis import _delta_bytes_per_token, step_pieces
-from grade.cancel import Cancelled, cancellable, check_cancelled
+import grade.tasks.prompts
+from grade.gradients.analysis import _delta_bytes_per_token, step_pieces
+from grade.models.cancel import Cancelled, cancellable, check_cancelled
 
 
 def test_step_pieces_fit_the_bound_and_never_split_below_one_step():
@@ -39,8 +40,8 @@ def test_cancellation_is_checked_only_inside_its_block():
 
 def _trace() -> dict:
     """A GSM8K dev-set reference solution with at least 6 steps (a real multi-step trace)."""
-    from grade.losses import split_steps
-    from grade.tasks import read_jsonl, resolve_dataset
+    from grade.gradients.losses import split_steps
+    from grade.tasks.tasks import read_jsonl, resolve_dataset
 
     rows = (row for _, row in read_jsonl(resolve_dataset("gsm8k")[1]))
     return next(r for r in rows if len(split_steps(r.get("solution") or "")) >= 6)
@@ -73,7 +74,7 @@ def test_pieces_give_the_features_of_one_shared_pass(smollm, spectra):
 def test_a_cancelled_analysis_stops_after_the_pass_it_is_in(smollm):
     """The event is set from inside the model's first forward pass (a hook on its first layer): the analysis
     raises Cancelled before a second pass, where the whole trace needs one pass per step."""
-    from grade.architectures import down_projections
+    from grade.models.architectures import down_projections
 
     row = _trace()
     event, passes = threading.Event(), []
@@ -100,10 +101,10 @@ def test_a_cancelled_analysis_stops_after_the_pass_it_is_in(smollm):
 def test_a_cancelled_generation_stops_within_one_token(smollm):
     """Cancel reaches text generation too: the event is set from inside the model's third forward pass (the
     prompt, then one pass per new token), and the torch loop stops before choosing another token."""
-    from grade.architectures import down_projections
-    from grade.generation import TorchBackend, encode_prompt, settings_for_task
+    from grade.models.architectures import down_projections
+    from grade.models.generation import TorchBackend, encode_prompt, settings_for_task
 
-    prompt = encode_prompt(smollm.tokenizer, grade.prompts.format_prompt(smollm.tokenizer, "Count from one to fifty.",
+    prompt = encode_prompt(smollm.tokenizer, grade.tasks.prompts.format_prompt(smollm.tokenizer, "Count from one to fifty.",
                                                                          task="qa"))
     backend, settings = TorchBackend(smollm), settings_for_task("qa", 40)  # the torch loop (llama.cpp: its own check)
     event, passes = threading.Event(), []

@@ -75,7 +75,7 @@ def shipped_probe(smollm):
 
 def test_home_shows_answer_and_the_probes_verdict(analysed, smollm, shipped_probe):
     import grade
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     at = analysed
     assert not at.error, [e.value for e in at.error]
@@ -100,8 +100,8 @@ def test_home_sets_what_the_probe_reads_against_the_two_classes(analysed, smollm
     import re
 
     import grade
-    from grade.probe import Probe, probe_inputs
-    from grade.probe_reading import bands_for
+    from grade.verdict.probe import Probe, probe_inputs
+    from grade.verdict.probe_reading import bands_for
 
     at = analysed
     assert any(e.label == "What the probe reads" for e in at.expander)
@@ -122,7 +122,7 @@ def test_home_shows_the_other_detectors_and_says_when_they_disagree(analysed, sm
     test AUROC of the kind of question asked, and one sentence because the verdicts differ here (the
     hidden-state probe says the model knows the capital of France, the entropies say it does not)."""
     import grade
-    from grade.detectors import DETECTORS, detectors_for, question_statistics, verdicts
+    from grade.verdict.detectors import DETECTORS, detectors_for, question_statistics, verdicts
     from studio.resources import load_detectors
 
     at = analysed
@@ -161,7 +161,7 @@ def test_home_offers_the_models_own_known_and_wrong_questions(analysed, smollm):
 def test_homes_question_types_are_the_task_registrys(analysed):
     """Home offers every task a typed question can take, by the registry's display names (multiple choice needs
     answer options a typed question has not)."""
-    from grade.registry import REGISTRY, TYPED_TASKS
+    from grade.tasks.registry import REGISTRY, TYPED_TASKS
 
     box = analysed.selectbox(key="task")
     assert TYPED_TASKS == ("qa", "gsm8k", "math", "cot") and box.value == "qa"
@@ -344,7 +344,7 @@ def test_concurrent_analyses_on_the_shared_model_get_their_own_results(smollm):
 
 
 def test_a_probe_for_another_model_gives_no_verdict_but_the_features(tmp_path):
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 18))

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from grade.errors import InputError, ModelLoadError, ProbeError
+from grade.common.errors import InputError, ModelLoadError, ProbeError
 from studio import figures, projections, tokens, workflows
 from studio.resources import (
     ModelRegistry,
@@ -112,7 +112,7 @@ def test_edited_steps_are_joined_back():
 
 
 def _train_probe(tmp_path, model="smollm2-135m-instruct", loss="pre", name="p"):
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 4))
@@ -221,7 +221,7 @@ def test_home_examples_are_each_models_own_known_and_wrong_questions():
     answer right or none; Qwen has known and unknown ones, an easy capital among the known."""
     from pathlib import Path
 
-    from grade.features import read_labelled
+    from grade.batch.features import read_labelled
     from studio.resources import model_examples
 
     root = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ def test_trace_problems_are_each_models_own_solved_and_failed_gsm8k_problems():
     import json
     from pathlib import Path
 
-    from grade.io import open_text
+    from grade.common.io import open_text
     from studio.resources import trace_examples
 
     model = "qwen2.5-coder-1.5b-instruct"

@@ -5,10 +5,10 @@ import torch
 import transformers
 
 import grade
-from grade.analysis import _forward
-from grade.architectures import ARCHITECTURES, down_projections
-from grade.errors import UnsupportedArchitectureError
-from grade.losses import entropy_at_last_position
+from grade.gradients.analysis import _forward
+from grade.models.architectures import ARCHITECTURES, down_projections
+from grade.common.errors import UnsupportedArchitectureError
+from grade.gradients.losses import entropy_at_last_position
 
 VOCAB = 49152  # the SmolLM2 tokenizer's, so the tiny models can share its tokenizer
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -93,7 +93,7 @@ def test_unsupported_architecture_lists_supported(tmp_path, tokenizer):
 
 def test_batched_and_per_loss_backward_give_the_same_step_gradients(tmp_path, tokenizer):
     """The GPU's one batched backward (vmap) and the CPU's K backward passes are the same Δ_k."""
-    from grade.analysis import activation_grads
+    from grade.gradients.analysis import activation_grads
 
     lm = grade.load_model(str(build_folder(tmp_path, CONFIGS["llama"](), tokenizer)))
     ids = lm.tokenizer("First step. Second step. Third step.", add_special_tokens=False)["input_ids"]
@@ -118,8 +118,8 @@ def test_character_level_tokenizer_is_refused(smollm):
     """transformers 5.17 turns Gemma-3's GGUF vocabulary into one token per character: refuse such a tokenizer."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from grade.errors import ModelLoadError
-    from grade.models import _TOKENIZER_PROBE, check_tokenizer_is_not_character_level
+    from grade.common.errors import ModelLoadError
+    from grade.models.models import _TOKENIZER_PROBE, check_tokenizer_is_not_character_level
 
     characters = sorted(set(_TOKENIZER_PROBE))
     backend = Tokenizer(models.WordLevel({c: i for i, c in enumerate(["<unk>", *characters])}, unk_token="<unk>"))

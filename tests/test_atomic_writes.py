@@ -1,8 +1,8 @@
-"""A process killed while it writes leaves the previous file whole (grade.io).
+"""A process killed while it writes leaves the previous file whole (grade.common.io).
 
 Each test runs a real writer in a subprocess that saves two versions of an artefact over and over
-(results, probes, feature parts through ``grade.io.atomic_paths``; label lines through
-``grade.io.append_line``), SIGKILLs it in the middle of a write, and loads what is left with the
+(results, probes, feature parts through ``grade.common.io.atomic_paths``; label lines through
+``grade.common.io.append_line``), SIGKILLs it in the middle of a write, and loads what is left with the
 package's own readers. "In the middle" is observed, not hoped for: the kill is sent while the
 writer's temporary file exists (atomic writes) or while the label file ends in a cut line (appends).
 """
@@ -24,7 +24,7 @@ KILLS = 2  # kills per artefact, each at a different point of a write
 WRITERS = {
     "result": '''
 import sys, numpy as np
-from grade.result import GradeResult
+from grade.gradients.result import GradeResult
 target = sys.argv[1]
 def version(k):
     n = 8000  # (30, 8000) spectra: a JSON file of about 5 MB
@@ -41,7 +41,7 @@ while True:
 ''',
     "probe": '''
 import sys, numpy as np
-from grade.probe import Probe
+from grade.verdict.probe import Probe
 target = sys.argv[1]
 def version(k):
     n = 500_000  # four float64 vectors: 16 MB of weights
@@ -60,7 +60,7 @@ while True:
     "parts": '''
 import sys, math
 from pathlib import Path
-from grade.features import FeatureStore
+from grade.batch.features import FeatureStore
 store = FeatureStore(Path(sys.argv[1])).create()
 def record(i):
     return {"id": str(i), "dataset": "d", "label": i % 2, "accuracy": math.nan, "task": "qa", "has_context": False,
@@ -74,11 +74,11 @@ while True:
 ''',
     "labels": '''
 import sys, json
-from grade.io import append_line
+from grade.common.io import append_line
 target = sys.argv[1]
 line = json.dumps({"id": "{id}", "samples": ["x" * 200_000]})
 print("ready", flush=True)
-with open(target, "a", encoding="utf-8") as f:  # as grade.labeling.label_questions writes
+with open(target, "a", encoding="utf-8") as f:  # as grade.batch.labeling.label_questions writes
     i = 0
     while True:
         append_line(f, line.replace("{id}", f"{i:08d}"))
@@ -128,7 +128,7 @@ def _kill_mid_write(kind: str, target: Path, folder: Path, prefix: str, skip: in
 
 @pytest.mark.parametrize("kill", range(KILLS))
 def test_a_killed_result_save_leaves_a_whole_result(tmp_path, kill):
-    from grade.result import GradeResult
+    from grade.gradients.result import GradeResult
 
     target = tmp_path / "result.json"
     _kill_mid_write("result", target, tmp_path, ".result.json.", skip=kill)
@@ -140,7 +140,7 @@ def test_a_killed_result_save_leaves_a_whole_result(tmp_path, kill):
 
 @pytest.mark.parametrize("kill", range(KILLS))
 def test_a_killed_probe_save_leaves_a_whole_probe(tmp_path, kill):
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     target = tmp_path / "probe"
     _kill_mid_write("probe", target, tmp_path, ".probe.", skip=kill)
@@ -153,7 +153,7 @@ def test_a_killed_probe_save_leaves_a_whole_probe(tmp_path, kill):
 
 @pytest.mark.parametrize("kill", range(KILLS))
 def test_a_killed_feature_extraction_leaves_whole_parts(tmp_path, kill):
-    from grade.features import load_features
+    from grade.batch.features import load_features
 
     store = tmp_path / "store.parquet"
     store.mkdir()
@@ -166,7 +166,7 @@ def test_a_killed_feature_extraction_leaves_whole_parts(tmp_path, kill):
 
 @pytest.mark.parametrize("kill", range(KILLS))
 def test_a_killed_labelling_keeps_every_finished_line(tmp_path, kill):
-    from grade.labeling import read_records
+    from grade.batch.labeling import read_records
 
     target = tmp_path / "labels.jsonl"
     process = _start("labels", target)

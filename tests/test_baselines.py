@@ -1,4 +1,4 @@
-"""Baselines (grade.baselines), the metrics (grade.metrics) and the benchmark's studies (grade.studies).
+"""Baselines (grade.verdict.detectors.baselines), the metrics (grade.common.metrics) and the benchmark's studies (grade.studies).
 
 The estimators are checked against their definitions on arrays where the answer is known in closed
 form; the model passes are checked on the embedded chat model (slow); the protocol is checked on
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from grade import baselines as B
+from grade.verdict.detectors import baselines as B
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -114,7 +114,7 @@ def test_self_consistency_counts_only_samples_with_an_answer():
 
 
 def test_baseline_answer_length_is_the_tasks():
-    from grade.tasks import PROMPT_ONLY_TASKS, TASKS, answer_format
+    from grade.tasks.tasks import PROMPT_ONLY_TASKS, TASKS, answer_format
 
     config = B.BaselineConfig()
     for task in list(TASKS) + list(PROMPT_ONLY_TASKS):
@@ -157,7 +157,7 @@ def test_answer_states_are_the_decoders_and_p_entropy_runs_entropy_sum(smol, mon
     a plain forward pass over prompt + answer; P-Entropy is computed by the tested entropy_sum."""
     import torch
 
-    from grade.generation import encode_prompt, generate, settings_for_task
+    from grade.models.generation import encode_prompt, generate, settings_for_task
 
     item = {"id": "x", "question": "What is the capital of France?", "task": "qa"}
     ids = encode_prompt(smol.tokenizer, B.task_prompt(smol, item))
@@ -185,7 +185,7 @@ def test_a_kept_prompt_pass_gives_the_detectors_the_same_statistics_in_one_pass(
     as a pass of their own, with one model pass (the answer's) instead of two, as often as it is used (a pass
     grows the cache it is given), and the kept pass is never written with the result."""
     import grade
-    from grade.generation import encode_prompt, greedy_answer
+    from grade.models.generation import encode_prompt, greedy_answer
 
     question = "What is the capital of France?"
     result = grade.analyze(smol, question, task="qa", loss="pre", keep_prompt_pass=True)
@@ -209,7 +209,7 @@ def test_a_kept_prompt_pass_gives_the_detectors_the_same_statistics_in_one_pass(
 
 @pytest.mark.slow
 def test_sampled_baseline_answers_are_seeded(smol):
-    from grade.generation import DecodeSettings, encode_prompt, generate
+    from grade.models.generation import DecodeSettings, encode_prompt, generate
 
     item = {"id": "x", "question": "What is the capital of France?", "task": "qa"}
     ids = encode_prompt(smol.tokenizer, B.task_prompt(smol, item))
@@ -252,7 +252,7 @@ def test_score_question_and_resumable_cache(smol, tmp_path):
 
 # ------------------------------------------------------------------------------------------ protocol
 
-from grade import metrics as M  # noqa: E402
+from grade.common import metrics as M  # noqa: E402
 from grade import studies as E  # noqa: E402
 
 
@@ -353,8 +353,8 @@ def test_results_roundtrip_through_files(tmp_path):
     tables = {"good": _synthetic_table("good")}
     result = E.run_studies("m", tables, {}, {"good": {"eligible": True}}, protocol, notes=["a note"],
                              studies=("transfer",))
-    from grade.benchmark import write_results
-    from grade.report import figures
+    from grade.studies.benchmark import write_results
+    from grade.studies.report import figures
 
     written = write_results(result, tmp_path, figures=True)
     again = E.BenchmarkResult.load(tmp_path)
@@ -502,7 +502,7 @@ def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path)
 
 def test_caps_per_dataset():
     from grade.commands.benchmark import parse_caps
-    from grade.errors import InputError
+    from grade.common.errors import InputError
 
     assert parse_caps(["60", "mmlu=250"]) == (60, {"mmlu": 250})
     assert parse_caps(None) == (None, {})

@@ -1,4 +1,4 @@
-"""The benchmark's orchestration (grade.benchmark) and its outputs under results/."""
+"""The benchmark's orchestration (grade.studies.benchmark) and its outputs under results/."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _rows():
 def test_perturbed_rows_score_the_original_response_and_keep_their_accuracy(smollm, tmp_path):
     """Robustness rows are the original rows under another wording: same response under pos (the
     labeller's majority answer), same label record (an accuracy of 0.0 stays 0.0)."""
-    from grade.benchmark import LazyModel, ensure_features, feature_store
+    from grade.studies.benchmark import LazyModel, ensure_features, feature_store
 
     model, said = LazyModel(lambda: smollm, offline=False), []
     frames = {}
@@ -67,7 +67,7 @@ def test_every_figure_under_results_opens_offline():
 
 def test_a_run_without_model_or_caches_writes_what_it_looked_at(tmp_path):
     """Offline with no caches: nothing is computed, every dataset says why it is missing."""
-    from grade.benchmark import BenchmarkConfig, run_benchmark
+    from grade.studies.benchmark import BenchmarkConfig, run_benchmark
 
     config = BenchmarkConfig(model="smollm2-135m-instruct", datasets=["nowhere"], labels_dirs=[tmp_path],
                              cache_dir=tmp_path / "cache", offline=True)

@@ -23,7 +23,7 @@ MODELS = ("smollm2-135m-instruct", "gemma-3-270m", QWEN)
 def test_the_kept_scores_are_the_ones_behind_the_main_table_and_the_selective_table(model):
     """Every main-table cell has its test questions' scores in the results: their AUROC and accuracy are the
     table's, and the selective-answering table recomputed from them is the one written."""
-    from grade.metrics import auroc
+    from grade.common.metrics import auroc
     from grade.studies import BenchmarkResult, Protocol, grouped_scores, selective_answering, selective_markdown
 
     result = BenchmarkResult.load(ROOT / "results" / model)
@@ -124,19 +124,19 @@ def test_results_without_scores_say_how_to_get_the_curves(tmp_path, monkeypatch)
 
 
 def test_the_benchmark_package_names_no_folder_of_the_repository():
-    """grade/benchmark.py and grade/benchmark_runs.py take folders as arguments; the `grade benchmark` command keeps
+    """grade/studies/benchmark.py and grade/studies/benchmark_runs.py take folders as arguments; the `grade benchmark` command keeps
     the documented defaults (data/labels/<model>, data/benchmark)."""
     for module in ("benchmark.py", "benchmark_runs.py"):
-        code = "\n".join(line for line in (ROOT / "grade" / module).read_text().splitlines()
+        code = "\n".join(line for line in (ROOT / "grade" / "studies" / module).read_text().splitlines()
                          if not line.lstrip().startswith("#"))
         literals = re.findall(r"""["']([^"'\n]*data/[^"'\n]*)["']""", code)
         assert not [s for s in literals if "README" not in s], (module, literals)
 
 
 def test_runs_and_configs_follow_the_folders_they_are_given(tmp_path):
-    from grade.benchmark import BenchmarkConfig
-    from grade.benchmark_runs import benchmark_runs
-    from grade.cli import build_parser
+    from grade.studies.benchmark import BenchmarkConfig
+    from grade.studies.benchmark_runs import benchmark_runs
+    from grade.commands.cli import build_parser
     from grade.commands.benchmark import DATA_FOLDERS, config_from_args, repository_runs
 
     runs = benchmark_runs(tmp_path / "labels", tmp_path / "bench", tmp_path / "probe")

@@ -25,8 +25,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grade.cli import main
-from grade.probe import SHIPPED_REFERENCE_FEATURES
+from grade.commands.cli import main
+from grade.verdict.probe import SHIPPED_REFERENCE_FEATURES
 
 torch.set_num_threads(1)
 REFERENCE = SHIPPED_REFERENCE_FEATURES
@@ -48,7 +48,7 @@ def run_cli(argv: list[str], *, model=None) -> tuple[int | str, str, str]:
     """
     out, err = io.StringIO(), io.StringIO()
     loader = (lambda *a, **k: model) if model is not None else _refuse_to_load
-    with mock.patch("grade.models.load_model", loader), mock.patch("grade.batch.ray_backend.connect", _refuse_to_load), \
+    with mock.patch("grade.models.models.load_model", loader), mock.patch("grade.batch.ray_backend.connect", _refuse_to_load), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             status: int | str = main(argv)
@@ -81,7 +81,7 @@ def write_jsonl(path: Path, rows) -> Path:
 @pytest.fixture(scope="module")
 def logreg_probe(tmp_path_factory) -> Path:
     """A logistic-regression probe for the embedded model (30 layers), trained on synthetic ratios."""
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     rng = np.random.default_rng(0)
     X = rng.normal(1.0, 0.1, size=(80, 30))
@@ -145,8 +145,8 @@ def test_an_uncached_hub_id_fails_fast_when_offline(monkeypatch):
 @pytest.mark.slow
 def test_generation_is_bounded_by_the_context_before_it_starts(smollm):
     import grade
-    from grade.errors import InputError
-    from grade.generation import DecodeSettings, generate
+    from grade.common.errors import InputError
+    from grade.models.generation import DecodeSettings, generate
 
     result = grade.analyze(smollm, "Count from one to one thousand.", loss="pos", generate=True,
                            max_new_tokens=10**9, max_tokens=80, spectra=False)
@@ -173,7 +173,7 @@ def test_analyze_gives_the_shipped_probes_verdict_as_the_app_does(smollm):
     """``--probe auto`` picks the probe Home picks for the model and task, and prints the verdict Home shows
     (same probability, probe and test AUROC), with the test metrics' chance rates, in text and in --json."""
     import grade
-    from grade.probe import SHIPPED_PROBES_DIR, Probe
+    from grade.verdict.probe import SHIPPED_PROBES_DIR, Probe
     from studio.resources import default_probe, list_probes, read_probe_info
     from studio.workflows import probe_verdict
 
@@ -204,7 +204,7 @@ def test_analyze_gives_the_shipped_probes_verdict_as_the_app_does(smollm):
 @pytest.mark.slow
 def test_analyze_refuses_a_probe_of_another_depth_with_one_line(smollm, tmp_path):
     """A probe whose layer count is not the model's is found when the model is there: one error line."""
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     rng = np.random.default_rng(0)
     X = rng.normal(1.0, 0.1, size=(60, 12))
@@ -254,7 +254,7 @@ def test_evaluate_refuses_a_detector_it_cannot_use_before_loading_a_model(tmp_pa
 
 
 def test_evaluate_refuses_a_detector_of_another_model_and_a_corrupt_one(tmp_path):
-    from grade.detectors import detector_file
+    from grade.verdict.detectors import detector_file
 
     questions = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "What is 2 + 2?", "label": 1}])
     shipped = detector_file("gemma-3-270m", "p-entropy")
@@ -271,9 +271,9 @@ def test_evaluate_scores_a_detector_on_labelled_questions(smollm, tmp_path):
     """Six labelled TriviaQA rows of the embedded model (three it answers, three it does not): the same
     output as --probe, and the AUROC of the detector's own probabilities on each row's GRADE_pre loss."""
     import grade
-    from grade.detectors import Detector, detector_file
-    from grade.features import read_labelled
-    from grade.metrics import auroc
+    from grade.verdict.detectors import Detector, detector_file
+    from grade.batch.features import read_labelled
+    from grade.common.metrics import auroc
 
     rows = read_labelled(Path(__file__).resolve().parents[1] / "data/labels/smollm2-135m-instruct/triviaqa.jsonl.xz")
     six = [r for r in rows if r["label"] == 1][:3] + [r for r in rows if r["label"] == 0][:3]
@@ -329,7 +329,7 @@ def test_extract_skips_bad_rows_and_goes_on(tmp_path):
 
 @pytest.mark.slow
 def test_extract_with_a_bad_row_writes_the_good_ones(smollm, tmp_path):
-    from grade.features import load_features
+    from grade.batch.features import load_features
 
     rows = [{"id": "g1", "question": "What is the capital of France?", "label": 1}, BAD_ROWS["question_number"],
             {"id": "g2", "question": "Who wrote Middlemarch?", "label": 0}]

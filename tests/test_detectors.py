@@ -1,4 +1,4 @@
-"""The detectors shown beside GRADE's verdict (:mod:`grade.detectors`): fitting on benchmark tables,
+"""The detectors shown beside GRADE's verdict (:mod:`grade.verdict.detectors`): fitting on benchmark tables,
 safetensors + JSON files checked on load, the shipped files, the kind of question a verdict is read for,
 and the statistics a question gets in the app against those the benchmark stored."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from grade import studies as S
-from grade.detectors import (
+from grade.verdict.detectors import (
     DETECTORS,
     SHIPPED_DETECTORS_DIR,
     Detector,
@@ -22,7 +22,7 @@ from grade.detectors import (
     disagreement,
     fit_detector,
 )
-from grade.errors import ProbeError
+from grade.common.errors import ProbeError
 
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDED = ("smollm2-135m-instruct", "gemma-3-270m", "qwen2.5-coder-1.5b-instruct")
@@ -218,9 +218,9 @@ def test_the_app_reads_a_question_as_the_benchmark_stored_it(smollm, one_torch_t
     """Home's detector inputs (shown answer cut to the task's length, one pass) equal the benchmark's own
     pass on a labelled row: same answer, same P-Entropy, same hidden state."""
     import grade
-    from grade.baselines import score_question
-    from grade.detectors import question_statistics, record_statistic
-    from grade.generation import greedy_answer, settings_for_task, shorter_answer
+    from grade.verdict.detectors.baselines import score_question
+    from grade.verdict.detectors import question_statistics, record_statistic
+    from grade.models.generation import greedy_answer, settings_for_task, shorter_answer
 
     row = {"id": "t", "question": "What is the capital of France?", "task": "qa", "dataset": "triviaqa"}
     result = grade.analyze(smollm, row["question"], task="qa", loss="pre")

@@ -1,4 +1,4 @@
-"""Labelling and extraction on a Ray cluster (grade.batch, grade.labeling, grade.features): a real local cluster of 2 CPU workers,
+"""Labelling and extraction on a Ray cluster (grade.batch, grade.batch.labeling, grade.batch.features): a real local cluster of 2 CPU workers,
 the embedded model, compared with the single-process path; a worker is killed and a run interrupted."""
 
 import json
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grade.cli import main
-from grade.errors import InputError
+from grade.commands.cli import main
+from grade.common.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,9 +81,9 @@ def test_cluster_options_are_checked(tmp_path):
 def test_impossible_placements_fail_at_once(ray_cluster):
     """Ray would wait forever for GPUs the cluster does not have: say so instead."""
     from grade.batch import ClusterOptions, RayRun
-    from grade.features import FeatureWork
-    from grade.models import ModelSpec
-    from grade.errors import GradeError
+    from grade.batch.features import FeatureWork
+    from grade.models.models import ModelSpec
+    from grade.common.errors import GradeError
 
     with pytest.raises(GradeError, match="the cluster has 0"):
         RayRun(FeatureWork(), ModelSpec("smollm2-135m-instruct"), ClusterOptions(workers=1, gpus_per_worker=1))
@@ -92,8 +92,8 @@ def test_impossible_placements_fail_at_once(ray_cluster):
 @pytest.mark.slow
 def test_extract_on_ray_matches_local_despite_a_killed_worker_and_an_interrupted_run(smollm, ray_cluster, tmp_path):
     from grade.batch import ClusterOptions
-    from grade.models import ModelSpec
-    from grade.features import extract_features, load_features
+    from grade.models.models import ModelSpec
+    from grade.batch.features import extract_features, load_features
 
     rows = labelled_rows()
     extract_features(smollm, rows, tmp_path / "local.parquet")
@@ -133,8 +133,8 @@ def test_label_command_on_an_existing_cluster_matches_local(smollm, ray_cluster,
     travels as a runtime_env module) and writes the records of the single-process path."""
     import torch
 
-    from grade.labeling import label_questions, read_records
-    from grade.tasks import load_questions
+    from grade.batch.labeling import label_questions, read_records
+    from grade.tasks.tasks import load_questions
 
     dataset = write_questions(tmp_path / "facts.jsonl")
     settings = dict(n_samples=3, matcher="lenient", seed=7, max_new_tokens=6, questions_per_batch=2)
@@ -170,8 +170,8 @@ def test_device_map_model_keeps_every_layer_hooked(smollm, tmp_path):
     """A model dispatched by accelerate (here: its last layers offloaded to disk, as a GPU split would
     move them to other devices) still has all its MLPs captured, with the plain model's features."""
     import grade
-    from grade.capture import capture_mlp
-    from grade.models import load_sharded_model
+    from grade.gradients.capture import capture_mlp
+    from grade.models.models import load_sharded_model
 
     sharded = load_sharded_model("smollm2-135m-instruct", max_memory={"cpu": "480MB"}, offload_folder=tmp_path)
     placements = set(sharded.model.hf_device_map.values())
@@ -204,10 +204,10 @@ def test_model_split_across_two_gpus_matches_one_gpu():
     """device_map over 2 GPUs: activations and gradients cross devices mid-model; every layer is still
     hooked, features and sampled answers equal those of the same model on one GPU."""
     import grade
-    from grade.architectures import down_projections
-    from grade.models import load_sharded_model
-    from grade.prompts import format_prompt
-    from grade.sampling import SamplingSettings, sample_answers
+    from grade.models.architectures import down_projections
+    from grade.models.models import load_sharded_model
+    from grade.tasks.prompts import format_prompt
+    from grade.models.sampling import SamplingSettings, sample_answers
 
     name = os.environ.get("GRADE_TEST_MODEL", "smollm2-135m-instruct")
     whole = grade.load_model(name, device="cuda:0", dtype="float32")
@@ -232,9 +232,10 @@ def test_model_split_across_two_gpus_matches_one_gpu():
 def test_ray_labelling_resumes_only_with_the_same_answer_length(tmp_path, monkeypatch):
     """The Ray driver resumes a labels file under the local path's conditions, answer length included,
     and says so before any worker starts."""
-    from grade import labeling, models
+    from grade.batch import labeling
+    from grade.models import models
     from grade.batch import ray_backend
-    from grade.tasks import load_questions
+    from grade.tasks.tasks import load_questions
 
     out = tmp_path / "labels.jsonl"
     out.write_text(json.dumps({"id": "known-capital-france", "task": "qa", "model": "smollm2-135m-instruct",
@@ -254,9 +255,9 @@ def test_one_function_per_batch_job_checks_its_backend_before_any_work(smollm, t
     local run, or a loaded model for Ray (whose workers load their own) are refused in one line, before a
     cluster starts or an output is written."""
     from grade.batch import ClusterOptions, ray_backend
-    from grade.features import extract_features
-    from grade.labeling import label_questions
-    from grade.tasks import load_questions
+    from grade.batch.features import extract_features
+    from grade.batch.labeling import label_questions
+    from grade.tasks.tasks import load_questions
     from grade.traces import analyze_traces, read_traces
 
     monkeypatch.setattr(ray_backend, "run_on_ray", lambda *a, **k: pytest.fail("a cluster was started"))
@@ -270,6 +271,6 @@ def test_one_function_per_batch_job_checks_its_backend_before_any_work(smollm, t
             job(tmp_path / name, backend="spark")
         with pytest.raises(InputError, match="cluster options apply to the ray backend only"):
             job(tmp_path / name, cluster=ClusterOptions(workers=2))
-        with pytest.raises(InputError, match="give a grade.models.ModelSpec, not a loaded model"):
+        with pytest.raises(InputError, match="give a grade.models.models.ModelSpec, not a loaded model"):
             job(tmp_path / name, backend="ray")
         assert not (tmp_path / name).exists()

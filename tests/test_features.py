@@ -1,12 +1,12 @@
-"""Feature extraction into a resumable Parquet store (grade.features)."""
+"""Feature extraction into a resumable Parquet store (grade.batch.features)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from grade.errors import InputError
-from grade.features import (
+from grade.common.errors import InputError
+from grade.batch.features import (
     extract_features,
     feature_matrix,
     hidden_states,
@@ -49,11 +49,11 @@ def test_read_labelled_rejects_bad_rows(tmp_path, line, message):
 
 
 def test_pos_rows_without_a_response_score_the_labellers_majority_answer():
-    """One majority rule (grade.tasks): a row without ``majority`` scores the answer the labeller would
+    """One majority rule (grade.tasks.tasks): a row without ``majority`` scores the answer the labeller would
     have written there, compared by the task's answer key, not by its raw text."""
-    from grade.features import given_response
-    from grade.labeling import majority_answer
-    from grade.tasks import Question
+    from grade.batch.features import given_response
+    from grade.batch.labeling import majority_answer
+    from grade.tasks.tasks import Question
 
     samples = ["Paris.", "paris", "The answer is Lyon", "the answer is  Lyon", "Lyon"]
     row = {"id": "q", "question": "Capital of France?", "task": "qa", "samples": samples}

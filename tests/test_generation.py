@@ -1,4 +1,4 @@
-"""The one decoding path (grade.generation): labels reproduce, greedy is argmax, stop rules, backends."""
+"""The one decoding path (grade.models.generation): labels reproduce, greedy is argmax, stop rules, backends."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grade.generation import DecodeSettings, encode_prompt, finish_row, generate, greedy_answer, settings_for_task
+from grade.models.generation import DecodeSettings, encode_prompt, finish_row, generate, greedy_answer, settings_for_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,9 +29,9 @@ def test_committed_labels_are_reproduced_sample_for_sample(smollm):
     """Labels stay reproducible: the unified path draws the very samples of committed label files (an
     MMLU file labelled on a GPU and a fact file labelled on this CPU; samples are stored cut to 80
     characters) and picks the same majority answer."""
-    from grade.labeling import majority_answer, settings_for
-    from grade.sampling import sample_answers
-    from grade.tasks import TASKS, Question
+    from grade.batch.labeling import majority_answer, settings_for
+    from grade.models.sampling import sample_answers
+    from grade.tasks.tasks import TASKS, Question
 
     records = _label_records("mmlu", ["mmlu-high_school_psychology-val-47", "mmlu-anatomy-val-3"])
     records += _label_records("facts_known", ["known-capital-japan"])
@@ -46,8 +46,8 @@ def test_committed_labels_are_reproduced_sample_for_sample(smollm):
 
 @pytest.mark.slow
 def test_greedy_decoding_is_transformers_greedy_search(smollm):
-    from grade.architectures import end_of_answer_ids
-    from grade.prompts import format_prompt
+    from grade.models.architectures import end_of_answer_ids
+    from grade.tasks.prompts import format_prompt
 
     for question in ("What is the capital of France?", "Name a large animal that lives in the sea."):
         ids = encode_prompt(smollm.tokenizer, format_prompt(smollm.tokenizer, question))
@@ -80,12 +80,13 @@ def test_stop_strings_cut_the_text_and_the_answer_ids(smollm):
 def test_answers_have_the_tasks_format(smollm):
     """analyze, the baselines and the app ask the task for the answer length and stop rule."""
     import grade
-    from grade.tasks import answer_format
+    import grade.tasks.prompts
+    from grade.tasks.tasks import answer_format
 
     result = grade.analyze(smollm, "Which animal is a mammal?\nA. shark\nB. whale\nC. trout\nD. eel", task="mmlu",
                            loss="pos", generate=True, spectra=False)
     assert 0 < len(result.input_ids) - result.response_start <= answer_format("mmlu").max_new_tokens
-    answer = greedy_answer(smollm, grade.prompts.format_prompt(smollm.tokenizer, "Count from one to twenty."), task="qa")
+    answer = greedy_answer(smollm, grade.tasks.prompts.format_prompt(smollm.tokenizer, "Count from one to twenty."), task="qa")
     assert len(answer.token_ids) <= answer_format("qa").max_new_tokens and "\n" not in answer.text
     assert settings_for_task("qa_doc") == settings_for_task("qa")
 
@@ -96,7 +97,7 @@ def test_another_backend_plugs_in_through_the_loaded_model(smollm):
     rules) is shared. Here it delegates to the transformers loop and records what it was asked."""
     from dataclasses import replace
 
-    from grade.generation import TorchBackend
+    from grade.models.generation import TorchBackend
 
     class Recording:
         def __init__(self, lm):
@@ -116,13 +117,13 @@ def test_another_backend_plugs_in_through_the_loaded_model(smollm):
 
 
 def grade_prompt(lm, question: str) -> str:
-    from grade.prompts import format_prompt
+    from grade.tasks.prompts import format_prompt
 
     return format_prompt(lm.tokenizer, question)
 
 
 def test_settings_are_checked():
-    from grade.errors import InputError
+    from grade.common.errors import InputError
 
     for bad in (dict(max_new_tokens=0), dict(max_new_tokens=4, temperature=-1), dict(max_new_tokens=4, top_p=0),
                 dict(max_new_tokens=4, top_k=0)):
@@ -169,7 +170,7 @@ def test_llama_cpp_generates_under_the_same_stop_rules(smollm):
     from dataclasses import replace
 
     pytest.importorskip("llama_cpp")
-    from grade.backends import llama_cpp_generator
+    from grade.models.backends import llama_cpp_generator
 
     lm = replace(smollm, generation_backend=llama_cpp_generator(smollm, n_threads=1))
     prompt = encode_prompt(lm.tokenizer, grade_prompt(lm, "Name three colours, one per line."))
@@ -187,7 +188,7 @@ def test_the_answer_engine_is_the_backend_that_generates(smollm):
     a model without llama.cpp generation (SmolLM2)."""
     from dataclasses import replace
 
-    from grade.generation import answer_engine
+    from grade.models.generation import answer_engine
 
     class Engine:
         name = "another engine"
@@ -205,11 +206,11 @@ def test_a_llama_cpp_that_cannot_generate_leaves_generation_to_torch(tmp_path, c
     torch loop, never the app."""
     import logging
 
-    from grade import backends
+    from grade.models import backends
 
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)
-    with caplog.at_level(logging.WARNING, logger="grade.backends"):
+    with caplog.at_level(logging.WARNING, logger="grade.models.backends"):
         assert backends.llama_cpp_runs(broken) is False
         assert backends.llama_cpp_runs(broken) is False  # asked once per file and process
     assert sum("torch loop generates instead" in r.message for r in caplog.records) == 1

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from grade import hf_datasets as hf
-from grade.errors import InputError
-from grade.tasks import load_questions, read_jsonl, resolve_dataset
+from grade.tasks import hf_datasets as hf
+from grade.common.errors import InputError
+from grade.tasks.tasks import load_questions, read_jsonl, resolve_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 

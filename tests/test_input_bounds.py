@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grade.errors import InputError, ProbeError
-from grade.io import MAX_LINE_BYTES, atomic_write, check_input_file, iter_jsonl
+from grade.common.errors import InputError, ProbeError
+from grade.common.io import MAX_LINE_BYTES, atomic_write, check_input_file, iter_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -74,7 +74,7 @@ def test_a_2_gb_sparse_file_is_read_in_bounded_memory(tmp_path):
     sparse = tmp_path / "sparse.jsonl"
     with open(sparse, "wb") as handle:
         handle.truncate(2 * 1024**3)
-    code = (f"import sys\nfrom grade.io import iter_jsonl\n{PEAK}"
+    code = (f"import sys\nfrom grade.common.io import iter_jsonl\n{PEAK}"
             "rows = list(iter_jsonl(sys.argv[1]))\n"
             "print(len(rows), rows[0][2], peak_mb())")
     done = subprocess.run([sys.executable, "-c", code, str(sparse)], capture_output=True, text=True, env=ENV,
@@ -156,7 +156,7 @@ def test_a_disk_that_fills_during_a_run_ends_in_one_line(tmp_path, smollm):
 def test_one_writer_per_labels_file(tmp_path):
     dataset = write_jsonl(tmp_path / "qs.jsonl", [{"id": "a", "question": "What is 2 + 2?", "answers": ["4"]}])
     out = tmp_path / "labels.jsonl"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom grade.io import hold_output_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom grade.common.io import hold_output_lock\n"
                                "hold_output_lock(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(out)],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     try:
@@ -169,8 +169,8 @@ def test_one_writer_per_labels_file(tmp_path):
 
 
 def test_ids_written_twice_are_read_once(tmp_path):
-    from grade.features import read_labelled
-    from grade.labeling import read_records
+    from grade.batch.features import read_labelled
+    from grade.batch.labeling import read_records
 
     record = {"id": "a", "question": "q?", "label": 1, "dataset": "d"}
     path = write_jsonl(tmp_path / "labels.jsonl", [record, {**record, "id": "b"}, {**record, "label": 0}])
@@ -218,7 +218,7 @@ def test_ctrl_c_while_the_commands_import_is_one_line_and_exit_130(mapped):
 
 
 def _probe(tmp_path, kind="logreg"):
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(80, 4)), np.array([0, 1] * 40)
@@ -234,11 +234,11 @@ def _rewrite(meta_path: Path, **changes) -> None:
 
 
 def test_a_claimed_layer_count_is_checked_against_the_weights_header_before_allocating(tmp_path):
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     weights, meta_path = _probe(tmp_path, "mlp")
     _rewrite(meta_path, n_layers=1_000_000)
-    code = (f"import sys\nfrom grade.probe import Probe\nfrom grade.errors import ProbeError\n{PEAK}"
+    code = (f"import sys\nfrom grade.verdict.probe import Probe\nfrom grade.common.errors import ProbeError\n{PEAK}"
             "before = peak_mb()\n"
             "try:\n    Probe.load(sys.argv[1])\nexcept ProbeError as exc:\n    print(exc)\n"
             "print(peak_mb() - before)")
@@ -266,7 +266,7 @@ def test_a_claimed_layer_count_is_checked_against_the_weights_header_before_allo
     ({"loss": "mid"}, "'loss' must be pre or pos"),
 ])
 def test_probe_metadata_is_checked_by_type_when_loaded(tmp_path, changes, pattern):
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
     from studio.resources import read_probe_info
 
     weights, meta_path = _probe(tmp_path)

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grade.cli import main
-from grade.errors import InputError
-from grade.tasks import load_questions
+from grade.commands.cli import main
+from grade.common.errors import InputError
+from grade.tasks.tasks import load_questions
 from grade.traces import read_traces
 
 # Runs in a child process: inspect_ai sets up logging and an event loop, and keeps its own data files

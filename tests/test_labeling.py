@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from grade.errors import InputError
-from grade.labeling import label_questions, labelled_examples, read_records, settings_for, summarize
-from grade.generation import candidates
-from grade.sampling import SamplingSettings, sample_answers, sample_generations, sample_seed
-from grade.tasks import load_questions
+from grade.common.errors import InputError
+from grade.batch.labeling import label_questions, labelled_examples, read_records, settings_for, summarize
+from grade.models.generation import candidates
+from grade.models.sampling import SamplingSettings, sample_answers, sample_generations, sample_seed
+from grade.tasks.tasks import load_questions
 
 SMALL = dict(n_samples=3, max_new_tokens=5, matcher="lenient", seed=11, questions_per_batch=2)
 
@@ -199,7 +199,7 @@ def test_record_fields_and_scores(smollm, tmp_path):
 
 @pytest.mark.slow
 def test_label_command_writes_and_resumes(tmp_path, capsys):
-    from grade.cli import main
+    from grade.commands.cli import main
 
     out = tmp_path / "cli.jsonl"
     argv = ["label", "--dataset", "facts_unknown", "--limit", "2", "--samples", "2", "--max-new-tokens", "4",

@@ -3,16 +3,22 @@ other in a circle, function-level imports included.
 
     engine < batch < learning < commands < studio
 
-* **engine**: one question through one model (spectra, losses, capture, analysis, results, models, prompts,
-  tasks and answer grading, generation, step checks);
-* **batch**: many questions, resumable (the batch runner, labelling, feature extraction, trace analysis);
-* **learning**: probes and detectors trained and compared on the batch outputs (studies, benchmark);
-* **commands**: ``python -m grade``;
+The layer is read from the folder a module is in (:data:`LAYERS` names folders; a module is listed on its own
+only where it is an exception to its folder's layer, and none is now):
+
+* **engine**, one question through one model: ``common/`` (errors, files, metrics), ``gradients/`` (capture,
+  losses, stable rank, analysis, result, reference), ``models/`` (loading, generation), ``tasks/`` (registry,
+  prompts, grading, question sets), ``steps/`` (step checks, the suspect step, step errors);
+* **batch**, many questions, resumable: ``batch/`` (the runner, labelling, feature extraction), ``traces/``;
+* **learning**, trained and compared on the batch outputs: ``verdict/`` (probe, detectors, the verdict),
+  ``studies/`` (the studies, the benchmark, its report);
+* **commands**: ``commands/`` (``python -m grade``) and ``grade/__main__``;
 * **studio**: the Streamlit app's package.
 
-A new module must be placed in :data:`LAYERS` (the test says so); a package's submodules take its layer
-unless they are listed themselves. Imports are read with ``ast`` from the source, so an import inside a
-function or under ``TYPE_CHECKING`` counts as much as one at the top.
+A new module takes the layer of the folder it is put in; one put in ``grade/`` itself has none (the test says
+so): it belongs in a folder. Each folder's ``__init__`` docstring names its layer in its first two lines.
+Imports are read with ``ast`` from the source, so an import inside a function or under ``TYPE_CHECKING``
+counts as much as one at the top.
 """
 
 from __future__ import annotations
@@ -25,64 +31,21 @@ PACKAGES = ("grade", "studio")
 ORDER = ("engine", "batch", "learning", "commands", "studio")
 
 LAYERS = {
-    # engine
     "grade": "engine",  # the package's __init__ only (version and the lazy public names), not its modules
-    "grade.errors": "engine",
-    "grade.cancel": "engine",
-    "grade.io": "engine",
-    "grade.architectures": "engine",
-    "grade.spectra": "engine",
-    "grade.losses": "engine",
-    "grade.capture": "engine",
+    # engine
+    "grade.common": "engine",
+    "grade.gradients": "engine",
     "grade.models": "engine",
-    "grade.result": "engine",
-    "grade.analysis": "engine",
-    "grade.prompts": "engine",
     "grade.tasks": "engine",
-    "grade.grading": "engine",
-    "grade.registry": "engine",
-    "grade.question_sets": "engine",
-    "grade.hf_datasets": "engine",
-    "grade.decoding": "engine",
-    "grade.generation": "engine",
-    "grade.backends": "engine",
-    "grade.sampling": "engine",
-    "grade.metrics": "engine",
-    "grade.reference": "engine",
-    "grade.locate": "engine",
-    "grade.step_checks": "engine",
+    "grade.steps": "engine",
     # batch
     "grade.batch": "batch",
-    "grade.features": "batch",
-    "grade.labeling": "batch",
     "grade.traces": "batch",
     # learning
-    "grade.artifacts": "learning",
-    "grade.probe": "learning",  # inputs < network < files < estimator < training
-    "grade.probe.inputs": "learning",
-    "grade.probe.network": "learning",
-    "grade.probe.files": "learning",
-    "grade.probe.estimator": "learning",
-    "grade.probe.training": "learning",
-    "grade.detectors": "learning",  # specs < estimators, routing < files < training
-    "grade.detectors.specs": "learning",
-    "grade.detectors.estimators": "learning",
-    "grade.detectors.routing": "learning",
-    "grade.detectors.files": "learning",
-    "grade.detectors.training": "learning",
-    "grade.probe_reading": "learning",  # a probe's inputs against its classes (Home's chart)
-    "grade.verdict": "learning",  # the probe's verdict on one question (grade analyze --probe, the app's Home)
-    "grade.model_statistics": "learning",
-    "grade.baselines": "learning",
+    "grade.verdict": "learning",  # probe/: inputs < network < files < estimator < training; detectors/ beside it
     "grade.studies": "learning",
-    "grade.report": "learning",
-    "grade.benchmark": "learning",
-    "grade.benchmark_runs": "learning",
-    "grade.training_sets": "learning",
-    "grade.step_errors": "learning",
     # commands
     "grade.commands": "commands",
-    "grade.cli": "commands",
     "grade.__main__": "commands",
     # studio
     "studio": "studio",
@@ -184,6 +147,17 @@ def is_package_edge(source: str, target: str) -> bool:
 def test_every_module_has_a_layer():
     unplaced = sorted(name for name in modules() if layer_of(name) is None)
     assert not unplaced, f"place these modules in tests/test_layers.py LAYERS: {unplaced}"
+
+
+def test_every_folder_names_its_layer():
+    """Each folder of ``grade/`` is placed in :data:`LAYERS`, and its ``__init__`` says which layer it is in."""
+    folders = sorted(p for p in (ROOT / "grade").iterdir() if (p / "__init__.py").is_file())
+    unplaced = [f.name for f in folders if f"grade.{f.name}" not in LAYERS]
+    assert not unplaced, f"place these folders in tests/test_layers.py LAYERS: {unplaced}"
+    for folder in folders:
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+        head = " ".join(doc.splitlines()[:2])
+        assert f"Layer: {LAYERS[f'grade.{folder.name}']}" in head, (folder.name, head)
 
 
 def test_imports_point_down_the_layers():

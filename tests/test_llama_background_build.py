@@ -124,9 +124,9 @@ def test_dry_run_starts_nothing(venv):
     assert not (venv / "llama-build.log").exists() and builds(venv) == 0
 
 
-# ------------------------------------------------------------ the app's side (grade/backends.py)
+# ------------------------------------------------------------ the app's side (grade/models/backends.py)
 
-from grade import backends  # noqa: E402
+from grade.models import backends  # noqa: E402
 
 fcntl = pytest.importorskip("fcntl")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grade.backends import LLAMA_BUILD_LOCK, LlamaBuild
+from grade.models.backends import LLAMA_BUILD_LOCK, LlamaBuild
 from studio import loading
 
 fcntl = pytest.importorskip("fcntl")
@@ -55,7 +55,7 @@ def test_in_an_app(tmp_path, monkeypatch):
     """The loading box goes away once loaded; the sidebar says the build runs while it holds its lock."""
     from streamlit.testing.v1 import AppTest
 
-    from grade import backends
+    from grade.models import backends
 
     monkeypatch.setenv("GRADE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(backends, "build_folder", lambda: tmp_path)

@@ -1,4 +1,4 @@
-"""grade.metrics: selective answering (the accuracy-coverage curve, accuracy at a coverage, the area) checked
+"""grade.common.metrics: selective answering (the accuracy-coverage curve, accuracy at a coverage, the area) checked
 against hand counts and against brute force over every order of tied scores."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from grade.metrics import (accuracy_at_coverage, accuracy_coverage, area_under_accuracy_coverage, auroc,
+from grade.common.metrics import (accuracy_at_coverage, accuracy_coverage, area_under_accuracy_coverage, auroc,
                            selective_metrics)
 
 

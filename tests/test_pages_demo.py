@@ -134,7 +134,7 @@ def test_probes_page_starts_on_the_active_probe(monkeypatch):
 def test_an_auroc_from_two_test_questions_carries_a_warning(monkeypatch, tmp_path):
     import json
 
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 18))

@@ -1,4 +1,4 @@
-"""Probes (grade.probe): estimator mechanics, save/load, validation of files and compatibility."""
+"""Probes (grade.verdict.probe): estimator mechanics, save/load, validation of files and compatibility."""
 
 import json
 
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from grade.errors import ProbeError
-from grade.probe import MLPNet, Probe, binary_metrics, probe_paths, stratified_split, train_from_features
+from grade.common.errors import ProbeError
+from grade.verdict.probe import MLPNet, Probe, binary_metrics, probe_paths, stratified_split, train_from_features
 
 L = 30
 INFO = {"model": "smollm2-135m-instruct", "loss": "pre", "srank": "paper"}
@@ -210,8 +210,8 @@ def _stable_rank_frame(n=200, seed=11):
 def test_probe_inputs_of_a_table_and_of_a_result_agree():
     from types import SimpleNamespace
 
-    from grade.errors import InputError
-    from grade.probe import input_width, probe_inputs
+    from grade.common.errors import InputError
+    from grade.verdict.probe import input_width, probe_inputs
 
     df = _stable_rank_frame(5)
     X = probe_inputs(df, "sranks_loss")
@@ -241,7 +241,7 @@ def test_a_probe_reading_the_stable_ranks_apart_saves_its_inputs(kind, tmp_path)
     meta = json.loads((tmp_path / "p.json").read_text())
     assert meta["inputs"] == "sranks_loss" and meta["n_layers"] == L and "log srank(C_h)" in meta["feature_definition"]
     loaded = Probe.load(tmp_path / "p")
-    from grade.probe import probe_inputs
+    from grade.verdict.probe import probe_inputs
 
     X = probe_inputs(df, "sranks_loss")
     assert loaded.inputs == "sranks_loss" and np.allclose(loaded.predict_proba(X), probe.predict_proba(X))

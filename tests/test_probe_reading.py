@@ -1,4 +1,4 @@
-"""Input bands of the shipped probes (grade.probe_reading): what the Home page sets a question's probe inputs
+"""Input bands of the shipped probes (grade.verdict.probe_reading): what the Home page sets a question's probe inputs
 against."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grade.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, probe_inputs
-from grade.probe_reading import SHIPPED_BANDS_DIR, InputBands, bands_for, input_names
+from grade.verdict.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, probe_inputs
+from grade.verdict.probe_reading import SHIPPED_BANDS_DIR, InputBands, bands_for, input_names
 
 
 def _shipped_metadata():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import grade
-from grade.io import open_text
+from grade.common.io import open_text
 from studio import workflows
 from studio.resources import default_probe, list_probes, load_detectors, load_probe
 

@@ -1,4 +1,4 @@
-"""The reference recipe and literal formula (grade.reference), and the engine's performance paths
+"""The reference recipe and literal formula (grade.gradients.reference), and the engine's performance paths
 checked against them: low-memory capture, step-wise shared spectra, Lanczos on clustered spectra."""
 
 from pathlib import Path
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import grade
-from grade.models import LoadedModel
-from grade.reference import literal_stable_ranks, recipe_rank_ratios, reference_recipe
-from grade.spectra import top_eigenvalue, layer_spectrum, stable_rank, stable_ranks_fast, stable_ranks_prefixes
-from grade.losses import entropy_at_last_position
+from grade.models.models import LoadedModel
+from grade.gradients.reference import literal_stable_ranks, recipe_rank_ratios, reference_recipe
+from grade.gradients.stable_rank import top_eigenvalue, layer_spectrum, stable_rank, stable_ranks_fast, stable_ranks_prefixes
+from grade.gradients.losses import entropy_at_last_position
 
 from bench.synthetic import random_llama, word_tokenizer, words
 
@@ -112,7 +112,7 @@ def test_lanczos_resolves_a_clusteredtop_eigenvalue():
 
 
 def test_certificate_rejects_exactly_singular_grams():
-    from grade.spectra import cholesky_info
+    from grade.gradients.stable_rank import cholesky_info
 
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(3, 90, 200, generator=gen)
@@ -127,7 +127,7 @@ def test_lanczos_finds_thetop_eigenvalue_when_one_start_misses_it():
     step-wise benchmark on a random-weight Llama-3.1-8B-shaped model (H100, K = 8). The diagonal-based
     start has an overlap of 3e-5 with the top eigenvector, and Lanczos from it alone settled on λ₂
     (0.7% below λ₁), which put 1.4% into that layer's rank ratio. The second start catches it."""
-    from grade.spectra import _start_vectors
+    from grade.gradients.stable_rank import _start_vectors
 
     gram = torch.from_numpy(np.load(Path(__file__).parent / "data" / "lanczos_first_start_misses_top.npy"))
     values, vectors = torch.linalg.eigh(gram)

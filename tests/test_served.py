@@ -51,7 +51,7 @@ def _errors(at) -> list[str]:
 
 
 def _model_cache() -> Path:
-    from grade.models import cache_dir
+    from grade.models.models import cache_dir
 
     return cache_dir() / "models" / "smollm2-135m-instruct"
 
@@ -65,7 +65,7 @@ def _pick_model(at, text: str):
 
 @slow
 def test_model_paths_are_refused_alike_whether_they_exist_or_not(served):
-    from grade.models import EMBEDDED_MODELS
+    from grade.models.models import EMBEDDED_MODELS
 
     existing = _model_cache()
     assert (existing / "config.json").exists()
@@ -293,7 +293,7 @@ def test_served_mode_is_chosen_by_the_environment_or_a_non_loopback_address(monk
 
 
 def test_model_sources_outside_the_allowed_folders_are_refused(tmp_path):
-    from grade.errors import ModelLoadError
+    from grade.common.errors import ModelLoadError
     from studio.served import Settings, SERVED_LIMITS, check_model_source
 
     allowed = tmp_path / "models"
@@ -317,7 +317,7 @@ def test_model_sources_outside_the_allowed_folders_are_refused(tmp_path):
 
 
 def test_messages_lose_their_server_paths_and_names_their_folders():
-    from grade.errors import InputError
+    from grade.common.errors import InputError
     from studio.served import redact_paths, safe_probe_name
 
     assert redact_paths("probe file /home/u/.cache/x/probe.json does not exist") == "probe file probe.json does not exist"
@@ -353,7 +353,7 @@ def test_the_served_users_files_stay_within_the_overall_cap(tmp_path):
 def test_the_gguf_conversion_cache_keeps_the_most_recently_used(tmp_path, monkeypatch):
     import time
 
-    from grade.models import _prune_gguf_cache
+    from grade.models.models import _prune_gguf_cache
 
     monkeypatch.setenv("GRADE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("GRADE_GGUF_CACHE_MAX", "2")
@@ -379,7 +379,7 @@ def _probe_pair(tmp_path: Path, **changes) -> tuple[bytes, bytes]:
 
     import numpy as np
 
-    from grade.probe import Probe
+    from grade.verdict.probe import Probe
 
     rng = np.random.default_rng(0)
     probe = Probe("logreg").fit(rng.normal(size=(60, 30)), np.array([0, 1] * 30))
@@ -433,7 +433,7 @@ def test_a_feature_file_of_50m_rows_is_refused_from_its_metadata(served):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from grade.features import TRAINING_COLUMNS
+    from grade.batch.features import TRAINING_COLUMNS
 
     n = 50_000_000
     buffer = io.BytesIO()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import grade
-from grade.cancel import check_cancelled
+from grade.models.cancel import check_cancelled
 from studio.queue import CANCELLED, DONE, AnalysisQueue, QueueRefused
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ TRACE = "Tom has 3 boxes of 4 pens. That makes 3 * 4 = 12 pens. He gives away 5 
 
 
 def _until_cancelled(started: threading.Event):
-    """A job that works in small steps until cancelled, as the engine does (grade.cancel.check_cancelled)."""
+    """A job that works in small steps until cancelled, as the engine does (grade.models.cancel.check_cancelled)."""
 
     def job(progress):
         started.set()
@@ -95,7 +95,7 @@ def test_the_memory_budget_admits_jobs_only_while_their_claims_fit(gated_jobs):
 def test_cancel_stops_a_running_smollm2_trace_analysis_and_the_next_job_runs(smollm):
     """A real step-wise analysis (one pass per step) is cancelled once its first pass has run: it ends CANCELLED
     after that pass, and the worker then computes the next user's analysis."""
-    from grade.architectures import down_projections
+    from grade.models.architectures import down_projections
 
     queue = AnalysisQueue(workers=1, max_running=1)
     passes, first_pass = [], threading.Event()

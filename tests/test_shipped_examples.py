@@ -26,7 +26,7 @@ def shipped_on(monkeypatch):
 
 
 def _home_request(lm, question, context, task, *, tokens=None, probe_path=None, detectors=None):
-    from grade.detectors import detectors_for
+    from grade.verdict.detectors import detectors_for
     from studio.analysis_cache import home_request
     from studio.resources import DETECTORS_DIR, default_probe, list_probes
     from studio.served import LOCAL_LIMITS
@@ -108,7 +108,7 @@ def test_every_home_and_trace_example_of_smollm2_has_its_shipped_result(smollm, 
 
 
 def test_a_changed_probe_detector_or_setting_misses(smollm, shipped_on, tmp_path):
-    from grade.detectors import detectors_for
+    from grade.verdict.detectors import detectors_for
     from studio.analysis_cache import find_shipped, shipped_path
     from studio.resources import DETECTORS_DIR, default_probe, list_probes
 
@@ -149,7 +149,7 @@ def test_a_changed_probe_detector_or_setting_misses(smollm, shipped_on, tmp_path
 
 
 def test_projections_ship_their_opening_embeddings_and_place_a_question_as_computed(shipped_on):
-    from grade.features import load_features
+    from grade.batch.features import load_features
     from studio.analysis_cache import embedding_request, find_embedding
     from studio.projections import embed
     from studio.resources import REFERENCE_FEATURES, reference_set

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grade.features import load_features
-from grade.probe import SHIPPED_PROBES_DIR, Probe, probe_inputs
+from grade.batch.features import load_features
+from grade.verdict.probe import SHIPPED_PROBES_DIR, Probe, probe_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = "qwen2.5-coder-1.5b-instruct"

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 import grade
-from grade.analysis import _forward, activation_grads
-from grade.losses import entropy_at_last_position, response_cross_entropy
-from grade.prompts import format_prompt
-from grade.spectra import full_rank_in_float64, layer_spectrum, stable_rank, stable_ranks_fast
+import grade.models.architectures
+from grade.gradients.analysis import _forward, activation_grads
+from grade.gradients.losses import entropy_at_last_position, response_cross_entropy
+from grade.tasks.prompts import format_prompt
+from grade.gradients.stable_rank import full_rank_in_float64, layer_spectrum, stable_rank, stable_ranks_fast
 
 # Questions written for these tests only (not in sample_data or the shared sets).
 QUESTIONS = [
@@ -74,7 +75,7 @@ def test_weight_gradient_is_delta_transpose_h(smollm):
     model = smollm.model
     prompt = format_prompt(smollm.tokenizer, QUESTIONS[1])
     ids = smollm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    projections = grade.architectures.down_projections(model)
+    projections = grade.models.architectures.down_projections(model)
     try:
         for p in projections:
             p.weight.requires_grad_(True)
@@ -173,9 +174,9 @@ def test_float64_certificate_rejects_rank_deficient_and_near_cut_layers():
 
 
 def test_uncertified_layers_take_the_exact_route():
-    """The fast route's fallback lives in grade.spectra: a layer whose h repeats a row (C_h singular, so
+    """The fast route's fallback lives in grade.gradients.stable_rank: a layer whose h repeats a row (C_h singular, so
     P != I) is recomputed exactly; a full-rank layer keeps its fast values."""
-    from grade.spectra import stable_ranks_checked, stable_ranks_prefixes_checked
+    from grade.gradients.stable_rank import stable_ranks_checked, stable_ranks_prefixes_checked
 
     gen = torch.Generator().manual_seed(0)
     full = torch.randn(12, 64, generator=gen, dtype=torch.float64)

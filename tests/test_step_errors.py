@@ -11,11 +11,11 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from grade.locate import (DEFAULT_LOCATOR, LOCATORS, StepProbe, check_scores, localization_metrics, locate,
+from grade.steps.locate import (DEFAULT_LOCATOR, LOCATORS, StepProbe, check_scores, localization_metrics, locate,
                           measured_accuracy, ranked_steps, step_signals)
-from grade.losses import split_steps
-from grade.step_checks import check_step, check_steps, known_numbers, normalise
-from grade.step_errors import INJECTIONS, OWN_KIND, inject, injected_traces, own_slips, split_of
+from grade.gradients.losses import split_steps
+from grade.steps.step_checks import check_step, check_steps, known_numbers, normalise
+from grade.steps.step_errors import INJECTIONS, OWN_KIND, inject, injected_traces, own_slips, split_of
 
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
             "How many clips did Natalia sell altogether in April and May?")
@@ -34,7 +34,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
     import contextlib
     import io
 
-    from grade.cli import main
+    from grade.commands.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import grade.tasks
+import grade.tasks.tasks
 
-from grade.errors import InputError
-from grade.tasks import (
+from grade.common.errors import InputError
+from grade.tasks.tasks import (
     DATASETS,
     TASKS,
     Question,
@@ -55,7 +55,7 @@ def test_benchmark_subsets_ship_inside_the_package(monkeypatch):
     for name in DATASETS:
         name_found, path = resolve_dataset(name)
         assert name_found == name and path.name == "dev.jsonl.xz"
-        assert path.is_relative_to(Path(grade.tasks.__file__).parent / "datasets")
+        assert path.is_relative_to(Path(grade.tasks.tasks.__file__).parents[1] / "datasets")
     assert len(load_questions("gsm8k")) == 1000 and len(load_questions("hotpotqa")) == 375
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grade.cli import main
-from grade.errors import InputError
+from grade.commands.cli import main
+from grade.common.errors import InputError
 from grade.traces import (
     ERROR_KINDS,
     TraceStore,
@@ -331,10 +331,10 @@ def test_stored_token_shock_equals_the_exact_route(gsm8k_trace_run, smollm):
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_and_ray_writes_the_same_rows(smollm, tmp_path):
     from grade.batch import ClusterOptions, connect
-    from grade.models import ModelSpec
+    from grade.models.models import ModelSpec
     from grade.traces import analyze_traces
 
-    from grade.features import FeatureStore
+    from grade.batch.features import FeatureStore
     from grade.traces import TOKEN_SCHEMA
 
     pytest.importorskip("ray")

@@ -1,4 +1,4 @@
-"""The probe's verdict on one question inside ``grade`` (:mod:`grade.verdict`): which probe judges a model's
+"""The probe's verdict on one question inside ``grade`` (:mod:`grade.verdict.verdict`): which probe judges a model's
 questions of a task, and the verdict's measured test metrics beside their chance rates."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grade.errors import ProbeError
-from grade.probe import SHIPPED_PROBES_DIR, Probe, list_probes
-from grade.verdict import Verdict, default_probe, probe_probability, resolve_probe
+from grade.common.errors import ProbeError
+from grade.verdict.probe import SHIPPED_PROBES_DIR, Probe, list_probes
+from grade.verdict.verdict import Verdict, default_probe, probe_probability, resolve_probe
 
 
 def test_auto_is_the_shipped_probe_of_the_model_task_and_loss():

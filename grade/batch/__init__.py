@@ -1,4 +1,7 @@
-"""Resumable batch runs: one runner (:mod:`grade.batch.runner`) with a local backend (:func:`run_local`) and a
+"""Many questions, resumable: the batch runner (local and Ray) with its Parquet part folders, labelling (labeling)
+and feature extraction (features). Layer: batch; imports the engine folders only.
+
+Resumable batch runs: one runner (:mod:`grade.batch.runner`) with a local backend (:func:`run_local`) and a
 Ray backend (:func:`run_on_ray`, :mod:`grade.batch.ray_backend`), and the Parquet part folder that stores
 write through (:class:`PartStore`). Ray is imported only when a Ray run starts."""
 

@@ -1,5 +1,5 @@
 """A folder of Parquet part files, one part per written chunk, each written atomically: the generic sink
-store of batch runs (features: :class:`grade.features.FeatureStore`; traces: :class:`grade.traces.TraceStore`)."""
+store of batch runs (features: :class:`grade.batch.features.FeatureStore`; traces: :class:`grade.traces.TraceStore`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InputError
-from ..io import atomic_path
+from ..common.errors import InputError
+from ..common.io import atomic_path
 
 
 class PartStore:

@@ -15,7 +15,7 @@ Guarantees, and what makes them hold:
 
 * **Same results whatever the number of workers.** The work on one question is a pure function of
   ``(model, question, settings)``: features are deterministic, and every sampled answer draws from its
-  own random stream seeded from ``(seed, question id, sample index)`` (:mod:`grade.sampling`). No
+  own random stream seeded from ``(seed, question id, sample index)`` (:mod:`grade.models.sampling`). No
   state crosses questions, so chunking and scheduling cannot change a result. Bitwise equality also
   needs the same kernels (device, dtype, torch threads): across thread counts we measured float32
   differences of ~5e-7 in loss values and none in rank ratios on the CPU.
@@ -42,11 +42,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import GradeError, InputError, ModelLoadError
+from ..common.errors import GradeError, InputError, ModelLoadError
 from .runner import ProgressBar, RunReport, Sink, Work, items_to_do
 
 if TYPE_CHECKING:
-    from ..models import ModelSpec
+    from ..models.models import ModelSpec
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The resumable batch run, written once: pick the items a sink does not hold yet, push them through the
 work, write every finished chunk through the sink, show the progress and fill the report.
 
-Labelling (:mod:`grade.labeling`), feature extraction (:mod:`grade.features`) and trace analysis
+Labelling (:mod:`grade.batch.labeling`), feature extraction (:mod:`grade.batch.features`) and trace analysis
 (:mod:`grade.traces`) only supply their work and their sink:
 
 * a **work** turns items into results: locally a generator of ``(key, result or None)`` pairs, one per
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
-from ..errors import InputError
+from ..common.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +39,9 @@ BACKENDS = ("local", "ray")
 
 def model_for_backend(model, backend: str, cluster=None):
     """The model a batch job on ``backend`` works with, from ``model`` (a loaded model or a
-    :class:`grade.models.ModelSpec`): locally a loaded model (a spec is loaded here); on Ray the spec, which
+    :class:`grade.models.models.ModelSpec`): locally a loaded model (a spec is loaded here); on Ray the spec, which
     every worker loads. ``cluster`` (:class:`~grade.batch.ray_backend.ClusterOptions`) goes with ``ray`` only."""
-    from ..models import ModelSpec  # torch loads with a job, not with the runner
+    from ..models.models import ModelSpec  # torch loads with a job, not with the runner
 
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; use {' or '.join(BACKENDS)}")
@@ -50,7 +50,7 @@ def model_for_backend(model, backend: str, cluster=None):
             raise InputError("cluster options apply to the ray backend only")
         return model.load() if isinstance(model, ModelSpec) else model
     if not isinstance(model, ModelSpec):
-        raise InputError("the ray backend loads the model in every worker: give a grade.models.ModelSpec, "
+        raise InputError("the ray backend loads the model in every worker: give a grade.models.models.ModelSpec, "
                          "not a loaded model")
     return model
 

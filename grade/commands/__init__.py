@@ -1,1 +1,3 @@
-"""One module per CLI command; see :mod:`grade.cli`."""
+"""The command line, ``python -m grade``: its parser (cli) and one module per command.
+Layer: commands; imports any layer below it (engine, batch, learning).
+"""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..prompts import TASKS
+from ..tasks.prompts import TASKS
 from .common import add_model_arguments, load_model_from_args, positive_int
 
 
@@ -41,9 +41,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis import analyze, validate_question
-    from ..errors import InputError
-    from ..io import check_output_file
+    from ..gradients.analysis import analyze, validate_question
+    from ..common.errors import InputError
+    from ..common.io import check_output_file
 
     # Everything that can be checked without the model is checked before the slow load.
     validate_question(args.question)
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         result.save(args.save)
     verdict = None
     if probe is not None:
-        from ..verdict import probe_verdict
+        from ..verdict.verdict import probe_verdict
 
         verdict = probe_verdict(probe, result, name=probe_name, lm=lm)
     if args.json:
@@ -110,8 +110,8 @@ def _probe_from_args(args: argparse.Namespace):
     before the model loads (the layer count is checked with the model); (None, None) without ``--probe``."""
     if not args.probe:
         return None, None
-    from ..probe import Probe
-    from ..verdict import resolve_probe
+    from ..verdict.probe import Probe
+    from ..verdict.verdict import resolve_probe
 
     weights = resolve_probe(args.probe, args.model, task=args.task, loss=args.loss)
     probe = Probe.load(weights)

@@ -3,7 +3,7 @@
 For one model and a list of datasets (labelled files ``<labels-dir>/<dataset>.jsonl``) it fills the
 caches that are missing (GRADE_pre / GRADE_pos feature stores and per-question baseline scores, under
 ``<cache-dir>/<model>/``; this part loads the model) and then writes, from the caches alone
-(:mod:`grade.benchmark` does the work; this command only reads its arguments):
+(:mod:`grade.studies.benchmark` does the work; this command only reads its arguments):
 
 * ``main_table.md`` / ``main_table.csv``: Acc and AUROC (95% bootstrap CI) per method and dataset;
 * ``transfer.csv``: train the supervised detectors on dataset A, test on dataset B;
@@ -38,9 +38,9 @@ DATA_FOLDERS = {"labels": Path("data/labels"), "benchmark": Path("data/benchmark
 
 
 def repository_runs() -> dict[str, tuple[str, list[str]]]:
-    """The runs behind ``results/`` (:func:`grade.benchmark_runs.benchmark_runs`) on this repository's data
+    """The runs behind ``results/`` (:func:`grade.studies.benchmark_runs.benchmark_runs`) on this repository's data
     folders, relative to its root (run them from there)."""
-    from ..benchmark_runs import benchmark_runs
+    from ..studies.benchmark_runs import benchmark_runs
 
     return benchmark_runs(**DATA_FOLDERS)
 
@@ -48,7 +48,7 @@ def repository_runs() -> dict[str, tuple[str, list[str]]]:
 def register(sub) -> None:
     p = sub.add_parser("benchmark", help="GRADE vs baselines: tables, transfer, robustness, ablations",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from ..benchmark import DEFAULT_DATASETS, SAMPLING_ROWS
+    from ..studies.benchmark import DEFAULT_DATASETS, SAMPLING_ROWS
 
     add_model_arguments(p)
     p.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS),
@@ -98,7 +98,7 @@ def _log(message: str) -> None:
 def parse_caps(values: list[str] | None) -> tuple[int | None, dict[str, int]]:
     """``["60", "mmlu=250"]`` -> ``(60, {"mmlu": 250})``: the default cap per class and the datasets'
     own caps."""
-    from ..errors import InputError
+    from ..common.errors import InputError
 
     default, by_dataset = None, {}
     for value in values or []:
@@ -117,8 +117,8 @@ def parse_caps(values: list[str] | None) -> tuple[int | None, dict[str, int]]:
 
 
 def config_from_args(args: argparse.Namespace):
-    from ..baselines import safe_name
-    from ..benchmark import BenchmarkConfig
+    from ..verdict.detectors.baselines import safe_name
+    from ..studies.benchmark import BenchmarkConfig
     from ..studies import Protocol
 
     default_cap, dataset_caps = parse_caps(args.max_per_class)
@@ -140,8 +140,8 @@ def config_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ..baselines import safe_name
-    from ..benchmark import run_benchmark, write_results
+    from ..verdict.detectors.baselines import safe_name
+    from ..studies.benchmark import run_benchmark, write_results
     from .common import load_model_from_args
 
     if args.threads:

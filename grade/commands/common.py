@@ -11,7 +11,7 @@ import argparse
 import math
 import re
 
-from ..models import DEFAULT_MODEL, EMBEDDED_MODELS
+from ..models.models import DEFAULT_MODEL, EMBEDDED_MODELS
 
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d{1,3})?)$")
@@ -84,6 +84,6 @@ def add_threads_argument(parser: argparse.ArgumentParser, default: int | None = 
 
 
 def load_model_from_args(args: argparse.Namespace, say=None):
-    from ..models import load_model
+    from ..models.models import load_model
 
     return load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code, say=say)

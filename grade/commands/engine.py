@@ -9,12 +9,12 @@ import math
 from typing import TYPE_CHECKING
 
 from ..batch.runner import BACKENDS
-from ..errors import InputError
+from ..common.errors import InputError
 from .common import int_range, load_model_from_args
 
 if TYPE_CHECKING:  # imported where used: torch and Ray load only for a Ray run
     from ..batch.ray_backend import ClusterOptions
-    from ..models import ModelSpec
+    from ..models.models import ModelSpec
 
 ENGINES = BACKENDS  # --engine names the batch runner's backend
 
@@ -55,7 +55,7 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
 
 
 def model_spec_from_args(args: argparse.Namespace, gpus: float) -> ModelSpec:
-    from ..models import ModelSpec
+    from ..models.models import ModelSpec
 
     return ModelSpec(name=args.model, device=args.device, dtype=args.dtype,
                      trust_remote_code=getattr(args, "trust_remote_code", False), gpus=gpus)
@@ -82,7 +82,7 @@ def _cluster_from_args(args: argparse.Namespace) -> ClusterOptions:
 
 def model_for_engine(args: argparse.Namespace, say=None):
     """(model, cluster) for a batch job on ``--engine``: locally the loaded model (``say``: its loading lines) and
-    no cluster; on Ray a :class:`~grade.models.ModelSpec` that every worker loads, and where the workers run."""
+    no cluster; on Ray a :class:`~grade.models.models.ModelSpec` that every worker loads, and where the workers run."""
     if args.engine != "ray":
         return load_model_from_args(args, say), None
     cluster = _cluster_from_args(args)

@@ -7,7 +7,7 @@ probe's own loss and stable-rank variant.
 
 ``--detector NAME`` scores one of the detectors shown beside the probe's verdict (``prompt-entropy``,
 ``p-entropy``, ``saplma``: the one shipped for ``--model``, default the embedded default model) or a
-detector file, with the model passes its training data came from (:mod:`grade.detectors`). Each row is
+detector file, with the model passes its training data came from (:mod:`grade.verdict.detectors`). Each row is
 read with the calibration of its own dataset where the detector was trained on it, else of the closest
 one; a row whose task no training dataset is like is skipped.
 """
@@ -39,8 +39,8 @@ def register(sub) -> None:
 
 
 def _labelled_rows(args) -> tuple[list[dict], list]:
-    from ..errors import InputError
-    from ..features import read_labelled
+    from ..common.errors import InputError
+    from ..batch.features import read_labelled
 
     rows, bad_rows = [], []
     for path in args.questions:
@@ -62,10 +62,10 @@ def _print_metrics(result: dict) -> None:
 
 
 def _with_metrics(result: dict, y, p, datasets, threshold: float) -> dict:
-    """``result`` plus :func:`grade.metrics.binary_metrics` over all rows and, with several datasets, per dataset."""
+    """``result`` plus :func:`grade.common.metrics.binary_metrics` over all rows and, with several datasets, per dataset."""
     import numpy as np
 
-    from ..metrics import binary_metrics
+    from ..common.metrics import binary_metrics
 
     result.update(binary_metrics(y, p, threshold=threshold, roc=False))
     datasets = np.asarray(datasets, dtype=object)
@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
 def run_detector(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..detectors import Detector, labelled_statistics, resolve_detector
-    from ..errors import InputError
-    from ..models import DEFAULT_MODEL, load_model
+    from ..verdict.detectors import Detector, labelled_statistics, resolve_detector
+    from ..common.errors import InputError
+    from ..models.models import DEFAULT_MODEL, load_model
 
     wanted = args.model or DEFAULT_MODEL
     detector = Detector.load(resolve_detector(args.detector, wanted))
@@ -122,10 +122,10 @@ def run_detector(args: argparse.Namespace) -> int:
 
 
 def run_probe(args: argparse.Namespace) -> int:
-    from ..errors import InputError
-    from ..features import features_of_rows
-    from ..models import load_model
-    from ..probe import Probe, probe_inputs
+    from ..common.errors import InputError
+    from ..batch.features import features_of_rows
+    from ..models.models import load_model
+    from ..verdict.probe import Probe, probe_inputs
 
     probe = Probe.load(args.probe)
     meta = probe.metadata

@@ -30,9 +30,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import InputError
-    from ..features import extract_features, read_labelled
-    from ..io import ensure_output_folder
+    from ..common.errors import InputError
+    from ..batch.features import extract_features, read_labelled
+    from ..common.io import ensure_output_folder
 
     check_engine_arguments(args)
     if args.threads:

@@ -56,10 +56,10 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..errors import InputError
-    from ..io import check_output_file, ensure_output_folder, hold_output_lock
-    from ..labeling import label_questions
-    from ..tasks import load_questions
+    from ..common.errors import InputError
+    from ..common.io import check_output_file, ensure_output_folder, hold_output_lock
+    from ..batch.labeling import label_questions
+    from ..tasks.tasks import load_questions
 
     torch.set_num_threads(args.threads)
     check_engine_arguments(args)

@@ -5,7 +5,7 @@ where a reasoning trace first goes wrong?
         --labels data/labels/qwen2.5-coder-1.5b-instruct/gsm8k.jsonl.xz --device cuda
 
 Builds ``OUT/benchmark.jsonl`` (GSM8K dev solutions with one injected error each, and the model's own wrong
-traces with a verified arithmetic slip, see :mod:`grade.step_errors`), analyses it step-wise into the trace
+traces with a verified arithmetic slip, see :mod:`grade.steps.step_errors`), analyses it step-wise into the trace
 store ``OUT/store`` (resumable, as ``python -m grade traces``), and writes every locator's top-1, top-3 and
 step-AUROC per source and error kind to ``OUT/results.json`` and ``OUT/results.md``. With ``--store`` only,
 it scores an existing trace store whose traces carry known or annotated error steps.
@@ -41,16 +41,16 @@ def register(sub) -> None:
 
 
 def _rows(path) -> list[dict]:
-    from ..io import iter_jsonl
+    from ..common.io import iter_jsonl
 
     return [row for _, row, problem in iter_jsonl(Path(path)) if not problem]
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import InputError
-    from ..io import atomic_write
-    from ..step_errors import build_benchmark, results_markdown, score_store
-    from ..tasks import load_questions
+    from ..common.errors import InputError
+    from ..common.io import atomic_write
+    from ..steps.step_errors import build_benchmark, results_markdown, score_store
+    from ..tasks.tasks import load_questions
     from ..traces import TraceStore, analyze_traces, read_traces
 
     if args.threads:

@@ -57,7 +57,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import InputError
+    from ..common.errors import InputError
     from ..traces import (TraceStore, aggregate, aggregate_markdown, analyze_traces, generate_traces, read_traces,
                           summary_rows)
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     say = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr))
     if args.samples or args.generate:  # a read-only or full --out is refused before the model loads
-        from ..io import ensure_output_folder
+        from ..common.io import ensure_output_folder
 
         ensure_output_folder(args.out, "trace store")
     store = TraceStore(args.out)

@@ -34,10 +34,10 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..errors import InputError
-    from ..features import check_feature_frame, load_features
-    from ..io import ensure_output_folder
-    from ..probe import format_metrics, probe_paths, train_from_features
+    from ..common.errors import InputError
+    from ..batch.features import check_feature_frame, load_features
+    from ..common.io import ensure_output_folder
+    from ..verdict.probe import format_metrics, probe_paths, train_from_features
 
     torch.set_num_threads(1)  # a tiny MLP: more threads only add overhead on a busy CPU
     fractions = (1 - args.val_fraction - args.test_fraction, args.val_fraction, args.test_fraction)

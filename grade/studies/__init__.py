@@ -1,13 +1,16 @@
-"""The benchmark's studies, run on cached features: GRADE next to the baselines.
+"""Studies: the benchmark (its runs, studies, tables and report figures), GRADE next to the baselines and detectors.
+Layer: learning; imports the engine folders, batch/ and verdict/.
+
+The benchmark's studies, run on cached features: GRADE next to the baselines.
 
 Everything here works from files, never from a model, so the tables regenerate in seconds:
 
 * labels: ``<labels dir>/<dataset>.jsonl`` (``grade label``: id, question, task, samples, accuracy, label);
-* GRADE features: Parquet feature stores (:mod:`grade.features`), one per (dataset, variant, loss);
-* baseline scores: the per-question JSONL caches of :mod:`grade.baselines`.
+* GRADE features: Parquet feature stores (:mod:`grade.batch.features`), one per (dataset, variant, loss);
+* baseline scores: the per-question JSONL caches of :mod:`grade.verdict.detectors.baselines`.
 
-:mod:`grade.benchmark` fills the caches (that part needs the model) and then calls :func:`run_studies`
-here; the metrics are :mod:`grade.metrics`'s, the figures :mod:`grade.report`'s. A
+:mod:`grade.studies.benchmark` fills the caches (that part needs the model) and then calls :func:`run_studies`
+here; the metrics are :mod:`grade.common.metrics`'s, the figures :mod:`grade.studies.report`'s. A
 :class:`BenchmarkResult` saves itself as CSV + JSON + Markdown and loads back (:meth:`BenchmarkResult.save`,
 :meth:`BenchmarkResult.load`); it draws nothing.
 

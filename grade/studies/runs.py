@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..metrics import selective_metrics
+from ..common.errors import InputError
+from ..common.metrics import selective_metrics
 from .output import main_markdown, selective_markdown, write_csv, write_scores
 from .scorers import LayerThreshold, ProbeScorer, Scorer, evaluate_method, evaluate_scores, make_scorer
 from .tables import METHOD_ORDER, Protocol, SUPERVISED, Table, assign_splits, confidently_wrong
@@ -25,7 +25,7 @@ def main_table(tables: dict[str, Table], protocol: Protocol, methods=METHOD_ORDE
     """One row per (dataset, method): Acc, AUROC and its CI on the test split. Also returns the
     fitted scorers, ``{(dataset, method): scorer}``, for the other studies. ``test_scores``, where
     given, receives the per-question scores those metrics were computed from (:func:`score_rows`)."""
-    from ..errors import GradeError
+    from ..common.errors import GradeError
 
     rows, fitted = [], {}
     for name, table in tables.items():
@@ -65,7 +65,7 @@ def grouped_scores(test_scores: list[dict]) -> dict[tuple[str, str], tuple[np.nd
 def selective_answering(test_scores: list[dict], protocol: Protocol, coverage: float = 0.5) -> list[dict]:
     """Selective answering per (dataset, method) of the main table: the model answers the test questions the
     detector scores highest and abstains on the rest. Accuracy at ``coverage`` and the area under the
-    accuracy-coverage curve, with bootstrap intervals (:func:`grade.metrics.selective_metrics`), beside the
+    accuracy-coverage curve, with bootstrap intervals (:func:`grade.common.metrics.selective_metrics`), beside the
     base rate and the oracle."""
     from .scorers import _seed_of
 
@@ -225,7 +225,7 @@ def condition_transfer(study: str, first: Table, second: Table, protocol: Protoc
     saw that condition either, so nothing needs holding back, and the larger test set narrows the
     interval. Rows: study, method, train, test, n, positives, acc, auroc and its CI.
     """
-    from ..errors import GradeError
+    from ..common.errors import GradeError
 
     out = []
     for method in methods:
@@ -251,7 +251,7 @@ def condition_transfer(study: str, first: Table, second: Table, protocol: Protoc
 @dataclass
 class BenchmarkResult:
     """Every study of one benchmark run; saves itself as CSV + JSON + Markdown (:meth:`save`) and reads
-    back (:meth:`load`). Figures are drawn elsewhere (:mod:`grade.report`, the app)."""
+    back (:meth:`load`). Figures are drawn elsewhere (:mod:`grade.studies.report`, the app)."""
 
     model: str
     protocol: dict

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import auroc, best_threshold
+from ..common.metrics import auroc, best_threshold
 from .tables import GRADE_METHODS, LENGTH_METHODS, Protocol, Table, metrics
 
 
@@ -35,7 +35,7 @@ class ProbeScorer(Scorer):
         return x[:, self.layers] if self.layers is not None else x
 
     def fit(self, table, train, val):
-        from ..probe import Probe
+        from ..verdict.probe import Probe
 
         ok_tr = np.isfinite(self._x(table, train)).all(axis=1)
         ok_va = np.isfinite(self._x(table, val)).all(axis=1)
@@ -108,7 +108,7 @@ class AlignP(Scorer):
         self.seed = seed
 
     def fit(self, table, train, val):
-        from ..probe import Probe
+        from ..verdict.probe import Probe
 
         best = None
         for layer, x in sorted(table.align.items()):
@@ -126,7 +126,7 @@ class AlignP(Scorer):
 
 class SAPLMA(Scorer):
     """SAPLMA (Azaria & Mitchell 2023) on hidden_states[-12] of the answer's last token: the estimator
-    :class:`grade.detectors.SaplmaMLP` (MLP 256-128-64, Adam lr 1e-3, 5 epochs, batch 32, inputs
+    :class:`grade.verdict.detectors.SaplmaMLP` (MLP 256-128-64, Adam lr 1e-3, 5 epochs, batch 32, inputs
     standardised on train)."""
 
     name = "SAPLMA"
@@ -135,7 +135,7 @@ class SAPLMA(Scorer):
         self.seed, self.epochs, self.batch_size, self.lr = seed, epochs, batch_size, lr
 
     def fit(self, table, train, val):
-        from ..detectors import SaplmaMLP
+        from ..verdict.detectors import SaplmaMLP
 
         self.model = SaplmaMLP(self.seed, self.epochs, self.batch_size, self.lr).fit(table.saplma[train], table.y[train])
         return self

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..baselines import SCORE_KEYS, decode_vector
-from ..metrics import heldout_metrics
-from ..tasks import answer_key
+from ..verdict.detectors.baselines import SCORE_KEYS, decode_vector
+from ..common.metrics import heldout_metrics
+from ..tasks.tasks import answer_key
 
 GRADE_METHODS = ("GRADE_pre", "GRADE_pos")
 SUPERVISED = ("GRADE_pre", "GRADE_pos", "Align-P", "SAPLMA")
@@ -42,7 +42,7 @@ class Protocol:
 
 def metrics(y: np.ndarray, s: np.ndarray, threshold: float, protocol: Protocol, *, with_auroc: bool = True,
             seed: int = 0) -> dict[str, Any]:
-    """:func:`grade.metrics.heldout_metrics` with the protocol's bootstrap settings."""
+    """:func:`grade.common.metrics.heldout_metrics` with the protocol's bootstrap settings."""
     return heldout_metrics(y, s, threshold, with_auroc=with_auroc, n_boot=protocol.n_boot, ci=protocol.ci, seed=seed)
 
 
@@ -106,13 +106,13 @@ class Table:
 
 def read_labels(path: str | Path) -> list[dict]:
     """Labelled rows (label 0/1 only) of one JSONL file."""
-    from ..features import read_labelled
+    from ..batch.features import read_labelled
 
     return read_labelled(path)
 
 
 def confidently_wrong(row: dict) -> bool:
-    """All samples give the same answer (:func:`grade.tasks.answer_key`) and none is correct."""
+    """All samples give the same answer (:func:`grade.tasks.tasks.answer_key`) and none is correct."""
     samples = row.get("samples") or []
     if not samples or row.get("accuracy") is None or float(row["accuracy"]) > 0:
         return False
@@ -141,7 +141,7 @@ def select_rows(rows: list[dict], protocol: Protocol, dataset: str | None = None
 
 
 def assign_splits(ids: list[str], y: np.ndarray, protocol: Protocol) -> np.ndarray:
-    from ..probe import stratified_split
+    from ..verdict.probe import stratified_split
 
     split = np.empty(len(ids), dtype=object)
     for name, idx in zip(("train", "val", "test"), stratified_split(y, fractions=protocol.fractions, seed=protocol.seed)):
@@ -151,7 +151,7 @@ def assign_splits(ids: list[str], y: np.ndarray, protocol: Protocol) -> np.ndarr
 
 def _grade_arrays(frame, ids: list[str]) -> dict[str, np.ndarray]:
     """(n, L) rank ratios and stable ranks for ``ids`` from a feature DataFrame (NaN rows if absent)."""
-    from ..features import feature_matrix
+    from ..batch.features import feature_matrix
 
     frame = frame.drop_duplicates("id").set_index("id")
     present = [i for i in ids if i in frame.index]

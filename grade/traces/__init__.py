@@ -1,4 +1,7 @@
-"""Error analysis of many reasoning traces: read an evaluation run, score every trace step-wise, triage.
+"""Many reasoning traces: their sources and readers, step-wise analysis, the store, runs and aggregates.
+Layer: batch; imports the engine folders and batch/.
+
+Error analysis of many reasoning traces: read an evaluation run, score every trace step-wise, triage.
 
 Inputs (:func:`read_traces` tells them apart by their fields):
 
@@ -8,13 +11,13 @@ Inputs (:func:`read_traces` tells them apart by their fields):
   ``filter``, ``metrics`` and each metric's value. Correctness is the file's metric (``exact_match`` by
   default) under one filter (the file's first, e.g. ``strict-match`` for GSM8K); a document with several
   generations (``repeats``, self-consistency) has one document-level metric, so its traces are
-  re-scored one by one with :func:`grade.tasks.is_correct` against the gold answer (the ``source``
+  re-scored one by one with :func:`grade.tasks.tasks.is_correct` against the gold answer (the ``source``
   column says which). GSM8K and MATH tasks (``gsm8k*``, ``minerva_math*``, ``hendrycks_math*``, ...);
 * this project's **trace JSONL**: ``question``, ``response``, ``correct`` (true / false / null), optional
   ``doc_id`` (or ``id``), ``sample``, ``task``, ``answers``, and ``error_step`` / ``error_kind`` where the
-  first wrong step is known (1-based, in the steps of :func:`grade.losses.split_steps`; the step-error
+  first wrong step is known (1-based, in the steps of :func:`grade.gradients.losses.split_steps`; the step-error
   benchmark's traces carry them);
-* a **labels file** of :mod:`grade.labeling` with full samples: each sampled answer is a trace, scored as
+* a **labels file** of :mod:`grade.batch.labeling` with full samples: each sampled answer is a trace, scored as
   the labeller scored it. :func:`generate_traces` writes one: the model's own traces, as GRADE_pos is
   defined. Its ``cut_off`` marks the samples that stopped at ``max_new_tokens`` (their "wrong" may only mean
   unfinished); labels written before it existed leave ``cut_off`` unknown;
@@ -25,8 +28,8 @@ Inputs (:func:`read_traces` tells them apart by their fields):
 
 Each trace gets a step-wise ``pos`` analysis (:func:`grade.analyze` with ``steps=True``): a rank ratio per
 step and layer, GRADE_pos (their mean), per-token epistemic shock (row sums of ``C_g``) and token surprisal,
-and a ``suspect_step``: the step that :data:`grade.locate.DEFAULT_LOCATOR` ranks first as where the trace
-goes wrong (the arithmetic / provenance check of :mod:`grade.step_checks`, then surprisal), with the
+and a ``suspect_step``: the step that :data:`grade.steps.locate.DEFAULT_LOCATOR` ranks first as where the trace
+goes wrong (the arithmetic / provenance check of :mod:`grade.steps.step_checks`, then surprisal), with the
 per-step signals behind it. How often each signal finds a known wrong step: ``python -m grade steperrors``.
 
 The **trace store** is a folder::
@@ -37,7 +40,7 @@ The **trace store** is a folder::
     annotations.json           the analyst's error step and kind per trace
     generated.jsonl            (generation only) the sampled traces, as a labels file
 
-Parts are written as :mod:`grade.features` writes its store (:class:`grade.batch.PartStore`) (atomically, one per finished chunk, a
+Parts are written as :mod:`grade.batch.features` writes its store (:class:`grade.batch.PartStore`) (atomically, one per finished chunk, a
 chunk's tokens before its traces), so an interrupted run keeps every finished chunk and a re-run only
 analyses the traces not yet stored. Steps are numbered from 1 wherever a user sees them
 (``peak_step``, ``error_step``, the ``step`` of a token); token ``position`` counts response tokens from 0.

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..locate import DEFAULT_LOCATOR
+from ..steps.locate import DEFAULT_LOCATOR
 from .analysis import TOKEN_CLASSES
 from .store import ERROR_KINDS, _missing
 
@@ -69,7 +69,7 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0, token_li
     * ``cut_off``: traces whose ``cut_off`` is known, how many of them stopped at the token limit (``traces``)
       and how many of the wrong ones did (``wrong``), and ``token_limit``;
     * ``ranking``: per score of :data:`RANKING_SCORES`, AUROC for "wrong" (1) against "correct" (0) with a
-      stratified percentile bootstrap interval (:func:`grade.metrics.bootstrap_ci`); higher scores are
+      stratified percentile bootstrap interval (:func:`grade.common.metrics.bootstrap_ci`); higher scores are
       taken to mean "wrong" for every score, decided before looking at any data;
     * ``peak_position``: per group (correct, wrong), where in the trace the peak step lies: mean relative
       position (0 = first step, 1 = last; traces with one step left out) and the share in each third;
@@ -78,7 +78,7 @@ def aggregate(frame, tokens=None, *, n_boot: int = 1000, seed: int = 0, token_li
     * ``annotations``: over traces with a marked error step, how often the peak step (and the peak token's
       step) is that step, beside the chance rate (mean 1/K) and within one step.
     """
-    from ..metrics import auroc, bootstrap_ci
+    from ..common.metrics import auroc, bootstrap_ci
 
     correct = frame["correct"]
     known = correct.notna().to_numpy()

@@ -12,8 +12,8 @@ from typing import Iterable
 import numpy as np
 
 from .. import __version__
-from ..errors import GradeError, InputError
-from ..locate import DEFAULT_LOCATOR, locate, ranked_steps, signals_of_result, token_shock  # noqa: F401 (token_shock: re-exported)
+from ..common.errors import GradeError, InputError
+from ..steps.locate import DEFAULT_LOCATOR, locate, ranked_steps, signals_of_result, token_shock  # noqa: F401 (token_shock: re-exported)
 from .sources import TraceItem
 from .store import FORMAT_VERSION
 
@@ -46,7 +46,7 @@ def token_class(token: str) -> str:
 
 def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: float) -> tuple[dict, list[dict]]:
     """The store's trace row and token rows of one analysed trace (``result``: a step-wise ``pos``
-    :class:`~grade.result.GradeResult` with token scores)."""
+    :class:`~grade.gradients.result.GradeResult` with token scores)."""
     start = result.response_start or 0
     steps = result.steps
     ratios = np.stack([s.rank_ratio for s in steps])  # (K, L)
@@ -114,8 +114,8 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
 
 def analyze_trace_item(lm, item: TraceItem, *, srank: str = "paper") -> tuple[dict, list[dict]]:
     """Step-wise GRADE_pos and token shock of one trace; returns (trace row, token rows)."""
-    from ..analysis import analyze
-    from ..labeling import MAX_CHARS_PER_TOKEN
+    from ..gradients.analysis import analyze
+    from ..batch.labeling import MAX_CHARS_PER_TOKEN
 
     response = item.response if item.prompt is not None else item.response.strip()
     if not response.strip():

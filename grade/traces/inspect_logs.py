@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..grading import last_boxed
+from ..common.errors import InputError
+from ..tasks.grading import last_boxed
 from .sources import TraceItem, TraceSource, _check_task, trace_id
 
 INSTALL = "pip install 'grade-studio[inspect]'"

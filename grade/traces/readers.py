@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import InputError
-from ..grading import last_boxed
+from ..common.errors import InputError
+from ..tasks.grading import last_boxed
 from .inspect_logs import is_inspect_log, read_inspect_log
 from .sources import PROMPTS, TRACE_TASKS, TraceItem, TraceSource, _check_task, trace_id
 
@@ -20,7 +20,7 @@ _QUESTION_KEYS = ("question", "problem", "Question", "Problem", "input", "query"
 def _read_objects(path: Path, skipped: list[str] | None = None) -> list[tuple[int, dict]]:
     """The JSON objects of a trace file with their line numbers. A line over the reader's byte bound is
     skipped unread (named in ``skipped``); any other bad line stops the read with one message."""
-    from ..io import MAX_LINE_BYTES, check_input_file, iter_jsonl
+    from ..common.io import MAX_LINE_BYTES, check_input_file, iter_jsonl
 
     check_input_file(path, "trace file")
     rows = []
@@ -64,7 +64,7 @@ def _gold_answers(doc: dict, target: Any, task: str) -> tuple[str, ...]:
 
 
 def _rescore(task: str, response: str, answers: Sequence[str]) -> bool | None:
-    from ..tasks import Question, is_correct
+    from ..tasks.tasks import Question, is_correct
 
     if not answers:
         return None

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..batch.runner import model_for_backend, run_local
-from ..errors import InputError
+from ..common.errors import InputError
 from .analysis import TraceWork, _analysed
 from .sources import TRACE_TASKS, TraceSource
 from .store import TraceStore, TraceStoreSink
@@ -21,7 +21,7 @@ def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "pa
     """Analyse the traces of ``source`` not yet in the store ``out``, in this process
     (:func:`grade.batch.run_local`, ``backend="local"``) or on the workers of a Ray cluster
     (:func:`grade.batch.run_on_ray`, ``backend="ray"``, ``cluster``: :class:`grade.batch.ClusterOptions`):
-    same store, same rows. ``lm``: a loaded model or a :class:`grade.models.ModelSpec` (loaded here, or by every
+    same store, same rows. ``lm``: a loaded model or a :class:`grade.models.models.ModelSpec` (loaded here, or by every
     Ray worker).
 
     Every ``chunk_size`` traces a part is written; an exception (Ctrl-C, or one raised by ``callback``
@@ -54,10 +54,10 @@ def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem:
                     offset: int = 0, matcher: str = "strict", seed: int = 0, max_new_tokens: int | None = None,
                     questions_per_batch: int = 4, cluster=None, progress: bool = False) -> Path:
     """Sample ``n_per_problem`` traces per problem of a GSM8K / MATH dataset with the model itself, into
-    ``<out>/generated.jsonl`` (a labels file, :func:`grade.labeling.label_questions`: seeded per problem
+    ``<out>/generated.jsonl`` (a labels file, :func:`grade.batch.labeling.label_questions`: seeded per problem
     and sample, resumable, each trace scored). ``lm_or_spec``: a loaded model, or a
-    :class:`grade.models.ModelSpec` to sample on Ray workers. Returns the file's path."""
-    from ..tasks import load_questions
+    :class:`grade.models.models.ModelSpec` to sample on Ray workers. Returns the file's path."""
+    from ..tasks.tasks import load_questions
 
     if n_per_problem < 1:
         raise InputError("--generate must be at least 1")
@@ -67,7 +67,7 @@ def generate_traces(lm_or_spec, dataset: str, out: str | Path, *, n_per_problem:
         raise InputError(f"dataset {dataset!r} is a {', '.join(wrong)} set; traces come from gsm8k or math problems")
     path = Path(out) / "generated.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    from ..labeling import label_questions
+    from ..batch.labeling import label_questions
 
     label_questions(lm_or_spec, questions, path, n_samples=n_per_problem, matcher=matcher, seed=seed,
                     max_new_tokens=max_new_tokens, questions_per_batch=questions_per_batch, progress=progress,

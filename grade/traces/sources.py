@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..registry import REGISTRY
+from ..common.errors import InputError
+from ..tasks.registry import REGISTRY
 
 #: The tasks whose answers are reasoning traces: the step-wise tasks of the registry (gsm8k, math).
 TRACE_TASKS = tuple(name for name, spec in REGISTRY.items() if spec.stepwise)

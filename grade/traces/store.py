@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..batch.parts import PartStore
-from ..errors import InputError
+from ..common.errors import InputError
 from .sources import TraceItem
 
 FORMAT_VERSION = 2  # 2: step-error localization columns and token surprisal
@@ -55,7 +55,7 @@ TRACE_SCHEMA = pa.schema(
         ("peak_token_position", pa.int32()),
         ("peak_token_step", pa.int32()),
         ("peak_token_class", pa.string()),
-        # step-error localization (grade.locate): the default locator's ranking and the signals behind it
+        # step-error localization (grade.steps.locate): the default locator's ranking and the signals behind it
         ("locator", pa.string()),  # name of the locator behind suspect_step
         ("suspect_step", pa.int32()),  # 1-based: the step the locator ranks first
         ("suspect_step_text", pa.string()),
@@ -101,7 +101,7 @@ def _missing(value) -> bool:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    from ..io import atomic_write
+    from ..common.io import atomic_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, text)

@@ -32,7 +32,7 @@ PY
 timeout 120 python3 -m grade extract --model /tmp/model --device cuda --dtype float32 --labels /tmp/labels.jsonl --out /tmp/one.parquet --quiet 2>&1 | tail -2
 timeout 150 python3 -m grade extract --model /tmp/model --device cuda --dtype float32 --labels /tmp/labels.jsonl --out /tmp/two.parquet --quiet --engine ray --workers 1 --gpus-per-worker 2 2>&1 | grep -v WARNING | tail -3
 python3 -c "
-import numpy as np; from grade.features import load_features as L
+import numpy as np; from grade.batch.features import load_features as L
 a=L('/tmp/one.parquet').sort_values('id'); b=L('/tmp/two.parquet').sort_values('id')
 print('rows', len(a), len(b), 'max |diff| rank_ratio', np.abs(np.stack(a.rank_ratio)-np.stack(b.rank_ratio)).max())"
 echo "== scaling CPU"

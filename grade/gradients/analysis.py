@@ -1,0 +1,611 @@
+"""``analyze``: one question in, one :class:`~grade.gradients.result.GradeResult` out.
+
+Pipeline (the stages of :func:`analyze`): prepare the inputs (tokenise, generate or encode the response, cut
+the steps) -> one forward pass with hooks (h and o of every MLP down projection) -> loss -> one
+activation-only backward pass (``Δ = ∂L/∂o``) -> per-layer spectra -> stable ranks and rank ratios ->
+the result. Step-wise ``pos`` needs one backward pass per step: its steps go in groups that share a
+forward pass over their prefix, sized so that their Δ fit a memory bound (on a CPU one pass per prefix
+where that is cheaper).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from .. import __version__
+from ..models.cancel import check_cancelled
+from .capture import capture_mlp
+from ..common.errors import InputError, NumericalError
+from ..models.generation import PromptPass, encode_prompt, greedy_answer, output_cache
+from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response, token_surprisal
+from ..models.models import LoadedModel
+from ..tasks.prompts import format_prompt
+from .result import GradeResult, StepResult
+from .stable_rank import (
+    SRankKind,
+    check_finite,
+    layer_spectrum,
+    rank_ratios,
+    stable_rank,
+    stable_ranks_checked,
+    stable_ranks_prefixes_checked,
+)
+from ..tasks.tasks import answer_format
+
+LossKind = Literal["pre", "pos"]
+SRankVariant = Literal["paper", "sum", "squared"]
+
+DEFAULT_MAX_TOKENS = 4096
+#: ``low_memory=None`` turns the low-memory capture on for CUDA inputs of at least this many tokens.
+LOW_MEMORY_MIN_TOKENS = 256
+#: Default bound (MB) on the per-step gradients step-wise ``pos`` holds at once (``analyze(step_memory_mb=...)``).
+DEFAULT_STEP_MEMORY_MB = 256
+
+
+def srank_kinds(loss: LossKind, variant: SRankVariant) -> tuple[SRankKind, SRankKind]:
+    """Which stable-rank formula the C_h and C_g sides use.
+
+    ``paper``: Σλ/λ₁ for ``pre``, Σλ²/λ₁² for ``pos`` (the paper's equations, our default).
+    ``sum`` / ``squared``: one formula for every loss (the reference code's CE features use ``sum``).
+    """
+    if variant == "paper":
+        kind: SRankKind = "pre" if loss == "pre" else "pos"
+    elif variant in ("sum", "squared"):
+        kind = "pre" if variant == "sum" else "pos"
+    else:
+        raise InputError(f"unknown stable-rank variant {variant!r}; use paper, sum or squared")
+    return kind, kind
+
+
+def validate_question(question: str, max_chars: int = 20000) -> str:
+    if question is None or not str(question).strip():
+        raise InputError("the question is empty")
+    if len(question) > max_chars:
+        raise InputError(f"the question is {len(question)} characters long; the limit is {max_chars}")
+    return question.strip()
+
+
+def _encode(lm: LoadedModel, text: str) -> list[int]:
+    """Ids of a response or other continuation: no special tokens added."""
+    return lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _forward(lm: LoadedModel, input_ids: list[int], keep_hidden: bool):
+    """Forward pass with capture; returns (capture, logits (n, vocab), hidden states or None)."""
+    capture, logits, _, hidden_states, _ = forward_with_capture(lm, input_ids, keep_hidden, 0)
+    return capture, logits, hidden_states
+
+
+def forward_with_capture(
+    lm: LoadedModel, input_ids: list[int], keep_hidden: bool, logits_from: int, *, low_memory: bool = False,
+    keep_cache: bool = False,
+):
+    """Forward pass with capture; returns (capture, logits (n - first, vocab), first, hidden states or None,
+    the key/value cache or None).
+
+    Only positions ``first..n-1`` get logits (``first`` is ``logits_from`` where the model supports
+    ``logits_to_keep``, else 0): the LM head's product, its backward and the (n, vocab) buffers are the
+    largest avoidable costs of a GRADE pass, and the losses read a few rows only. ``low_memory``
+    captures with activation recomputation and keeps ``h hᵀ`` instead of h (see :mod:`grade.gradients.capture`).
+    ``keep_cache`` also returns the pass's key/value cache (still attached to the autograd graph).
+    """
+    ids = torch.tensor([input_ids], device=lm.device)
+    first = logits_from if logits_from > 0 and _accepts_logits_to_keep(lm.model) else 0
+    extra = {"logits_to_keep": len(input_ids) - first} if first else {}
+    with capture_mlp(lm.model, recompute=low_memory, grams=low_memory) as capture:
+        out = lm.model(input_ids=ids, use_cache=keep_cache, output_hidden_states=keep_hidden, **extra)
+    return (capture, out.logits[0], first, (out.hidden_states if keep_hidden else None),
+            output_cache(out) if keep_cache else None)
+
+
+def activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor], batched: bool | None = None) -> list[torch.Tensor]:
+    """Δ for every layer: (K, n, d_model) per layer for K losses; ``batched``: one batched backward
+    pass for all K (default: everywhere but on a CPU), else K backward passes over the same graph."""
+    # Outputs are (1, n, d), or (n, d) where the model flattens tokens (OPT); either way one sequence.
+    if losses.dim() == 0:
+        return [g.reshape(1, *g.shape[-2:]) for g in torch.autograd.grad(losses, outputs)]
+    # On a GPU the K backward passes batched into one (K·n rows per matrix product) cost little more
+    # than one pass, which is bound by kernel launches at these sizes. A CPU is bound by arithmetic
+    # either way, and there the batched (vmap) kernels were 1.5x slower than K plain backward passes
+    # over the same graph (SmolLM2, K = 16 steps, 707 tokens: 157 s vs 100 s on one loaded core).
+    if batched is None:
+        batched = losses.device.type != "cpu"
+    if batched:
+        eye = torch.eye(losses.numel(), device=losses.device, dtype=losses.dtype)
+        try:
+            # retain_graph: an op without a batching rule can fail midway, after the backward pass has
+            # already freed part of the graph, and the fallback below needs the whole graph again
+            # (seen with Qwen2.5 on an H200: "Trying to backward through the graph a second time").
+            grads = torch.autograd.grad(losses, outputs, grad_outputs=eye, is_grads_batched=True, retain_graph=True)
+            return [g.reshape(len(eye), *g.shape[-2:]) for g in grads]
+        except RuntimeError:  # an op without a batching rule: one backward per loss instead
+            pass
+    # Each loss's Δ goes straight into its row: stacking a list of them would hold every Δ twice at the end.
+    out: list[torch.Tensor] = []
+    for k, loss in enumerate(losses):
+        check_cancelled()
+        grads = torch.autograd.grad(loss, outputs, retain_graph=True)
+        if not out:
+            out = [torch.empty((len(losses), *g.shape[-2:]), dtype=g.dtype, device=g.device) for g in grads]
+        for layer, g in enumerate(grads):
+            out[layer][k] = g.reshape(g.shape[-2:])
+        del grads
+    return out
+
+
+def _hidden_of_layers(lm: LoadedModel, input_ids: list[int], layers: list[int]) -> dict[int, torch.Tensor]:
+    """h (n, d_ff) of some layers, from one more forward pass without gradients (the low-memory path
+    keeps only h hᵀ; layers the fast route cannot certify need h itself)."""
+    ids = torch.tensor([input_ids], device=lm.device)
+    extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(lm.model) else {}
+    with torch.no_grad(), capture_mlp(lm.model) as capture:
+        lm.model(input_ids=ids, use_cache=False, **extra)
+    return {layer: capture.hidden[layer][0] for layer in layers}
+
+
+def _fast_features_from_grams(grams: list[torch.Tensor], deltas: list[torch.Tensor], kinds, hidden_width: int, fetch_hidden):
+    """Fast-path (srank_h, srank_g, ratio) from ``h hᵀ`` per layer (n, n) and Δ per layer (n, d_model);
+    ``fetch_hidden(layers)`` returns h for the layers that need the exact route."""
+    # stable_ranks_fast raises NumericalError for a non-finite h or Δ (their grams' traces show it).
+    checked = stable_ranks_checked(None, deltas, *kinds, hidden_grams=grams, hidden_width=hidden_width,
+                                   fetch_hidden=fetch_hidden)
+    return checked.srank_h, checked.srank_g, checked.rank_ratio
+
+
+def _full_rank_row_sums(deltas: list[torch.Tensor], exact: dict) -> np.ndarray:
+    """Row sums of C_g per layer without an eigen-decomposition where C_h has full row rank (P = I, so
+    C_g = Δ Δᵀ: Δ (Δᵀ 1) in float64), the exact spectra's elsewhere (``exact``: layer -> spectrum, see
+    :func:`grade.gradients.stable_rank.exact_where_uncertified`). deltas[l]: (n, d_model) -> (L, n)."""
+    rows = np.stack([(d.double() @ d.double().sum(0)).cpu().numpy() for d in deltas])
+    for layer, spec in exact.items():
+        rows[layer] = spec.row_sums_g.numpy()
+    return rows
+
+
+def layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool,
+                   row_sums: bool = False):
+    """Per-layer (srank_h, srank_g, ratio) and, with ``spectra``, eigenvalues and row sums (with
+    ``row_sums`` and no ``spectra``: row sums from the fast route, no eigenvalues).
+
+    hidden[l]: (n, d_ff), deltas[l]: (n, d_model).
+    """
+    n_layers = len(hidden)
+    kind_h, kind_g = kinds
+    if spectra:  # (the fast route checks through its grams' traces, without a sync per layer)
+        for layer, (h, d) in enumerate(zip(hidden, deltas)):
+            check_finite(h, f"layer {layer} activation h")
+            check_finite(d, f"layer {layer} gradient Δ")
+    srank_h = np.zeros(n_layers)
+    srank_g = np.zeros(n_layers)
+    eig_h = eig_g = rows = None
+    if spectra:
+        n = hidden[0].shape[0]
+        eig_h, eig_g, rows = np.zeros((n_layers, n)), np.zeros((n_layers, n)), np.zeros((n_layers, n))
+        for layer in range(n_layers):
+            check_cancelled()  # a float64 eigen-decomposition per layer: the longest stretch without a check
+            spec = layer_spectrum(hidden[layer], deltas[layer])
+            srank_h[layer] = stable_rank(spec.eig_h, kind_h)
+            srank_g[layer] = stable_rank(spec.eig_g, kind_g)
+            eig_h[layer], eig_g[layer], rows[layer] = spec.eig_h.numpy(), spec.eig_g.numpy(), spec.row_sums_g.numpy()
+    else:
+        checked = stable_ranks_checked(hidden, deltas, kind_h, kind_g)  # per-layer lists: no stacked copies
+        srank_h[:], srank_g[:] = checked.srank_h, checked.srank_g
+        rows = _full_rank_row_sums(deltas, checked.exact) if row_sums else None
+    return srank_h, srank_g, rank_ratios(srank_g, srank_h), eig_h, eig_g, rows
+
+
+def prefix_passes_are_cheaper(device: torch.device | str, ends: list[int], n_tokens: int) -> bool:
+    """Whether step-wise ``pos`` should run one pass per prefix instead of sharing one forward pass.
+
+    Sharing costs one forward over all N tokens plus K backward passes over N tokens (exact per-step Δ
+    needs one vector-Jacobian product per step); per prefix costs a forward and a backward over each
+    prefix e_k. Only where arithmetic is the limit (a CPU) does the token count decide: there a
+    backward pass costs about twice a forward pass (measured on the embedded SmolLM2), so sharing
+    costs ~N·(1 + 2K) and prefixes ~3·Σe_k. On a GPU the K backward passes are batched into one and the
+    shared pass wins (bench/RESULTS.md, section 3).
+    """
+    if torch.device(device).type != "cpu":
+        return False
+    return n_tokens * (1 + 2 * len(ends)) > 3 * sum(ends)
+
+
+def step_pieces(ends: list[int], bytes_per_token: int, budget_bytes: int | None) -> list[range]:
+    """Consecutive groups of steps (indices into ``ends``) whose per-step gradients fit ``budget_bytes``.
+
+    A group shares one forward pass over the prefix ending with its last step and holds Δ of each of its
+    steps over that prefix at once: ``len(group) · ends[last] · bytes_per_token`` (``bytes_per_token``: one
+    token's Δ over every layer). That product is what grew with steps x tokens x layers; each group is as
+    long as it fits, and never shorter than one step. ``budget_bytes=None``: one group.
+    """
+    if budget_bytes is None:
+        return [range(len(ends))] if ends else []
+    groups, first = [], 0
+    while first < len(ends):
+        last = first + 1
+        while last < len(ends) and (last + 1 - first) * ends[last] * bytes_per_token <= budget_bytes:
+            last += 1
+        groups.append(range(first, last))
+        first = last
+    return groups
+
+
+def _delta_bytes_per_token(lm: LoadedModel) -> int:
+    """Bytes of Δ for one token over every layer (the MLP output width times the layers, in the model's dtype)."""
+    config = lm.model.config
+    text_config = getattr(config, "get_text_config", lambda: config)()
+    width = next(int(v) for v in (getattr(text_config, name, None) for name in ("hidden_size", "n_embd", "d_model"))
+                 if v)
+    return width * lm.n_layers * torch.finfo(lm.dtype).bits // 8
+
+
+def analysis_memory_bytes(lm: LoadedModel, n_tokens: int, n_response: int = 0, n_steps: int = 0,
+                          step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB) -> int:
+    """A rough estimate of the memory one analysis holds at its peak beyond the model's weights: what a queue
+    claims for it against an operator's budget (``studio.queue``). Counted per token: the activations a
+    backward pass keeps (about 5 d_ff + 8 d_model values per layer for a gated MLP and attention), h of
+    every layer, the logits of the response in three copies (float32), and Δ: one pass's, or under
+    step-wise ``pos`` the largest step group that ``step_memory_mb`` allows (at least one step's). Checked
+    against measured peaks in bench/RESULTS.md (section 8), not exact."""
+    config = lm.model.config
+    text_config = getattr(config, "get_text_config", lambda: config)()
+    width = _delta_bytes_per_token(lm) // lm.n_layers  # bytes of one token's d_model values in one layer
+    element = torch.finfo(lm.dtype).bits // 8
+    d_ff = int(getattr(text_config, "intermediate_size", None) or getattr(text_config, "n_inner", None)
+               or 4 * width // element)
+    vocab = int(getattr(text_config, "vocab_size", 0) or len(lm.tokenizer))
+    activations = n_tokens * lm.n_layers * (6 * d_ff * element + 8 * width)
+    logits = 3 * max(n_response, 1) * vocab * 4
+    deltas = n_tokens * _delta_bytes_per_token(lm)
+    if n_steps > 1:
+        held = n_steps * deltas
+        deltas = held if step_memory_mb is None else max(deltas, min(held, int(step_memory_mb * 2**20)))
+    return activations + logits + deltas
+
+
+# ---------------------------------------------------------------------------------------------------
+# analyze() in stages: prepare the inputs, then either one loss's pass or the step-wise passes, then the result
+
+
+@dataclass
+class _Inputs:
+    """What the passes analyse: the prompt, the response and the steps, as token ids."""
+
+    question: str
+    prompt: str
+    prompt_ids: list[int]
+    response: str | None
+    response_ids: list[int]
+    step_spans: list[Step]
+
+    @property
+    def input_ids(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+
+@dataclass
+class _Features:
+    """What the passes measured (arrays per layer; ``steps`` for step-wise ``pos``)."""
+
+    srank_h: np.ndarray
+    srank_g: np.ndarray
+    rank_ratio: np.ndarray
+    loss_value: float
+    eig_h: np.ndarray | None = None
+    eig_g: np.ndarray | None = None
+    token_scores: np.ndarray | None = None
+    surprisal: np.ndarray | None = None
+    hidden_states: tuple | None = None
+    steps: list[StepResult] = field(default_factory=list)
+    prompt_cache: object | None = None  # ``pre`` with keep_prompt_pass: the pass's key/value cache ...
+    last_logits: torch.Tensor | None = None  # ... and its last position's logits (vocab,)
+
+
+def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, response, generate, steps,
+                    max_new_tokens, max_tokens, prompt, timings) -> _Inputs:
+    """Check the request, build and encode the prompt, get the response (given, or generated within the
+    context left) and cut it into steps; every refusal comes before a pass over the model."""
+    question = validate_question(question)
+    if loss not in ("pre", "pos"):
+        raise InputError(f"unknown loss {loss!r}; use pre or pos")
+    if prompt is None:
+        prompt = format_prompt(lm.tokenizer, question, task=task, context=context)
+    # The same encoding the label sampler used: a base model's plain prompt needs its BOS token.
+    prompt_ids = encode_prompt(lm.tokenizer, prompt)
+    limit = min(max_tokens, lm.max_context)
+    if len(prompt_ids) > limit:
+        raise InputError(f"the prompt has {len(prompt_ids)} tokens; this model accepts at most {limit}")
+    response_ids: list[int] = []
+    if loss == "pos":
+        if generate:
+            check_cancelled()
+            t = time.perf_counter()
+            # Bounded before it starts: an answer that could not fit would be refused after generating.
+            room = limit - len(prompt_ids)
+            length = min(answer_format(task, max_new_tokens).max_new_tokens, room)
+            answer = greedy_answer(lm, prompt_ids, task=task, max_new_tokens=length)
+            response_ids = answer.answer_ids
+            response = lm.tokenizer.decode(response_ids, skip_special_tokens=True)
+            timings["generate_s"] = time.perf_counter() - t
+        elif response is not None and response.strip():
+            response_ids = _encode(lm, response)
+        if not response_ids:
+            raise InputError("the pos loss needs a non-empty response (give one, or ask to generate)")
+        if len(prompt_ids) + len(response_ids) > limit:
+            raise InputError(
+                f"prompt and response have {len(prompt_ids) + len(response_ids)} tokens; this model accepts at most {limit}"
+            )
+    step_spans = steps_for_response(lm.tokenizer, response_ids, len(prompt_ids), response) if loss == "pos" and steps else []
+    return _Inputs(question, prompt, prompt_ids, response if loss == "pos" else None, response_ids, step_spans)
+
+
+def _one_loss_pass(lm: LoadedModel, inputs: _Inputs, loss: LossKind, kinds, *, spectra: bool, keep_hidden: bool,
+                   low_memory: bool, row_sums: bool, keep_cache: bool, timings: dict) -> _Features:
+    """``pre``, or ``pos`` of the whole response: one forward pass, one loss, one backward pass, spectra."""
+    input_ids, n_prompt = inputs.input_ids, len(inputs.prompt_ids)
+    check_cancelled()
+    t = time.perf_counter()
+    with torch.enable_grad():
+        logits_from = len(input_ids) - 1 if loss == "pre" else n_prompt - 1
+        capture, logits, first, hidden_states, cache = forward_with_capture(
+            lm, input_ids, keep_hidden, logits_from, low_memory=low_memory, keep_cache=keep_cache)
+        last_logits = logits[-1].detach() if keep_cache else None
+        timings["forward_s"] = time.perf_counter() - t
+        # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
+        ids = torch.tensor(input_ids[first:], device=logits.device)
+        if loss == "pre":
+            value = entropy_at_last_position(logits)
+        else:
+            value = response_cross_entropy(logits, ids, n_prompt - first, len(input_ids) - first)
+        if not torch.isfinite(value):
+            raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+        surprisal = None
+        if loss == "pos":
+            surprisal = np.full(len(input_ids), np.nan)
+            surprisal[n_prompt:] = token_surprisal(logits, ids, n_prompt - first, len(input_ids) - first).cpu().numpy()
+        check_cancelled()
+        t = time.perf_counter()
+        deltas = [d[0] for d in activation_grads(value, capture.outputs)]  # (n, d_model) per layer
+        timings["backward_s"] = time.perf_counter() - t
+    hidden = [h[0] for h in capture.hidden] if not low_memory else None  # (n, d_ff) per layer
+    grams, hidden_width = capture.grams, capture.hidden_width
+    del capture, logits
+
+    t = time.perf_counter()
+    token_scores = eig_h = eig_g = None
+    if low_memory:
+        srank_h, srank_g, ratio = _fast_features_from_grams(grams, deltas, kinds, hidden_width,
+                                                            lambda layers: _hidden_of_layers(lm, input_ids, layers))
+    else:
+        srank_h, srank_g, ratio, eig_h, eig_g, rows = layer_features(hidden, deltas, kinds, spectra, row_sums)
+        if loss == "pos" and rows is not None:
+            token_scores = np.full_like(rows, np.nan)
+            token_scores[:, n_prompt:] = rows[:, n_prompt:]
+    timings["spectra_s"] = time.perf_counter() - t
+    return _Features(srank_h, srank_g, ratio, float(value.detach()), eig_h, eig_g, token_scores, surprisal,
+                     hidden_states, prompt_cache=cache, last_logits=last_logits)
+
+
+def _step_group(lm: LoadedModel, input_ids: list[int], spans: list[Step], kinds, *, spectra: bool, keep_hidden: bool,
+                row_sums: bool, surprisal: np.ndarray, timings: dict):
+    """One group of consecutive steps: a forward pass over the prefix ending with the group's last step, one
+    backward pass per step, its steps' features. Same values as the whole sequence's pass (causal
+    attention: a prefix's activations are the full sequence's). Fills ``surprisal`` for the group's tokens;
+    returns (StepResult per step, hidden states of the pass or None)."""
+    end = spans[-1].end
+    t = time.perf_counter()
+    with torch.enable_grad():
+        capture, logits, first, hidden_states, _ = forward_with_capture(lm, input_ids[:end], keep_hidden,
+                                                                        spans[0].start - 1)
+        timings["forward_s"] += time.perf_counter() - t
+        ids = torch.tensor(input_ids[first:end], device=logits.device)
+        losses = torch.stack([response_cross_entropy(logits, ids, s.start - first, s.end - first) for s in spans])
+        surprisal[spans[0].start : end] = token_surprisal(logits, ids, spans[0].start - first, end - first).cpu().numpy()
+        if not torch.isfinite(losses).all():
+            raise NumericalError("the loss is NaN or inf; the model may be unstable in this dtype (try float32)")
+        check_cancelled()
+        t = time.perf_counter()
+        # One step: its scalar loss, exactly the per-prefix pass; several: one backward per step (K, n, d_model).
+        deltas = activation_grads(losses if len(spans) > 1 else losses[0], capture.outputs)
+        timings["backward_s"] += time.perf_counter() - t
+    hidden = [h[0] for h in capture.hidden]  # (n, d_ff) per layer
+    del capture, logits
+
+    t = time.perf_counter()
+    n_layers, results = len(deltas), []
+    # Several steps share their grams through the prefix route of the fast stable ranks; one step is one sequence.
+    shared = stable_ranks_prefixes_checked(hidden, deltas, [s.end for s in spans], *kinds) \
+        if len(spans) > 1 and not spectra else None
+    for k, step in enumerate(spans):
+        check_cancelled()
+        step_deltas = [d[k, : step.end] for d in deltas]
+        if shared is not None:
+            sh, sg, ratio = shared[k].srank_h, shared[k].srank_g, shared[k].rank_ratio
+            rows = _full_rank_row_sums(step_deltas, shared[k].exact) if row_sums else None
+            eh = eg = None
+        else:
+            sh, sg, ratio, eh, eg, rows = layer_features([h[: step.end] for h in hidden], step_deltas, kinds, spectra,
+                                                         row_sums)
+        scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
+        results.append(StepResult(step.text, step.start, step.end, float(losses[k].detach()), sh, sg, ratio, scores, eh, eg))
+    timings["spectra_s"] += time.perf_counter() - t
+    return results, hidden_states
+
+
+def _stepwise_passes(lm: LoadedModel, inputs: _Inputs, kinds, *, spectra: bool, keep_hidden: bool, row_sums: bool,
+                     by_prefix: bool, budget_bytes: int | None, timings: dict) -> _Features:
+    """Step-wise ``pos``: the steps in groups (:func:`step_pieces`; one per prefix with ``by_prefix``), each
+    group's pass freed before the next, so that what is held at once is bounded by ``budget_bytes`` and one
+    prefix's pass, not by the number of steps. Features are the means over steps."""
+    input_ids, spans = inputs.input_ids, inputs.step_spans
+    groups = [range(k, k + 1) for k in range(len(spans))] if by_prefix else \
+        step_pieces([s.end for s in spans], _delta_bytes_per_token(lm), budget_bytes)
+    timings.update(forward_s=0.0, backward_s=0.0, spectra_s=0.0, step_pieces=float(len(groups)))
+    surprisal = np.full(len(input_ids), np.nan)
+    steps, hidden_states = [], None
+    for i, group in enumerate(groups):
+        check_cancelled()
+        results, states = _step_group(lm, input_ids, [spans[k] for k in group], kinds, spectra=spectra,
+                                      keep_hidden=keep_hidden and i == 0, row_sums=row_sums, surprisal=surprisal,
+                                      timings=timings)
+        steps += results
+        hidden_states = states if states is not None else hidden_states
+    token_scores = np.full((len(steps[0].srank_h), len(input_ids)), np.nan)
+    for step in steps:
+        token_scores[:, step.start : step.end] = step.token_scores
+    return _Features(
+        srank_h=np.mean([s.srank_h for s in steps], axis=0),
+        srank_g=np.mean([s.srank_g for s in steps], axis=0),
+        rank_ratio=np.mean([s.rank_ratio for s in steps], axis=0),
+        loss_value=float(np.mean([s.loss_value for s in steps])),
+        token_scores=token_scores, surprisal=surprisal, hidden_states=hidden_states, steps=steps,
+    )
+
+
+def _assemble_result(lm: LoadedModel, inputs: _Inputs, features: _Features, *, loss: LossKind, srank: SRankVariant,
+                     task: str, context: str | None, timings: dict) -> GradeResult:
+    last_hidden = None
+    if features.hidden_states is not None:
+        last = len(inputs.prompt_ids) - 1
+        # .cpu() per layer: under a device_map the hidden states live on several GPUs.
+        last_hidden = torch.stack([hs[0, last].detach().float().cpu() for hs in features.hidden_states]).numpy()
+    prompt_pass = None
+    if features.prompt_cache is not None and last_hidden is not None:
+        prompt_pass = PromptPass.detached(inputs.prompt_ids, features.prompt_cache, features.last_logits, last_hidden)
+    input_ids = inputs.input_ids
+    return GradeResult(
+        model=lm.name,
+        loss=loss,
+        srank=srank,
+        task=task,
+        question=inputs.question,
+        context=context,
+        prompt=inputs.prompt,
+        response=inputs.response,
+        input_ids=list(input_ids),
+        tokens=lm.tokenizer.convert_ids_to_tokens(input_ids),
+        response_start=len(inputs.prompt_ids) if loss == "pos" else None,
+        loss_value=features.loss_value,
+        srank_h=features.srank_h,
+        srank_g=features.srank_g,
+        rank_ratio=features.rank_ratio,
+        eig_h=features.eig_h,
+        eig_g=features.eig_g,
+        token_scores=features.token_scores,
+        last_hidden=last_hidden,
+        token_surprisal=features.surprisal,
+        steps=features.steps,
+        timings=timings,
+        package_version=__version__,
+        prompt_pass=prompt_pass,
+    )
+
+
+def analyze(
+    lm: LoadedModel,
+    question: str,
+    *,
+    context: str | None = None,
+    task: str = "qa",
+    loss: LossKind = "pre",
+    response: str | None = None,
+    generate: bool = False,
+    steps: bool = False,
+    srank: SRankVariant = "paper",
+    spectra: bool = True,
+    keep_hidden: bool = False,
+    max_new_tokens: int | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    prompt: str | None = None,
+    low_memory: bool | None = None,
+    step_passes: Literal["auto", "shared", "prefix"] = "auto",
+    token_scores: bool | None = None,
+    step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB,
+    keep_prompt_pass: bool = False,
+) -> GradeResult:
+    """GRADE features of one question.
+
+    Parameters
+    ----------
+    lm : a model from :func:`grade.load_model`.
+    question, context : the question and an optional supporting document.
+    task : prompt style, see :data:`grade.tasks.prompts.TASKS`.
+    loss : ``"pre"`` (entropy after the prompt) or ``"pos"`` (cross-entropy of the response).
+    response : the response to score under ``pos``; with ``generate=True`` the model's greedy answer
+        is used (and reported) instead: its own tokens, up to the task's stop rule
+        (:func:`grade.models.generation.greedy_answer`).
+    max_new_tokens : with ``generate``: the answer's length; default: the task's
+        (:func:`grade.tasks.tasks.answer_format`).
+    steps : under ``pos``, cut the response into punctuation-delimited steps, one loss per step.
+    srank : stable-rank formula, see :func:`srank_kinds`.
+    spectra : compute full eigenvalue spectra and token scores (exact, float64). ``False`` takes the
+        fast path (stable-rank identities only), for batch feature extraction.
+    keep_hidden : also keep the last prompt token's hidden state at every layer (for baselines).
+    max_tokens : refuse inputs longer than this (and always longer than the model's context).
+    prompt : a ready prompt text, bypassing the chat template (``question`` is still recorded).
+    low_memory : for the fast path with one loss: recompute MLP activations during the backward pass
+        and keep ``h hᵀ`` instead of h (on Llama-3.1-8B shapes about half the peak memory for 10-25%
+        more time; results are the same). ``None`` (default) turns it on for CUDA devices from
+        :data:`LOW_MEMORY_MIN_TOKENS` tokens on, where memory is the limit; on CPUs arithmetic is.
+    step_passes : how step-wise ``pos`` gets each step's Δ: ``"shared"`` (one forward pass over the whole
+        sequence, one backward per step), ``"prefix"`` (one forward and backward pass per prefix) or
+        ``"auto"`` (the cheaper, see :func:`prefix_passes_are_cheaper`). The results are the same up to
+        rounding.
+    token_scores : per-token epistemic shock (row sums of C_g) under ``pos``; default: with ``spectra``.
+        Without spectra they come from ``C_g = Δ Δᵀ`` on layers whose C_h is certified full rank (the
+        exact route elsewhere): the same values without any eigen-decomposition.
+    step_memory_mb : step-wise ``pos`` sharing a pass holds every step's Δ, (K, n, d_model) per layer;
+        with a bound, the steps are computed in groups whose Δ fit it (:func:`step_pieces`: each group one
+        forward pass over its prefix), with the same features up to rounding. ``None``: one group.
+    keep_prompt_pass : under ``pre``, keep the forward pass's key/value cache, last logits and last hidden
+        states as ``result.prompt_pass`` (:class:`grade.models.generation.PromptPass`, not saved with the result), so
+        that a pass over an answer (the detectors') need not run the prompt again. Implies ``keep_hidden``.
+
+    Returns
+    -------
+    GradeResult with ``rank_ratio`` of shape (L,).
+
+    Raises
+    ------
+    grade.models.cancel.Cancelled : inside :func:`grade.models.cancel.cancellable` once its event is set (checked between
+        passes, step groups, steps and layers).
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if step_passes not in ("auto", "shared", "prefix"):
+        raise InputError(f"unknown step_passes {step_passes!r}; use auto, shared or prefix")
+    if step_memory_mb is not None and not step_memory_mb > 0:
+        raise InputError(f"step_memory_mb must be positive (or None for no bound), not {step_memory_mb!r}")
+    inputs = _prepare_inputs(lm, question, context=context, task=task, loss=loss, response=response,
+                             generate=generate, steps=steps, max_new_tokens=max_new_tokens, max_tokens=max_tokens,
+                             prompt=prompt, timings=timings)
+    kinds = srank_kinds(loss, srank)
+    # Token scores without spectra: row sums from the fast route.
+    row_sums = bool(token_scores) and not spectra and loss == "pos"
+    if inputs.step_spans:
+        by_prefix = step_passes == "prefix" or (step_passes == "auto" and prefix_passes_are_cheaper(
+            lm.device, [s.end for s in inputs.step_spans], len(inputs.input_ids)))
+        budget = None if step_memory_mb is None else int(step_memory_mb * 1024 * 1024)
+        features = _stepwise_passes(lm, inputs, kinds, spectra=spectra, keep_hidden=keep_hidden, row_sums=row_sums,
+                                    by_prefix=by_prefix, budget_bytes=budget, timings=timings)
+    else:
+        if low_memory is None:  # below a few hundred tokens activations are small and launches dominate
+            low_memory = torch.device(lm.device).type == "cuda" and len(inputs.input_ids) >= LOW_MEMORY_MIN_TOKENS
+        keep_cache = keep_prompt_pass and loss == "pre"
+        features = _one_loss_pass(lm, inputs, loss, kinds, spectra=spectra, keep_hidden=keep_hidden or keep_cache,
+                                  low_memory=low_memory and not spectra and not steps and not row_sums, row_sums=row_sums,
+                                  keep_cache=keep_cache, timings=timings)
+    timings["total_s"] = time.perf_counter() - t0
+    return _assemble_result(lm, inputs, features, loss=loss, srank=srank, task=task, context=context, timings=timings)

