@@ -5,7 +5,7 @@
 #   TIME_LIMIT=SECONDS scripts/crossfit_gpu.sh GGUF OUT_DIR
 #
 # 1. MMLU labelled again with a reply long enough for a chat model's letter ("The correct answer is C."): the
-#    letter read by the lenient rule (grade.grading.mmlu_letter), 12 new tokens instead of 4; then its GRADE_pre
+#    letter read by the lenient rule (grade.tasks.grading.mmlu_letter), 12 new tokens instead of 4; then its GRADE_pre
 #    and GRADE_pos feature stores of the new labels;
 # 2. GRADE_pos (step-wise) of the labelled MATH questions the stores lack (resumes the carried store of the first 160);
 # 3. every baseline pass (scripts/score_all_questions.py) for every labelled question of the seven datasets.
