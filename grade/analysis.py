@@ -64,8 +64,10 @@ def srank_kinds(loss: LossKind, variant: SRankVariant) -> tuple[SRankKind, SRank
 
 
 def validate_question(question: str, max_chars: int = 20000) -> str:
-    if question is None or not str(question).strip():
-        raise InputError("the question is empty")
+    from .visible import is_blank
+
+    if is_blank(question):  # also a question of spaces and zero-width characters only
+        raise InputError("the question is empty (nothing visible once spaces and invisible characters are removed)")
     if len(question) > max_chars:
         raise InputError(f"the question is {len(question)} characters long; the limit is {max_chars}")
     return question.strip()

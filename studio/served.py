@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import time
+import unicodedata
 import uuid
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -298,17 +299,26 @@ def check_parquet_upload(data: bytes, name: str, limits: Limits, columns: tuple[
 
 # ----------------------------------------------------------------------------------------- probes
 
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+def _name_char(char: str) -> bool:
+    """A character a probe's file name keeps: a letter or combining mark of any script, a decimal digit, ``_ . -``."""
+    return char in "_.-" or unicodedata.category(char)[0] in "LM" or unicodedata.category(char) == "Nd"
 
 
 def safe_probe_name(text: str) -> str:
-    """A file name for a probe from what the user typed: letters, digits, ``_ - .``; no leading dot
-    (so never ``.``, ``..`` or a hidden file), no folder, at most 80 characters."""
-    name = _NAME_CHARS.sub("-", Path(str(text or "")).name.strip())
-    name = name.lstrip(".-")[:80].rstrip(".-")
+    """A file name for a probe from what the user typed, NFKC-normalised: letters of any script (``проба-1`` stays
+    ``проба-1``), digits, ``_ - .``, every other run of characters one ``-``; no leading dot (so never ``.``, ``..``
+    or a hidden file), no folder, at most 80 characters and 200 UTF-8 bytes (file systems allow 255)."""
+    typed = unicodedata.normalize("NFKC", Path(str(text or "")).name.strip())
+    kept = ("" if unicodedata.category(c) == "Cf" else c if _name_char(c) else "-" for c in typed)  # U+200B: dropped
+    name = re.sub(r"-+", "-", "".join(kept))
+    name = name.lstrip(".-")[:80]
+    while len(name.encode("utf-8")) > 200:
+        name = name[:-1]
+    name = name.rstrip(".-")
     for suffix in (".safetensors", ".json"):
         name = name.removesuffix(suffix)
-    if not name or not re.search(r"[A-Za-z0-9]", name):
+    if not name or not any(unicodedata.category(c)[0] == "L" or unicodedata.category(c) == "Nd" for c in name):
         raise InputError("Give the probe a name with at least one letter or digit.")
     return name
 

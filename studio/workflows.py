@@ -210,9 +210,13 @@ class QuestionAnalysis:
 
 def check_inputs(question: str, context: str | None, limits: Limits = LOCAL_LIMITS) -> tuple[str, str | None]:
     """Reject what the engine would reject, with the app's own (tighter) length limits."""
+    from grade.visible import is_blank
+
     question = (question or "").strip()
     context = (context or "").strip() or None
-    if not question:
+    if is_blank(context):
+        context = None
+    if is_blank(question):  # the CLI's rule: nothing visible once spaces and invisible characters are removed
         raise InputError("Please type a question first: the question box is empty.")
     if len(question) > limits.question_chars:
         raise InputError(f"The question is {len(question):,} characters long; the limit is {limits.question_chars:,}. "
@@ -420,7 +424,9 @@ def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title:
     from grade.losses import steps_for_response
 
     question, _ = check_inputs(question, None, limits)
-    if not response or not response.strip():
+    from grade.visible import is_blank
+
+    if is_blank(response):
         raise InputError(f"{title}: the reasoning trace is empty; generate one or paste one.")
     text = response.strip()
     if len(text) > limits.trace_chars:  # before tokenising a text that may be huge
