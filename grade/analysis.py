@@ -20,6 +20,7 @@ import torch
 
 from . import __version__
 from .cancel import check_cancelled
+from .progress import report
 from .capture import capture_mlp
 from .errors import InputError, NumericalError
 from .generation import PromptPass, encode_prompt, greedy_answer, output_cache
@@ -457,6 +458,7 @@ def _stepwise_passes(lm: LoadedModel, inputs: _Inputs, kinds, *, spectra: bool, 
     timings.update(forward_s=0.0, backward_s=0.0, spectra_s=0.0, step_pieces=float(len(groups)))
     surprisal = np.full(len(input_ids), np.nan)
     steps, hidden_states = [], None
+    report(0, len(spans), "steps")
     for i, group in enumerate(groups):
         check_cancelled()
         results, states = _step_group(lm, input_ids, [spans[k] for k in group], kinds, spectra=spectra,
@@ -464,6 +466,7 @@ def _stepwise_passes(lm: LoadedModel, inputs: _Inputs, kinds, *, spectra: bool, 
                                       timings=timings)
         steps += results
         hidden_states = states if states is not None else hidden_states
+        report(len(steps), len(spans), "steps")
     token_scores = np.full((len(steps[0].srank_h), len(input_ids)), np.nan)
     for step in steps:
         token_scores[:, step.start : step.end] = step.token_scores
