@@ -104,8 +104,11 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
         _keep_result(entry.value.as_cached(entry.computed_at), request)
         return
     try:
+        from studio.memory import home_memory_mb
+
         waiting.submit("home", job_key, compute, request=request,
-                       on_result=lambda analysis: cache.put(key, analysis, analysis.computed_at))
+                       on_result=lambda analysis: cache.put(key, analysis, analysis.computed_at),
+                       memory_mb=home_memory_mb(lm, request, session.limits()))  # GRADE_QUEUE_MEMORY_MB counts it
     except Exception as exc:  # the queue is full, or this user already waits: one line in the page
         st.session_state.pop(session.ANALYSIS, None)
         st.session_state["analysis_error"] = exc

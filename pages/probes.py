@@ -202,8 +202,25 @@ with load_tab:
         st.markdown("Upload both files of a probe (`name.safetensors` and `name.json`).")
     else:
         st.markdown("Upload both files of a probe (`name.safetensors` and `name.json`), or give a path on this machine.")
+    # Counts and sizes are checked as the files arrive, not at "Load probe": a refused upload is dropped at once (the
+    # uploader gets a new key, so Streamlit lets go of its files) and its message stays until the next upload.
+    generation = st.session_state.get("probe_upload_generation", 0)
+    upload_key = "probe_upload" if generation == 0 else f"probe_upload_{generation}"
     uploads = st.file_uploader("Probe files", type=["safetensors", "json"], accept_multiple_files=True,
-                               key="probe_upload", max_upload_size=LIMITS.upload_mb)
+                               key=upload_key, max_upload_size=LIMITS.upload_mb)
+    if uploads:
+        st.session_state.pop("probe_upload_refused", None)
+        try:
+            served_mode.check_probe_upload_count(len(uploads))
+            for upload in uploads:
+                served_mode.check_upload(upload.name, upload.size, LIMITS)
+        except GradeError as exc:
+            st.session_state["probe_upload_refused"] = session.user_message(exc)
+            st.session_state["probe_upload_generation"] = generation + 1
+            uploads = None
+            st.rerun()
+    if st.session_state.get("probe_upload_refused"):
+        st.error("Upload refused: " + _shown(st.session_state["probe_upload_refused"]))
     path_text = "" if SERVED else st.text_input("... or a path", key="probe_path_text",
                                                 placeholder="runs/probes/name.safetensors")
     if st.button("Load probe", key="load_probe"):
@@ -309,7 +326,11 @@ def _feature_source() -> pd.DataFrame | None:
         from grade.batch.features import features_of_rows, read_labelled
         from grade.gradients.losses import split_steps
 
-        with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
+        # the file is read under the upload's own (safe) name in a private folder: every message that names the
+        # file names the user's file, never a server path or a temporary name
+        folder = tempfile.mkdtemp(prefix="grade-upload-")
+        shown_name = served_mode.safe_display_name(upload.name)
+        with open(Path(folder) / (shown_name if shown_name.strip(".") else "upload.jsonl"), "wb") as handle:
             handle.write(upload.getvalue())
         try:
             bad: list[str] = []
@@ -356,6 +377,7 @@ def _feature_source() -> pd.DataFrame | None:
                    "Extraction failed")
         finally:
             Path(handle.name).unlink(missing_ok=True)
+            Path(folder).rmdir()
     waiting.cancelled_notice("extract")
     waiting.elsewhere("extract")
     held = waiting.pending("extract")

@@ -183,7 +183,7 @@ def _submit(action: str, keys: list[str], texts: dict[str, str], question: str |
             progress(f"Analyzing trace {key} (one backward pass per step) ...")
             try:
                 traces[key] = workflows.analyze_trace(lm, question, text, title=f"Trace {key}", gold=gold,
-                                                      limits=limits)
+                                                      limits=limits, progress=progress)  # steps done, time left
                 cache.put(cache_keys[key], traces[key])
             except Cancelled:
                 raise

@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import time
+import unicodedata
 import uuid
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -52,7 +53,11 @@ class Limits:
     cot_tokens: int = 512  # a chain of thought generated on the Reasoning trace page
     trace_chars: int = 6000
     trace_tokens: int = 1024
-    trace_steps: int = 32
+    # Steps cost more the longer the prefix: SmolLM2 on the shared 2-core VM (under load) took 57 s for 12 steps of
+    # ~31 tokens, 98 s for 16, 212 s for 20 and did not finish 32 (1,006 tokens) in 580 s (docs/issue32-notes.md).
+    trace_steps: int = 20
+    # A trace's analysis stops with a message (steps done of all) past this many seconds; 0: no time bound.
+    trace_seconds: float = 300
     step_memory_mb: int = DEFAULT_STEP_MEMORY_MB  # Δ a step-wise analysis holds at once (grade.analyze's bound)
     upload_mb: int = 200  # one uploaded file
     upload_rows: int = 1_000_000  # rows of an uploaded feature file, read from its Parquet metadata first
@@ -69,7 +74,7 @@ LOCAL_LIMITS = Limits()
 # (a 10-step trace took 165 s there before these caps; 40 steps did not finish in 600 s).
 SERVED_LIMITS = Limits(
     question_chars=2000, context_chars=6000, answer_tokens=128, cot_tokens=256, trace_chars=2000,
-    trace_tokens=384, trace_steps=12, upload_mb=8, upload_rows=20_000, upload_decoded_mb=200, extract_rows=50, train_rows=5000, user_probes=10, user_mb=20,
+    trace_tokens=384, trace_steps=12, trace_seconds=120, upload_mb=8, upload_rows=20_000, upload_decoded_mb=200, extract_rows=50, train_rows=5000, user_probes=10, user_mb=20,
     served_mb=500,
 )
 
@@ -298,17 +303,26 @@ def check_parquet_upload(data: bytes, name: str, limits: Limits, columns: tuple[
 
 # ----------------------------------------------------------------------------------------- probes
 
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+def _name_char(char: str) -> bool:
+    """A character a probe's file name keeps: a letter or combining mark of any script, a decimal digit, ``_ . -``."""
+    return char in "_.-" or unicodedata.category(char)[0] in "LM" or unicodedata.category(char) == "Nd"
 
 
 def safe_probe_name(text: str) -> str:
-    """A file name for a probe from what the user typed: letters, digits, ``_ - .``; no leading dot
-    (so never ``.``, ``..`` or a hidden file), no folder, at most 80 characters."""
-    name = _NAME_CHARS.sub("-", Path(str(text or "")).name.strip())
-    name = name.lstrip(".-")[:80].rstrip(".-")
+    """A file name for a probe from what the user typed, NFKC-normalised: letters of any script (``проба-1`` stays
+    ``проба-1``), digits, ``_ - .``, every other run of characters one ``-``; no leading dot (so never ``.``, ``..``
+    or a hidden file), no folder, at most 80 characters and 200 UTF-8 bytes (file systems allow 255)."""
+    typed = unicodedata.normalize("NFKC", Path(str(text or "")).name.strip())
+    kept = ("" if unicodedata.category(c) == "Cf" else c if _name_char(c) else "-" for c in typed)  # U+200B: dropped
+    name = re.sub(r"-+", "-", "".join(kept))
+    name = name.lstrip(".-")[:80]
+    while len(name.encode("utf-8")) > 200:
+        name = name[:-1]
+    name = name.rstrip(".-")
     for suffix in (".safetensors", ".json"):
         name = name.removesuffix(suffix)
-    if not name or not re.search(r"[A-Za-z0-9]", name):
+    if not name or not any(unicodedata.category(c)[0] == "L" or unicodedata.category(c) == "Nd" for c in name):
         raise InputError("Give the probe a name with at least one letter or digit.")
     return name
 

@@ -211,9 +211,13 @@ class QuestionAnalysis:
 
 def check_inputs(question: str, context: str | None, limits: Limits = LOCAL_LIMITS) -> tuple[str, str | None]:
     """Reject what the engine would reject, with the app's own (tighter) length limits."""
+    from grade.common.visible import is_blank
+
     question = (question or "").strip()
     context = (context or "").strip() or None
-    if not question:
+    if is_blank(context):
+        context = None
+    if is_blank(question):  # the CLI's rule: nothing visible once spaces and invisible characters are removed
         raise InputError("Please type a question first: the question box is empty.")
     if len(question) > limits.question_chars:
         raise InputError(f"The question is {len(question):,} characters long; the limit is {limits.question_chars:,}. "
@@ -413,15 +417,20 @@ def generate_cot(lm: grade.LoadedModel, question: str, task: str = "gsm8k", max_
 
 
 def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title: str, task: str = "gsm8k",
-                  gold: list[str] | None = None, limits: Limits = LOCAL_LIMITS) -> Trace:
+                  gold: list[str] | None = None, limits: Limits = LOCAL_LIMITS,
+                  progress: Callable[[str], None] | None = None) -> Trace:
     """Step-wise ``pos`` analysis of ``response`` with per-token scores (shock and surprisal).
 
     The trace is measured first (characters, tokens, steps: each step costs a backward pass and a
-    spectrum per layer) and refused with a message above ``limits``."""
+    spectrum per layer) and refused with a message above ``limits``. While it runs, ``progress`` gets one line
+    per finished step group (steps done of all, seconds so far); past ``limits.trace_seconds`` it stops with
+    one message naming how far it got (:func:`trace_progress`)."""
     from grade.gradients.losses import steps_for_response
 
     question, _ = check_inputs(question, None, limits)
-    if not response or not response.strip():
+    from grade.common.visible import is_blank
+
+    if is_blank(response):
         raise InputError(f"{title}: the reasoning trace is empty; generate one or paste one.")
     text = response.strip()
     if len(text) > limits.trace_chars:  # before tokenising a text that may be huge
@@ -430,12 +439,33 @@ def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title:
     check_trace(len(text), len(ids), len(steps_for_response(lm.tokenizer, ids, 0, text)), limits)
     # No eigen-decompositions: stable ranks through their identities and token shock from C_g = ΔΔᵀ where C_h is
     # certified full rank, the exact route's values (bench/trace_page.py measures both routes side by side).
-    result = grade.analyze(lm, question, task=task, loss="pos", response=response.strip(), steps=True, spectra=False,
-                           token_scores=True, step_memory_mb=limits.step_memory_mb)
+    from grade.common.progress import reporting
+
+    with reporting(trace_progress(title, limits, progress)):
+        result = grade.analyze(lm, question, task=task, loss="pos", response=response.strip(), steps=True,
+                               spectra=False, token_scores=True, step_memory_mb=limits.step_memory_mb)
     start = result.response_start or 0
     display = [lm.tokenizer.decode([i], skip_special_tokens=False) for i in result.input_ids[start:]]
     return Trace(title=title, question=question, response=response.strip(), result=result, display_tokens=display,
                  correct=check_numeric_answer(response, gold) if gold else None)
+
+
+def trace_progress(title: str, limits: Limits, progress: Callable[[str], None] | None = None):
+    """A :func:`grade.common.progress.reporting` callback for one trace: a line to ``progress`` per report, and an
+    InputError once ``limits.trace_seconds`` have passed with steps still to do (0: no time bound)."""
+    started = time.monotonic()
+
+    def on_steps(done: int, total: int, unit: str) -> None:
+        elapsed = time.monotonic() - started
+        if limits.trace_seconds and elapsed > limits.trace_seconds and done < total:
+            raise InputError(f"{title}: stopped after {done} of {total} {unit} and {elapsed:.0f} s; this studio "
+                             f"analyses a trace for at most {limits.trace_seconds:g} s. Shorten it or merge steps.")
+        if progress is not None:
+            # a step costs about its prefix's length: the work done grows as done², all of it as total²
+            left = f", about {elapsed * (total ** 2 - done ** 2) / done ** 2:.0f} s left" if 0 < done < total else ""
+            progress(f"Analyzing {title}: {done}/{total} {unit} done ({elapsed:.0f} s{left})")
+
+    return on_steps
 
 
 def check_numeric_answer(response: str, gold: list[str]) -> bool | None:

@@ -54,6 +54,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..common.errors import GradeError, InputError
+from ..common.visible import is_blank as _is_blank
 from .parts import PartStore
 from .runner import RunReport, model_for_backend, run_local, write_in_chunks
 from ..common.io import atomic_path, check_input_file, iter_jsonl, jsonl_stem
@@ -109,7 +110,7 @@ def labelled_row_problem(row: Any) -> str | None:
     if not isinstance(row, dict):
         return "not a JSON object"
     question = row.get("question")
-    if not isinstance(question, str) or not question.strip():
+    if not isinstance(question, str) or _is_blank(question):
         return "no question" if not question else f"'question' must be text, not {type(question).__name__}"
     if "id" in row and (isinstance(row["id"], bool) or not isinstance(row["id"], (str, int))):
         return "'id' must be text or a whole number"

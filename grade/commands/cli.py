@@ -76,7 +76,13 @@ def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         _check_text_arguments(args)
-        return int(args.func(args) or 0)
+        from .writers import lock_outputs, release_outputs
+
+        locked = lock_outputs(args)  # one writer per output: a second run on the same output is refused here
+        try:
+            return int(args.func(args) or 0)
+        finally:
+            release_outputs(locked)
     except GradeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -284,26 +284,46 @@ def hold_output_lock(path: str | os.PathLike, what: str = "output") -> Path:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return lock
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise disk_error(exc, str(lock)) or InputError(f"cannot create the lock file {lock}: {exc.strerror or exc}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    for _ in range(5):  # a lock file removed by its releasing holder between our open and flock: open it again
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise disk_error(exc, str(lock)) or InputError(f"cannot create the lock file {lock}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise InputError(f"another run is writing {what} {path} (it holds {lock.name}); wait for it to end, "
+                             "or write to another file") from None
+        if _same_file(fd, lock):
+            break
         os.close(fd)
-        raise InputError(f"another run is writing {what} {path} (it holds {lock.name}); wait for it to end, "
-                         "or write to another file") from None
+    else:  # pragma: no cover - five releases in a row between an open and a flock
+        raise InputError(f"another run is writing {what} {path}; wait for it to end, or write to another file")
     os.set_inheritable(fd, False)
     _HELD_LOCKS[key] = fd
     return lock
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open ``fd`` is still the file at ``path`` (a releasing holder unlinks its lock file)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 def release_output_lock(path: str | os.PathLike) -> None:
-    """Release a lock taken by :func:`hold_output_lock` (the process's end releases it too)."""
+    """Release a lock taken by :func:`hold_output_lock` and remove its file (the process's end releases it too,
+    leaving the file, which the next run reuses)."""
     path = Path(path).expanduser()
-    fd = _HELD_LOCKS.pop(os.path.abspath(path.with_name(path.name + ".lock")), None)
+    lock = path.with_name(path.name + ".lock")
+    fd = _HELD_LOCKS.pop(os.path.abspath(lock), None)
     if fd is not None:
+        if _same_file(fd, lock):  # removed while still held: a run that opened it meanwhile sees it gone and retries
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
         os.close(fd)  # closing the only descriptor drops the flock
 
 

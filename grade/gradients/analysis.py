@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .. import __version__
+from ..common.progress import report
 from ..models.cancel import check_cancelled
 from .capture import capture_mlp
 from ..common.errors import InputError, NumericalError
@@ -64,8 +65,10 @@ def srank_kinds(loss: LossKind, variant: SRankVariant) -> tuple[SRankKind, SRank
 
 
 def validate_question(question: str, max_chars: int = 20000) -> str:
-    if question is None or not str(question).strip():
-        raise InputError("the question is empty")
+    from ..common.visible import is_blank
+
+    if is_blank(question):  # also a question of spaces and zero-width characters only
+        raise InputError("the question is empty (nothing visible once spaces and invisible characters are removed)")
     if len(question) > max_chars:
         raise InputError(f"the question is {len(question)} characters long; the limit is {max_chars}")
     return question.strip()
@@ -455,6 +458,7 @@ def _stepwise_passes(lm: LoadedModel, inputs: _Inputs, kinds, *, spectra: bool, 
     timings.update(forward_s=0.0, backward_s=0.0, spectra_s=0.0, step_pieces=float(len(groups)))
     surprisal = np.full(len(input_ids), np.nan)
     steps, hidden_states = [], None
+    report(0, len(spans), "steps")
     for i, group in enumerate(groups):
         check_cancelled()
         results, states = _step_group(lm, input_ids, [spans[k] for k in group], kinds, spectra=spectra,
@@ -462,6 +466,7 @@ def _stepwise_passes(lm: LoadedModel, inputs: _Inputs, kinds, *, spectra: bool, 
                                       timings=timings)
         steps += results
         hidden_states = states if states is not None else hidden_states
+        report(len(steps), len(spans), "steps")
     token_scores = np.full((len(steps[0].srank_h), len(input_ids)), np.nan)
     for step in steps:
         token_scores[:, step.start : step.end] = step.token_scores

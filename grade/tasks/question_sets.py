@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..common.errors import InputError
+from ..common.visible import is_blank as _is_blank
 from .hf_datasets import hf_dataset, is_hf_name
 from ..common.io import check_input_file, find_jsonl, iter_jsonl, jsonl_stem
 from .registry import TASKS, TaskSpec
@@ -148,7 +149,7 @@ def question_from_row(row: dict, *, dataset: str = "", with_context: bool = Fals
         answers = [answers]
     if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
         raise InputError(f"{where}: 'answers' must be a non-empty list of strings")
-    if not isinstance(row["question"], str) or not row["question"].strip():
+    if not isinstance(row["question"], str) or _is_blank(row["question"]):
         raise InputError(f"{where}: 'question' is empty" if not row["question"] else f"{where}: 'question' must be text")
     if isinstance(row["id"], bool) or not isinstance(row["id"], (str, int)):
         raise InputError(f"{where}: 'id' must be text or a whole number")

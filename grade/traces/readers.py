@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..common.errors import InputError
+from ..common.visible import is_blank as _is_blank
 from ..tasks.grading import last_boxed
 from .inspect_logs import is_inspect_log, read_inspect_log
 from .sources import PROMPTS, TRACE_TASKS, TraceItem, TraceSource, _check_task, trace_id
@@ -102,10 +103,18 @@ def read_lm_eval_samples(path: str | Path, *, task: str | None = None, metric: s
     rows = rows if rows is not None else _read_objects(path)
     if prompt not in PROMPTS:
         raise InputError(f"unknown prompt {prompt!r}; use task (this project's prompt) or run (the file's)")
+    # a bad row is named and skipped, as the other trace readers do; a file with no good row is refused
+    bad: list[str] = []
+    kept = []
     for number, row in rows:
-        for key in ("doc_id", "doc", "resps"):
-            if key not in row:
-                raise InputError(f"{path}, line {number}: missing field {key!r} of an lm-evaluation-harness sample")
+        missing = [key for key in ("doc_id", "doc", "resps") if key not in row]
+        if missing:
+            bad.append(f"line {number} skipped: missing field {missing[0]!r} of an lm-evaluation-harness sample")
+        else:
+            kept.append((number, row))
+    if not kept:
+        raise InputError(f"{path}, {bad[0].replace(' skipped:', ':')}")
+    rows = kept
     filters = list(dict.fromkeys(str(row.get("filter", "none")) for _, row in rows))
     chosen_filter = filter_name or filters[0]
     if chosen_filter not in filters:
@@ -138,10 +147,12 @@ def read_lm_eval_samples(path: str | Path, *, task: str | None = None, metric: s
         where = f"{path}, line {number}"
         doc = row["doc"]
         if not isinstance(doc, dict):
-            raise InputError(f"{where}: 'doc' is not an object")
-        question = next((doc[k] for k in _QUESTION_KEYS if isinstance(doc.get(k), str) and doc[k].strip()), None)
+            bad.append(f"line {number} skipped: 'doc' is not an object")
+            continue
+        question = next((doc[k] for k in _QUESTION_KEYS if isinstance(doc.get(k), str) and not _is_blank(doc[k])), None)
         if question is None:
-            raise InputError(f"{where}: no question in 'doc' (looked for {', '.join(_QUESTION_KEYS)})")
+            bad.append(f"line {number} skipped: no question in 'doc' (looked for {', '.join(_QUESTION_KEYS)})")
+            continue
         resps = row["resps"]
         texts = resps[0] if isinstance(resps, list) and resps and isinstance(resps[0], list) else resps
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
@@ -164,6 +175,9 @@ def read_lm_eval_samples(path: str | Path, *, task: str | None = None, metric: s
             items.append(TraceItem(doc_id, k, question, text, _rescore(task, text, answers), task,
                                    f"re-scored ({task}, strict): {len(texts)} generations per document",
                                    answers, run_prompt))
+    if not items and bad:
+        raise InputError(f"{path}, {bad[0].replace(' skipped:', ':')}")
+    notes.extend(bad)
     if duplicates:
         notes.append(f"{duplicates} repeated doc_id rows under filter {chosen_filter} were dropped (the first kept)")
     if rescored:
@@ -179,7 +193,7 @@ def _read_project_jsonl(path: Path, rows: list[tuple[int, dict]], task: str | No
     for number, row in rows:
         where = f"{path}, line {number}"
         question, response = row.get("question"), row.get("response")
-        if not isinstance(question, str) or not question.strip():
+        if not isinstance(question, str) or _is_blank(question):
             raise InputError(f"{where}: 'question' is missing or empty")
         if not isinstance(response, str):
             raise InputError(f"{where}: 'response' is missing")

@@ -154,14 +154,36 @@ def jsonable(value):
     return value
 
 
+def check_finite_tensors(tensors: dict, what: str = "probe") -> None:
+    """Raise ProbeError (one line) unless every tensor of a trained ``what`` holds finite numbers only: a
+    training that diverged (NaN or infinite weights) is an error, never a file."""
+    bad = sorted(name for name, tensor in tensors.items()
+                 if not torch.isfinite(torch.as_tensor(tensor)).all())
+    if bad:
+        shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+        raise ProbeError(f"training diverged: the {what}'s weights hold NaN or infinite values (in {shown}); "
+                         "nothing was written")
+
+
+def check_finite_scores(scores, what: str = "probe", split: str = "validation") -> None:
+    """Raise ProbeError (one line) unless a trained ``what``'s scores on its ``split`` rows are all finite."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size and not np.isfinite(scores).all():
+        bad = int((~np.isfinite(scores)).sum())
+        raise ProbeError(f"training diverged: the {what} scores {bad} of {scores.size} {split} value(s) as NaN or "
+                         "infinite; nothing was written")
+
+
 def save_artifact(path: str | Path, what: str, tensors: dict, header: dict[str, str],
                   metadata: Callable[[str, str], dict]) -> tuple[Path, Path, dict]:
-    """Write ``what``'s weights and metadata beside each other, atomically (both or neither).
+    """Write ``what``'s weights and metadata beside each other, atomically (both or neither), after checking
+    that every weight is finite (:func:`check_finite_tensors`: a diverged training is refused, never written).
     ``metadata(weights file name, its sha256)`` gives the JSON. Returns (weights, metadata path, metadata)."""
     from safetensors.torch import save_file
 
     from ..common.io import atomic_paths
 
+    check_finite_tensors(tensors, what)
     weights, meta_path = artifact_paths(path, what)
     weights.parent.mkdir(parents=True, exist_ok=True)
     with atomic_paths(weights, meta_path) as (weights_tmp, meta_tmp):

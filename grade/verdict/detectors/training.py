@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..artifacts import check_finite_scores
 from ...common.errors import ProbeError
 from ...common.metrics import heldout_metrics
 from .model_statistics import table_statistic
@@ -60,6 +61,7 @@ def fit_detector(name: str, tables: dict, *, model: str, seed: int = 42, n_boot:
         by_dataset[dataset] = heldout_metrics(yt, p, THRESHOLD, n_boot=n_boot, ci=ci)
         all_y.append(yt)
         all_p.append(p)
+    check_finite_scores(np.concatenate(all_p), "detector", "test")  # a diverged fit is an error, never a file
     detector.metadata["metrics"] = {"test": heldout_metrics(np.concatenate(all_y), np.concatenate(all_p), THRESHOLD,
                                                             n_boot=n_boot, ci=ci),
                                     "test_by_dataset": by_dataset}

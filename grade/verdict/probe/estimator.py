@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 from ... import __version__
-from ..artifacts import model_key, save_artifact
+from ..artifacts import check_finite_scores, check_finite_tensors, model_key, save_artifact
 from ...common.errors import ProbeError
 from ...common.metrics import binary_metrics, class_balance
 from .files import PROBE_FORMAT, read_probe_files
-from .inputs import INPUTS, check_inputs, input_width, layers_of, probe_inputs
+from .inputs import INPUTS, MAX_INPUT_MAGNITUDE, check_inputs, input_width, layers_of, probe_inputs
 from .network import KINDS, MLPNet
 
 EpochCallback = Callable[[int, int, dict[str, float]], None]  # (epoch, max epochs, metrics)
@@ -108,6 +108,11 @@ class Probe:
             X, y, X_val, y_val = X[train], y[train], X[val], y[val]
         else:
             X_val, y_val = self._check_xy(X_val, y_val)
+        for part, values in (("training", X), ("validation", X_val)):
+            if values.size and np.abs(values).max() > MAX_INPUT_MAGNITUDE:  # would overflow the training
+                rows = np.flatnonzero((np.abs(values) > MAX_INPUT_MAGNITUDE).any(axis=1))
+                raise ProbeError(f"{len(rows)} {part} row(s) (first: row {rows[0] + 1}) hold values beyond "
+                                 f"±{MAX_INPUT_MAGNITUDE:g}; no real feature comes near that")
         if len(np.unique(y)) < 2:
             raise ProbeError("the training data holds one class only; a probe needs answerable and unanswerable rows")
         if layers_of(self.inputs, X.shape[1]) is None:
@@ -117,6 +122,9 @@ class Probe:
             self._fit_mlp(X, y, X_val, y_val, callback)
         else:
             self._fit_logreg(X, y, X_val, y_val, callback)
+        check_finite_tensors(self.tensors(), "probe")  # a diverged training is an error, never a probe
+        val_scores = self.predict_proba(X_val)[:, 1]
+        check_finite_scores(val_scores, "probe")
         self.metadata = {
             **(info or {}),
             "kind": self.kind,
@@ -126,7 +134,7 @@ class Probe:
             "seed": self.seed,
             "train_balance": class_balance(y),
             "val_balance": class_balance(y_val),
-            "val_metrics": binary_metrics(y_val, self.predict_proba(X_val)[:, 1], threshold=self.threshold, roc=False),
+            "val_metrics": binary_metrics(y_val, val_scores, threshold=self.threshold, roc=False),
         }
         if self.kind == "mlp":
             self.metadata["training"] = {

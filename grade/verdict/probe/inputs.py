@@ -27,6 +27,13 @@ INPUTS = {
 #: The feature-table columns (or result attributes) each of :data:`INPUTS` is made of.
 INPUT_COLUMNS = {"rank_ratio": ("rank_ratio",), "sranks_loss": ("srank_h", "srank_g", "loss_value")}
 
+#: The largest magnitude a probe input may have. Real features are far below it (rank ratios and stable ranks are at
+#: most the hidden width, losses tens of nats; the shipped reference features span 0.07 to 10.3); a larger value is
+#: a broken or hand-made feature file, and squaring it (a batch norm's variance, a scaler's standard deviation)
+#: overflows float32 near 1e19 and float64 near 1e154. :func:`check_input_values` refuses it by column and rows.
+MAX_INPUT_MAGNITUDE = 1e6
+
+
 def input_width(inputs: str, n_layers: int) -> int:
     """How many numbers ``inputs`` makes of a model with ``n_layers`` layers."""
     check_inputs(inputs)
@@ -66,3 +73,30 @@ def probe_inputs(source, inputs: str = "rank_ratio") -> np.ndarray:
     # a layer whose gradient vanished has stable rank 0: a floor keeps its log finite (and very low)
     return np.hstack([np.log(np.maximum(per_layer("srank_h"), 1e-6)), np.log(np.maximum(per_layer("srank_g"), 1e-6)),
                       loss])
+
+
+def check_input_values(df, inputs: str = "rank_ratio", where: str = "the features") -> None:
+    """Raise InputError (one line naming the column and the rows) where a column ``inputs`` reads holds a value that
+    is not finite or beyond ±:data:`MAX_INPUT_MAGNITUDE`: training on it overflows, or lets one row decide all."""
+    check_inputs(inputs)
+    for column in INPUT_COLUMNS[inputs]:
+        if column not in df.columns:
+            continue  # probe_inputs names a missing column
+        bad = []
+        for position, value in enumerate(df[column].tolist()):
+            try:
+                vector = np.asarray(value, dtype=np.float64).ravel()
+            except (TypeError, ValueError):
+                vector = np.array([np.nan])
+            if not (np.isfinite(vector).all() and (np.abs(vector) <= MAX_INPUT_MAGNITUDE).all()):
+                bad.append(position)
+        if bad:
+            def name(position):
+                row = df.iloc[position]
+                return f"{row['dataset']}/{row['id']}" if "dataset" in df.columns and "id" in df.columns \
+                    else f"row {position + 1}"
+
+            shown = ", ".join(name(i) for i in bad[:3]) + (", ..." if len(bad) > 3 else "")
+            raise InputError(f"{where}: column {column!r} holds values that are not finite or beyond "
+                             f"±{MAX_INPUT_MAGNITUDE:g} in {len(bad)} of {len(df)} rows ({shown}); no real feature "
+                             "comes near that: re-extract those rows or drop them")

@@ -9,7 +9,7 @@ import numpy as np
 from ...common.errors import InputError
 from ...common.metrics import class_balance
 from .estimator import EpochCallback, Probe, stratified_split
-from .inputs import INPUTS, check_inputs, probe_inputs
+from .inputs import INPUTS, check_input_values, check_inputs, probe_inputs
 
 
 def train_from_features(
@@ -57,6 +57,7 @@ def train_from_features(
             idx = pool[df["label"].to_numpy()[pool] == cls]
             keep.extend(rng.permutation(idx)[:max_per_class].tolist() if len(idx) > max_per_class else idx.tolist())
         pool = np.array(sorted(keep), dtype=int)
+    check_input_values(df.iloc[np.concatenate([pool, np.flatnonzero(held)])], inputs)
     X = probe_inputs(df, inputs)
     y = df["label"].to_numpy().astype(int)
     # Split whole questions: one asked with and without its document lands in one part only; a

@@ -1,0 +1,27 @@
+"""What an analysis claims of the operator's memory budget when it is queued (``GRADE_QUEUE_MEMORY_MB``,
+:mod:`studio.queue`): :func:`grade.gradients.analysis.analysis_memory_bytes` (the model's shape, the token counts and the
+route: ``pre``, ``pos``, step-wise, a document in the prompt) applied to what a page asks, before anything runs.
+Every page that submits an analysis asks here; Home submitted its analyses with no figure before, so the budget
+never held them back. Measured against the embedded SmolLM2 only (bench notes); Qwen was not measured."""
+
+from __future__ import annotations
+
+#: Tokens a chat template adds around a question (SmolLM2's and Qwen's are under 40).
+TEMPLATE_TOKENS = 64
+
+
+def prompt_tokens(lm, question: str, context: str | None, limits) -> int:
+    """Tokens of the prompt of ``question`` with ``context`` (each cut just past its cap: a longer one is refused by
+    the job, unread)."""
+    text = (question or "")[: limits.question_chars + 1] + " " + (context or "")[: limits.context_chars + 1]
+    return len(lm.tokenizer(text, add_special_tokens=False)["input_ids"]) + TEMPLATE_TOKENS
+
+
+def home_memory_mb(lm, request: dict, limits) -> float:
+    """Home's analysis of ``request`` (question, context, max_new_tokens): the larger of its two routes, ``pre``
+    over the prompt and ``pos`` over the prompt and the generated answer (its longest allowed length)."""
+    from grade.gradients.analysis import analysis_memory_bytes
+
+    n_prompt = prompt_tokens(lm, request.get("question") or "", request.get("context"), limits)
+    n_new = int(request.get("max_new_tokens") or limits.answer_tokens)
+    return max(analysis_memory_bytes(lm, n_prompt), analysis_memory_bytes(lm, n_prompt + n_new, n_new)) / 2**20

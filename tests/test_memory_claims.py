@@ -1,0 +1,42 @@
+"""Home's analyses claim memory in the queue (issue 32, item 5): :func:`studio.memory.home_memory_mb` from the
+embedded SmolLM2's shape and the request's tokens, and a Home submission that an operator's budget
+(``GRADE_QUEUE_MEMORY_MB``) too small for it is refused with the queue's one line. Qwen was not measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # the embedded model
+
+
+def test_home_claims_grow_with_the_document_and_the_answer(smollm):
+    from grade.gradients.analysis import analysis_memory_bytes
+    from studio.memory import home_memory_mb, prompt_tokens
+    from studio.served import LOCAL_LIMITS
+
+    ask = {"question": "What is the capital of France?", "context": None, "max_new_tokens": 16}
+    small = home_memory_mb(smollm, ask, LOCAL_LIMITS)
+    n = prompt_tokens(smollm, ask["question"], None, LOCAL_LIMITS)
+    assert small == pytest.approx(analysis_memory_bytes(smollm, n + 16, 16) / 2**20)
+    assert home_memory_mb(smollm, {**ask, "context": "Paris is in France. " * 200}, LOCAL_LIMITS) > 2 * small
+    assert home_memory_mb(smollm, {**ask, "max_new_tokens": 256}, LOCAL_LIMITS) > small
+    huge = {**ask, "context": "x " * 10**6}  # cut just past its cap before tokenising
+    assert home_memory_mb(smollm, huge, LOCAL_LIMITS) < 10 * home_memory_mb(
+        smollm, {**ask, "context": "x " * (LOCAL_LIMITS.context_chars // 2)}, LOCAL_LIMITS)
+
+
+def test_a_home_analysis_over_the_memory_budget_is_refused_with_one_line(monkeypatch, smollm):
+    from streamlit.testing.v1 import AppTest
+
+    from studio import queue
+
+    monkeypatch.setattr(queue, "_shared", queue.AnalysisQueue(workers=1, memory_mb=1))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600).run()
+    at.text_area(key="question").input("What is the capital of France?")
+    at.button(key="analyze").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert any("this studio runs analyses of at most 1 MB" in e for e in errors), errors
