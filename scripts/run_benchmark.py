@@ -37,6 +37,10 @@ def model_section(name: str) -> list[str]:
     from grade.studies import BenchmarkResult
 
     folder = ROOT / "results" / name
+    if (folder / "crossfit_state.json").is_file():  # a cross-fitted run writes its own section
+        from grade.studies.crossfit_report import readme_section
+
+        return readme_section(folder)
     result = BenchmarkResult.load(folder)
     lines = [f"## {folder.name}", ""]
     if folder.name.endswith("-unseen"):

@@ -86,6 +86,13 @@ def register(sub) -> None:
     p.add_argument("--length-split", nargs="*", default=[], metavar="DATASET",
                    help="split these datasets at the median length of their documents (characters; the question's "
                         "where there is none) and test detectors trained on the short half on the long half and back")
+    p.add_argument("--crossfit", action="store_true",
+                   help="score every labelled question out of sample (stratified k-fold by question; "
+                        "grade.studies.crossfit) instead of one capped split; reads --features-dir and --cache-dir")
+    p.add_argument("--features-dir", default=None,
+                   help="with --crossfit: feature stores <dir>/<loss>/<label file stem>.parquet of every labelled "
+                        "question (default: data/probe_features/<model>)")
+    p.add_argument("--folds", type=int, default=5, help="with --crossfit: k of the k-fold")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the machine is shared)")
     p.set_defaults(func=run)
@@ -148,11 +155,33 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.crossfit:
+        return run_crossfit_command(args)
     config = config_from_args(args)
     result = run_benchmark(config, lambda: load_model_from_args(args, _log), _log)
     out = Path(args.out) if args.out else Path("results") / safe_name(args.model)
     t = time.perf_counter()
     written = write_results(result, out, figures=not args.no_figures)
     _log(f"wrote {len(written)} files to {out} ({time.perf_counter() - t:.1f} s)")
+    print((out / "main_table.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def run_crossfit_command(args: argparse.Namespace) -> int:
+    """``--crossfit``: :func:`grade.studies.crossfit.run_crossfit` on the labelled files, written by
+    :func:`grade.studies.crossfit_report.write_crossfit` (it never loads the model)."""
+    from ..baselines import safe_name
+    from ..benchmark import label_files
+    from ..studies.crossfit import CrossfitConfig, run_crossfit
+    from ..studies.crossfit_report import save_store, write_crossfit
+
+    config = config_from_args(args)
+    out = Path(args.out) if args.out else Path("results") / safe_name(args.model)
+    features = Path(args.features_dir) if args.features_dir else Path("data/probe_features") / safe_name(args.model)
+    datasets = dict(label_files(spec, config.labels_dirs) for spec in args.datasets)
+    cross = CrossfitConfig(model=args.model, datasets=datasets, features_dir=features, cache_dir=Path(args.cache_dir),
+                           k=args.folds, seed=args.seed, n_boot=args.n_boot, min_per_class=args.min_per_class, store=out)
+    written = write_crossfit(run_crossfit(cross, _log, on_dataset=lambda run: save_store(run, out)), out)
+    _log(f"wrote {len(written)} files to {out}")
     print((out / "main_table.md").read_text(encoding="utf-8"))
     return 0
