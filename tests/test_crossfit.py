@@ -98,7 +98,7 @@ def test_no_question_is_scored_by_a_model_that_saw_it(data):
 def test_a_detector_fitted_on_noise_scores_at_chance_out_of_sample(data):
     """Leakage would show here: logistic regression on 200 columns of noise fits its training rows perfectly,
     but its cross-fitted scores must not rank the questions (it would, if a question's own row trained it)."""
-    from grade.metrics import auroc
+    from grade.common.metrics import auroc
     from grade.studies.crossfit import crossfit_column, fit_estimator
 
     noise = np.random.default_rng(0).normal(size=(len(data.y), 200))
@@ -145,7 +145,7 @@ def test_the_selected_variant_is_chosen_on_inner_splits_and_the_store_is_read_ba
 
 
 def test_the_paired_bootstrap_separates_a_better_detector_and_not_a_copy():
-    from grade.metrics import auroc, paired_bootstrap_diff
+    from grade.common.metrics import auroc, paired_bootstrap_diff
 
     rng = np.random.default_rng(1)
     y = np.r_[np.ones(60), np.zeros(140)].astype(int)

@@ -170,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
 def run_crossfit_command(args: argparse.Namespace) -> int:
     """``--crossfit``: :func:`grade.studies.crossfit.run_crossfit` on the labelled files, written by
     :func:`grade.studies.crossfit_report.write_crossfit` (it never loads the model)."""
-    from ..baselines import safe_name
-    from ..benchmark import label_files
+    from ..verdict.detectors.baselines import safe_name
+    from ..studies.benchmark import label_files
     from ..studies.crossfit import CrossfitConfig, run_crossfit
     from ..studies.crossfit_report import save_store, write_crossfit
 

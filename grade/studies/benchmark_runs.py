@@ -78,7 +78,7 @@ def benchmark_runs(labels: str | Path, benchmark: str | Path, probe_labels: str 
     runs[QWEN] = (QWEN, [
         "--crossfit", "--labels-dir", f"{labels}/{QWEN}", "--datasets", "triviaqa", "nq_open",
         f"hotpotqa={labelled(QWEN, 'hotpotqa_context')}", f"hotpotqa_closed={labelled(QWEN, 'hotpotqa')}", "gsm8k",
-        "math", "mmlu", "--min-per-class", "10",
+        "math", "mmlu", "--min-per-class", "10", "--features-dir", f"{benchmark}/{QWEN}/crossfit_features",
     ])
     # The balanced, capped protocol (one 60/20/20 split of a few capped rows): kept as an ablation.
     runs[f"{QWEN}-capped"] = (QWEN, [

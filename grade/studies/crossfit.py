@@ -18,7 +18,7 @@ Protocol (per dataset)
   training folds.
 * Tables: the main table scores every method on the same questions, the rows of a dataset that have every
   method's inputs; ``all_questions`` scores each method on every row it has inputs for. AUROC and accuracy
-  with stratified bootstrap intervals of the pooled out-of-fold scores (:mod:`grade.metrics`), selective
+  with stratified bootstrap intervals of the pooled out-of-fold scores (:mod:`grade.common.metrics`), selective
   answering, a paired bootstrap of each detector's AUROC difference to P-Entropy's and to length's on the
   rows both scored, transfer (a detector's fold models scoring another dataset's questions they never
   saw) and the confidently wrong questions.
@@ -52,7 +52,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..metrics import auroc, best_threshold, bootstrap_ci, paired_bootstrap_diff, selective_metrics
+from ..common.metrics import auroc, best_threshold, bootstrap_ci, paired_bootstrap_diff, selective_metrics
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Variant:
             return loss
         if self.inputs == "rank_ratio":
             return g["rank_ratio"][:, cols]
-        # a layer whose gradient vanished has stable rank 0: the floor keeps its log finite, as grade.probe.inputs does
+        # a layer whose gradient vanished has stable rank 0: the floor keeps its log finite, as grade.verdict.probe.inputs does
         logs = [np.log(np.maximum(g[name][:, cols], 1e-6)) for name in ("srank_h", "srank_g")]
         return np.hstack(logs + ([loss] if self.inputs == "sranks_loss" else []))
 
@@ -193,11 +193,11 @@ def load_dataset(name: str, label_paths: list[Path], *, features_dir: Path | Non
                  model: str, k: int = 5, seed: int = 42) -> CrossfitData:
     """One dataset's labelled rows with whatever inputs exist: the feature stores
     ``<features_dir>/<loss>/<label file stem>.parquet`` and the baseline caches of ``name``
-    (:func:`grade.baselines.cache_path`, main and samples part). Missing inputs stay NaN."""
+    (:func:`grade.verdict.detectors.baselines.cache_path`, main and samples part). Missing inputs stay NaN."""
     import pandas as pd
 
-    from ..baselines import SCORE_KEYS, cache_path, decode_vector, read_caches
-    from ..features import feature_matrix
+    from ..verdict.detectors.baselines import SCORE_KEYS, cache_path, decode_vector, read_caches
+    from ..batch.features import feature_matrix
     from .tables import confidently_wrong, read_labels
 
     rows = [r for p in label_paths for r in read_labels(p)]
@@ -302,7 +302,7 @@ def fingerprint(*parts) -> str:
 def inner_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions (into ``y``) of a stratified 75 / 25 split of a fold's training rows: what is chosen
     inside the training folds is chosen on it."""
-    from ..probe import stratified_split
+    from ..verdict.probe import stratified_split
 
     return stratified_split(y, fractions=(0.75, 0.25), seed=seed)
 
@@ -317,9 +317,9 @@ class Fitted:
 
 
 def fit_estimator(estimator: str, X: np.ndarray, y: np.ndarray, seed: int, epochs: int = 100) -> Fitted:
-    """The paper's MLP or logistic regression (:class:`grade.probe.Probe`), its epoch or C chosen on a
+    """The paper's MLP or logistic regression (:class:`grade.verdict.probe.Probe`), its epoch or C chosen on a
     stratified 15 % of ``X`` (inside the training rows)."""
-    from ..probe import Probe
+    from ..verdict.probe import Probe
 
     # Probe checks that the width is a layer count of its ``inputs``; a band of stable ranks is not, and a
     # rank-ratio probe takes any width: the name is metadata only here.
@@ -396,8 +396,8 @@ def align_fit(data: CrossfitData, seed: int) -> Callable[[np.ndarray], Fitted]:
 
 
 def saplma_fit(data: CrossfitData, seed: int) -> Callable[[np.ndarray], Fitted]:
-    """SAPLMA's fixed recipe (:class:`grade.detectors.SaplmaMLP`): nothing to choose."""
-    from ..detectors import SaplmaMLP
+    """SAPLMA's fixed recipe (:class:`grade.verdict.detectors.SaplmaMLP`): nothing to choose."""
+    from ..verdict.detectors import SaplmaMLP
 
     def fit(train: np.ndarray) -> Fitted:
         m = SaplmaMLP(seed).fit(data.saplma[train], data.y[train])
@@ -459,7 +459,7 @@ def select_column(data: CrossfitData, variants: list[Variant], columns: dict[str
 class CrossfitConfig:
     """What one cross-fitted run reads and how it fits.
 
-    datasets : name -> its labelled files (as :func:`grade.benchmark.label_files` resolves ``NAME=FILE``).
+    datasets : name -> its labelled files (as :func:`grade.studies.benchmark.label_files` resolves ``NAME=FILE``).
     features_dir : ``<features_dir>/<loss>/<label file stem>.parquet`` feature stores of every labelled row.
     cache_dir : baseline caches, ``<cache_dir>/<model>/baselines/<name>[.samples].jsonl``.
     store : a results folder whose ``crossfit_scores.csv.xz`` / ``crossfit_state.json`` are reused where the
@@ -624,7 +624,7 @@ def accuracy(y, pred) -> float:
 
 def column_metrics(y: np.ndarray, s: np.ndarray, pred: np.ndarray, *, with_auroc: bool, n_boot: int, ci: float,
                    seed: int) -> dict:
-    """n, positives, acc with its interval, AUROC with its interval (stratified bootstrap, :mod:`grade.metrics`)."""
+    """n, positives, acc with its interval, AUROC with its interval (stratified bootstrap, :mod:`grade.common.metrics`)."""
     out = {"n": int(len(y)), "positives": int(y.sum()), "missing": 0, "acc": accuracy(y, pred)}
     out["acc_lo"], out["acc_hi"] = bootstrap_ci(y, pred.astype(float), accuracy, n_boot=n_boot, ci=ci, seed=seed)
     out["auroc"] = out["auroc_lo"] = out["auroc_hi"] = float("nan")
@@ -707,7 +707,7 @@ def variant_rows(run: CrossfitRun) -> list[dict]:
 
 def paired_rows(run: CrossfitRun, references=("P-Entropy", "Length_pre", "Length_pos")) -> list[dict]:
     """Each method's AUROC minus a reference's, on the questions both scored, with a paired stratified
-    bootstrap (:func:`grade.metrics.paired_bootstrap_diff`). verdict: ``wins`` / ``loses`` when the interval
+    bootstrap (:func:`grade.common.metrics.paired_bootstrap_diff`). verdict: ``wins`` / ``loses`` when the interval
     excludes 0, else ``tie``."""
     cfg, out = run.config, []
     for name, d in run.data.items():
