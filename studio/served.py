@@ -54,7 +54,7 @@ class Limits:
     trace_chars: int = 6000
     trace_tokens: int = 1024
     # Steps cost more the longer the prefix: SmolLM2 on the shared 2-core VM (under load) took 57 s for 12 steps of
-    # ~31 tokens, 98 s for 16, 212 s for 20 and did not finish 32 (1,006 tokens) in 580 s (docs/issue32-notes.md).
+    # ~31 tokens, 98 s for 16, 212 s for 20 and did not finish 32 (1,006 tokens) in 580 s (bench/RESULTS.md section 13).
     trace_steps: int = 20
     # A trace's analysis stops with a message (steps done of all) past this many seconds; 0: no time bound.
     trace_seconds: float = 300
