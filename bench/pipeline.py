@@ -16,7 +16,7 @@ import torch
 
 from grade.gradients.analysis import activation_grads, forward_with_capture, layer_features, srank_kinds
 from grade.models.architectures import down_projections
-from grade.gradients.capture import model_lock
+from grade.models.models import model_lock
 from grade.gradients.losses import entropy_at_last_position, response_cross_entropy
 from grade.models.models import LoadedModel
 

@@ -42,6 +42,12 @@ from typing import IO, Any, Iterator
 
 from .errors import InputError
 
+
+def cache_dir() -> Path:
+    """Where the studio keeps what it computes once (converted models, downloaded datasets):
+    ``$GRADE_CACHE_DIR``, default ``~/.cache/grade-studio``."""
+    return Path(os.environ.get("GRADE_CACHE_DIR") or Path.home() / ".cache" / "grade-studio")
+
 #: The longest JSONL line read (bytes, newline excluded): far above any label record, trace or lm-eval
 #: sample row of this project (the largest shipped ones are a few tens of KB); a longer line is skipped
 #: as a bad row, unread.

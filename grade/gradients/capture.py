@@ -17,8 +17,6 @@ Two options cut the memory of long inputs (GPU use), both exact:
 
 from __future__ import annotations
 
-import threading
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -26,19 +24,7 @@ from typing import Iterator
 import torch
 
 from ..models.architectures import down_projections
-
-_model_locks: "weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
-_registry_lock = threading.Lock()
-
-
-def model_lock(model: torch.nn.Module) -> threading.RLock:
-    """One re-entrant lock per model object: hooks are per module, so two analyses must not overlap."""
-    with _registry_lock:
-        lock = _model_locks.get(model)
-        if lock is None:
-            lock = _model_locks[model] = threading.RLock()
-        return lock
-
+from ..models.models import model_lock
 
 @dataclass
 class MLPCapture:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..models.architectures import down_projections
-from .capture import model_lock
+from ..models.models import model_lock
 from .stable_rank import SRankKind, rank_ratio, stable_rank
 
 

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,16 +23,25 @@ from typing import Callable
 import torch
 
 from .architectures import down_projections, layout_for
-from ..gradients.capture import model_lock
 from ..common.errors import GradeError, ModelLoadError
+from ..common.io import cache_dir
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("GRADE_CACHE_DIR") or Path.home() / ".cache" / "grade-studio")
+_model_locks: "weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+
+
+def model_lock(model: torch.nn.Module) -> threading.RLock:
+    """One re-entrant lock per model object: hooks are per module, so two analyses must not overlap."""
+    with _registry_lock:
+        lock = _model_locks.get(model)
+        if lock is None:
+            lock = _model_locks[model] = threading.RLock()
+        return lock
 
 
 def _smollm2_gguf() -> Path:

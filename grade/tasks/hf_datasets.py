@@ -170,7 +170,7 @@ def parse_hf_name(text: str) -> tuple[str, str]:
 
 
 def cached_path(name: str, split: str) -> Path:
-    from ..models.models import cache_dir
+    from ..common.io import cache_dir
 
     return cache_dir() / "datasets" / f"hf-{name}-{split}.jsonl"
 
