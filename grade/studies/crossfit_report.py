@@ -177,6 +177,38 @@ def _json(value):
     return str(value)
 
 
+#: GRADE's published AUROCs on Llama-3.1-8B (the paper's headline table), GRADE_pre and GRADE_pos per dataset: the
+#: reproduction's reference. The paper's Qwen2.5-7B numbers are not in our notes, so they are not set beside ours.
+PAPER_LLAMA_8B_AUROC = {
+    "nq_open": (0.888, 0.841), "triviaqa": (0.895, 0.774), "hotpotqa_closed": (0.810, 0.857),
+    "mmlu": (0.751, 0.778), "gsm8k": (0.767, 0.893), "math": (0.841, 0.962),
+}
+
+
+def paper_lines(folder: Path) -> list[str]:
+    """The paper's AUROCs beside this model's cross-fitted ones on every question each form scores
+    (``all_questions.csv``): the paper's ratio-only probe and the shipped form, ``pre`` and ``pos``."""
+    import csv
+
+    path = folder / "all_questions.csv"
+    if not path.is_file():
+        return []
+    rows = {(r["dataset"], r["method"]): r for r in csv.DictReader(path.open(encoding="utf-8"))}
+    forms = ("GRADE_pre", "GRADE_pre (shipped)", "GRADE_pos", "GRADE_pos (shipped)")
+
+    def cell(dataset: str, method: str) -> str:
+        r = rows.get((dataset, method))
+        if r is None or not r.get("auroc"):
+            return "–"
+        return f"{_ci(float(r['auroc']), float(r['auroc_lo']), float(r['auroc_hi']))} (n {r['n']})"
+
+    lines = ["| dataset | paper GRADE_pre (Llama-3.1-8B) | paper GRADE_pos | "
+             + " | ".join(f"{m} here" for m in forms) + " |", "|---" * (3 + len(forms)) + "|"]
+    for dataset, (pre, pos) in PAPER_LLAMA_8B_AUROC.items():
+        lines.append(f"| {dataset} | {pre:.3f} | {pos:.3f} | " + " | ".join(cell(dataset, m) for m in forms) + " |")
+    return lines
+
+
 def readme_section(folder: Path) -> list[str]:
     """The lines ``scripts/run_benchmark.py`` writes into ``results/README.md`` for a cross-fitted run."""
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
@@ -193,6 +225,10 @@ def readme_section(folder: Path) -> list[str]:
         lines.append(f"| {name} | {e.get('labelled', '–')} | {e.get('answerable', '–')} | {e.get('unanswerable', '–')} | {status} |")
     lines += ["", "Main table (AUROC and accuracy with 95% stratified-bootstrap intervals):", ""]
     lines += (folder / "main_table.md").read_text(encoding="utf-8").strip().splitlines()
+    paper = paper_lines(folder)
+    if paper:
+        lines += ["", "The paper's AUROCs (Llama-3.1-8B, its own split) beside this model's, cross-fitted on every question "
+                  "each form scores:", ""] + paper
     if (folder / "findings.md").is_file():
         lines += ["", "Where GRADE wins and loses:", ""] + (folder / "findings.md").read_text(encoding="utf-8").strip().splitlines()
     lines += ["", f"In `{folder.name}/`: every GRADE variant tried (`grade_variants.csv`), each method on every question "
@@ -208,4 +244,4 @@ def readme_section(folder: Path) -> list[str]:
     return lines + [""]
 
 
-__all__ = ["write_crossfit", "readme_section", "main_markdown", "findings", "read_store", "LOSSES"]
+__all__ = ["PAPER_LLAMA_8B_AUROC", "write_crossfit", "readme_section", "paper_lines", "main_markdown", "findings", "read_store", "LOSSES"]
