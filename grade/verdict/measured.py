@@ -96,7 +96,8 @@ class Measured:
         :data:`MIN_QUESTIONS` questions or without an AUROC, why there is no number to cite."""
         where = f"{dataset_title(self.dataset)} questions"
         if not self.enough:
-            return f"too few questions to judge (n={self.n}, {where})"
+            split = {"capped": ", capped split", "test": ", held-out split"}.get(self.protocol, "")
+            return f"too few questions to judge (n={self.n}, {where}{split})"
         if self.auroc is None:
             return f"AUROC not measured on {self.n} {where}"
         interval = (f" [{_fmt(self.auroc_lo)}, {_fmt(self.auroc_hi)}]"
@@ -202,6 +203,36 @@ def probe_measured(model: str, loss: str, *, task: str, has_context: bool,
     return None
 
 
+def probe_evidence(model: str, loss: str, *, task: str, has_context: bool, verdict=None,
+                   folder: str | Path = MEASURED_DIR) -> str:
+    """The sentence a verdict card cites: the shipped probe's form measured on the dataset closest to the question
+    (:func:`probe_measured`); for a model without a benchmark file, the probe's own test split (``verdict``:
+    :class:`~grade.verdict.verdict.Verdict`), flagged by n the same way."""
+    found = probe_measured(model, loss, task=task, has_context=has_context, folder=folder)
+    if found is None and verdict is not None and verdict.n_test:
+        found = Measured(model, f"GRADE_{loss}", "pooled test", "test", int(verdict.n_test), verdict.positives,
+                         verdict.auroc, acc=verdict.accuracy)
+    if found is None:
+        return "not measured on questions like this one"
+    form = "" if found.method.endswith("(shipped)") or found.protocol == "test" or not found.enough else f" ({found.method}, the paper's form)"
+    return found.sentence() + form
+
+
+def detector_evidence(model: str, detector, *, task: str, has_context: bool, folder: str | Path = MEASURED_DIR) -> str:
+    """The sentence a detector card cites (``detector``: a :class:`~grade.verdict.detectors.routing.DetectorVerdict`):
+    the detector's form measured on its routed kind (or the dataset closest to the question); for a model
+    without a benchmark file, the detector's own test questions of that kind, flagged by n the same way."""
+    from .detectors.specs import DETECTORS
+
+    spec = DETECTORS.get(detector.name)
+    method = spec.measured_as if spec is not None else ""
+    found = (closest_measured(model, method, task=task, has_context=has_context, dataset=detector.kind, folder=folder)
+             if method else None)
+    if found is None and detector.kind:
+        found = Measured.from_test(model, method or detector.name, detector.kind, detector.test)
+    return "not measured on questions like this one" if found is None else found.sentence()
+
+
 # ------------------------------------------------------------------------------------------------ writing
 
 
@@ -280,4 +311,5 @@ def write_measured(folder: str | Path, out_dir: str | Path = MEASURED_DIR, root:
 
 
 __all__ = ["Measured", "MIN_QUESTIONS", "MEASURED_DIR", "measured", "closest_measured", "probe_measured",
+           "probe_evidence", "detector_evidence",
            "read_measured", "build_measured", "write_measured", "dataset_title"]
