@@ -20,6 +20,7 @@ from studio.resources import default_probe, list_probes, reference_set  # noqa: 
 from studio.summaries import explain, headline_reading, probe_reading  # noqa: E402
 from grade.verdict.probe import probe_inputs  # noqa: E402
 from grade.verdict.probe_reading import bands_for  # noqa: E402
+from grade.verdict.measured import detector_evidence, probe_evidence  # noqa: E402
 
 @st.cache_data(show_spinner=False)
 def _examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
@@ -205,13 +206,11 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
         st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
                   help="Output of the probe on this question's per-layer GRADE features")
         st.html(tokens.probability_bar_html(verdict.probability))
-        auroc = (f"**{verdict.auroc:.3f}** (chance {verdict.auroc_chance:.2f})" if verdict.auroc is not None
-                 else "not recorded")
-        accuracy = (f" · test accuracy **{verdict.accuracy:.0%}** (always guessing the larger class: "
-                    f"{verdict.accuracy_chance:.0%}, n {verdict.n_test})"
-                    if verdict.accuracy is not None and verdict.accuracy_chance is not None else "")
-        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · measured test AUROC {auroc}{accuracy} · "
-                    f"loss `{verdict.loss}`")
+        result = analysis.result
+        evidence = probe_evidence(result.model, verdict.loss, task=result.task, has_context=bool(result.context),
+                                  verdict=verdict)
+        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · loss `{verdict.loss}` · evidence, "
+                    f"on the dataset closest to this question: {evidence}.")
 
 
 def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
@@ -227,10 +226,10 @@ def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
             word = "can probably answer" if v.answerable else "probably cannot answer"
             st.metric(v.title, f"{v.probability:.0%}", help=v.summary)
             st.html(tokens.probability_bar_html(v.probability))
-            auroc = f"{v.auroc:.2f}" if v.auroc is not None else "not measured"
-            n = v.test.get("n")
-            st.markdown(f"The model **{word}**.  \nTest AUROC **{auroc}** on {n} held-out **{v.kind}** questions, "
-                        f"the training set closest to this question ({v.kind_reason}).")
+            result = analysis.result
+            evidence = detector_evidence(result.model, v, task=result.task, has_context=bool(result.context))
+            st.markdown(f"The model **{word}**.  \nClosest to this question: **{v.kind}** ({v.kind_reason}). "
+                        f"Evidence: {evidence}.")
         if analysis.detectors_problem:
             st.caption(session.user_text(analysis.detectors_problem))
 

@@ -17,7 +17,9 @@ from grade.common.errors import GradeError
 from grade.studies.report import figures
 from grade.studies import METHOD_ORDER, BenchmarkResult, selective_summary
 from studio import session
-from studio.summaries import benchmark_summary, explain, pick_results_folder, small_sample_warning
+from grade.studies.crossfit import main_methods
+from grade.verdict.measured import MIN_QUESTIONS
+from studio.summaries import benchmark_summary, explain, paired_summary, pick_results_folder, small_sample_warning
 
 RESULTS_DIR = Path(os.environ.get("GRADE_RESULTS_DIR") or Path(__file__).resolve().parent.parent / "results")
 
@@ -85,40 +87,125 @@ def _num(x, digits=3):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-st.subheader("Datasets")
-rows = []
-for name, entry in result.datasets.items():
-    split = entry.get("split", {})
-    rows.append({"dataset": name, "answerable": entry.get("answerable"), "unanswerable": entry.get("unanswerable"),
-                 "benchmarked": "yes" if entry.get("eligible") else "no",
-                 "test questions": split.get("test", {}).get("n"),
-                 "why not": "" if entry.get("eligible") else entry.get("reason", "")})
-st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-for note in result.notes:
-    st.caption(note)
+def _datasets_table() -> None:
+    st.subheader("Datasets")
+    rows = []
+    for name, entry in result.datasets.items():
+        split = entry.get("split", {})
+        rows.append({"dataset": name, "answerable": entry.get("answerable"), "unanswerable": entry.get("unanswerable"),
+                     "benchmarked": "yes" if entry.get("eligible") else "no",
+                     "test questions": split.get("test", {}).get("n"),
+                     "why not": "" if entry.get("eligible") else entry.get("reason", "")})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    for note in result.notes:
+        if not note.startswith("Against "):  # a cross-fitted run's findings: the paragraph above says them
+            st.caption(note)
 
-st.subheader("Main table")
-main = pd.DataFrame(result.main)
-if main.empty:
-    st.info("No method was scored.")
-    st.stop()
-main["AUROC [95% CI]"] = [
-    f"{_num(a)} [{_num(lo, 2)}, {_num(hi, 2)}]" if not (isinstance(a, float) and math.isnan(a)) else "–"
-    for a, lo, hi in zip(main["auroc"], main["auroc_lo"], main["auroc_hi"])
-]
-main["Acc"] = [_num(a) for a in main["acc"]]
-summary = benchmark_summary(result.main)
-if summary:
-    st.markdown(f"**Where GRADE wins and loses ({choice}):** {summary}")
-wide = main.pivot(index="method", columns="dataset", values=["Acc", "AUROC [95% CI]"])
-order = [m for m in METHOD_ORDER if m in wide.index]
-wide = wide.loc[order]
-wide.columns = [f"{dataset} {metric}" for metric, dataset in wide.columns]
-st.dataframe(wide[sorted(wide.columns)], width="stretch")
-_warn_small(result.main, lambda r: r["dataset"])
-st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone "
-           "(prompt; prompt + response), the confound every feature carries. Training-free scores use the accuracy-maximising threshold "
-           "of the training + validation questions; probes use 0.5.")
+
+def _capped_main_table() -> None:
+    st.subheader("Main table")
+    main = pd.DataFrame(result.main)
+    if main.empty:
+        st.info("No method was scored.")
+        st.stop()
+    main["AUROC [95% CI]"] = [
+        f"{_num(a)} [{_num(lo, 2)}, {_num(hi, 2)}]" if not (isinstance(a, float) and math.isnan(a)) else "–"
+        for a, lo, hi in zip(main["auroc"], main["auroc_lo"], main["auroc_hi"])
+    ]
+    main["Acc"] = [_num(a) for a in main["acc"]]
+    summary = benchmark_summary(result.main)
+    if summary:
+        st.markdown(f"**Where GRADE wins and loses ({choice}):** {summary}")
+    wide = main.pivot(index="method", columns="dataset", values=["Acc", "AUROC [95% CI]"])
+    order = [m for m in METHOD_ORDER if m in wide.index]
+    wide = wide.loc[order]
+    wide.columns = [f"{dataset} {metric}" for metric, dataset in wide.columns]
+    st.dataframe(wide[sorted(wide.columns)], width="stretch")
+    _warn_small(result.main, lambda r: r["dataset"])
+    st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone "
+               "(prompt; prompt + response), the confound every feature carries. Training-free scores use the accuracy-maximising threshold "
+               "of the training + validation questions; probes use 0.5.")
+
+
+def _ci(a, lo, hi) -> str:
+    return "–" if a is None or (isinstance(a, float) and math.isnan(a)) else f"{_num(a)} [{_num(lo, 2)}, {_num(hi, 2)}]"
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+
+
+def _crossfit_tables() -> None:
+    """A cross-fitted run (grade.studies.crossfit): the main table per dataset with n and intervals, GRADE's
+    variants, the paired differences, then the capped protocol's table as the ablation it is."""
+    st.subheader("Cross-fitted main table")
+    st.markdown(f"Every labelled question of `{choice}` scored once, by detectors fitted on the other four folds "
+                f"(stratified 5-fold by question): per dataset, every method on the same questions. Intervals: 95% "
+                f"stratified bootstrap. An AUROC on fewer than {MIN_QUESTIONS} questions is shown but decides little.")
+    paired = _read_csv(folder / "paired.csv")
+    paragraph = paired_summary(paired.to_dict("records")) if not paired.empty else None
+    if paragraph:
+        st.markdown(f"**Where GRADE wins and loses beyond the intervals ({choice}):** {paragraph}")
+    main = pd.DataFrame(result.main)
+    if main.empty:
+        st.info("No dataset has questions scored by every method.")
+        return
+    datasets = list(dict.fromkeys(main["dataset"]))
+    tabs = st.tabs([f"{d} (n={int(main[main['dataset'] == d]['n'].iloc[0])})" for d in datasets])
+    order = {m: i for i, m in enumerate(main_methods())}
+    for tab, d in zip(tabs, datasets):
+        part = main[main["dataset"] == d].sort_values("method", key=lambda c: c.map(lambda m: order.get(m, 99)))
+        shown = pd.DataFrame({"method": part["method"], "n": part["n"], "answerable": part["positives"],
+                              "AUROC [95% CI]": [_ci(a, lo, hi) for a, lo, hi in zip(part["auroc"], part["auroc_lo"], part["auroc_hi"])],
+                              "Acc [95% CI]": [_ci(a, lo, hi) for a, lo, hi in zip(part["acc"], part.get("acc_lo", part["acc"]),
+                                                                                    part.get("acc_hi", part["acc"]))]})
+        with tab:
+            st.dataframe(shown, hide_index=True, width="stretch", key=f"crossfit_main_{d}",
+                         column_config={"method": st.column_config.TextColumn(width="medium"),
+                                        "n": st.column_config.NumberColumn(width="small"),
+                                        "answerable": st.column_config.NumberColumn(width="small")})
+    st.caption("GRADE_pre / GRADE_pos: the paper's form (an MLP on every layer's rank ratio); (shipped): the form of "
+               "the app's probes; (selected): the variant chosen on inner splits of the training folds. Judge gives a "
+               "yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone, the confound.")
+    variants = _read_csv(folder / "grade_variants.csv")
+    if not variants.empty:
+        st.subheader("GRADE variants")
+        st.markdown("Every GRADE variant fitted, on every question with features. Picking the best of these by its "
+                    "AUROC would be choosing on the test questions: the **(selected)** row is the honest number.")
+        shown = pd.DataFrame({"dataset": variants["dataset"], "variant": variants["variant"], "n": variants["n"],
+                              "AUROC [95% CI]": [_ci(a, lo, hi) for a, lo, hi in zip(variants["auroc"], variants["auroc_lo"], variants["auroc_hi"])],
+                              "paper": variants["paper"], "shipped": variants["shipped"],
+                              "chosen (folds)": variants["times_chosen"]})
+        st.dataframe(shown, hide_index=True, width="stretch", key="crossfit_variants",
+                     column_config={"variant": st.column_config.TextColumn(width="medium")})
+    if not paired.empty:
+        st.subheader("Paired differences")
+        st.markdown("Each detector's AUROC minus P-Entropy's and minus length's, on the questions both score "
+                    "(paired stratified bootstrap): **wins** / **loses** when the interval excludes 0.")
+        shown = pd.DataFrame({"dataset": paired["dataset"], "method": paired["method"], "vs": paired["reference"],
+                              "n": paired["n"], "Δ AUROC [95% CI]": [f"{a:+.3f} [{lo:+.2f}, {hi:+.2f}]" for a, lo, hi
+                                                                    in zip(paired["diff"], paired["lo"], paired["hi"])],
+                              "verdict": paired["verdict"]})
+        st.dataframe(shown, hide_index=True, width="stretch", key="crossfit_paired",
+                     column_config={"method": st.column_config.TextColumn(width="medium")})
+    capped = RESULTS_DIR / f"{choice}-capped"
+    if (capped / "main_table.csv").is_file():
+        st.subheader("Ablation: the capped protocol")
+        st.markdown(f"The earlier protocol (`{capped.name}`): one 60/20/20 split of a few capped rows, so each dataset "
+                    "is tested on a few dozen questions. Kept as an ablation, not as the result.")
+        old = _read_csv(capped / "main_table.csv")
+        shown = pd.DataFrame({"dataset": old["dataset"], "method": old["method"], "n": old["n"],
+                              "AUROC [95% CI]": [_ci(a, lo, hi) for a, lo, hi in zip(old["auroc"], old["auroc_lo"], old["auroc_hi"])],
+                              "Acc": [_num(a) for a in old["acc"]]})
+        st.dataframe(shown, hide_index=True, width="stretch", key="capped_ablation")
+
+
+if (result.protocol or {}).get("protocol") == "crossfit":  # opens on the cross-fitted tables
+    _crossfit_tables()
+    _datasets_table()
+else:
+    _datasets_table()
+    _capped_main_table()
 
 figs = figures(result)
 tabs = st.tabs(["AUROC", "Selective answering", "Transfer", "Robustness", "Ablations", "Confidently wrong",

@@ -6,7 +6,8 @@ Usage::
     python scripts/run_benchmark.py --offline  # tables and README from the caches only (about a minute)
 
 The README's numbers are read from ``results/<model>/*.csv`` by this script, so they always equal
-the CSVs. Which labelled files each model uses is written down in :func:`grade.studies.benchmark_runs.benchmark_runs`.
+the CSVs; so are the numbers the app's cards cite (``grade/assets/measured/<model>.json``,
+:func:`grade.verdict.measured.write_measured`), rewritten on every run, ``--readme-only`` included. Which labelled files each model uses is written down in :func:`grade.studies.benchmark_runs.benchmark_runs`.
 """
 
 from __future__ import annotations
@@ -122,6 +123,19 @@ def write_readme() -> Path:
     return path
 
 
+def write_measured_files() -> list[Path]:
+    """``grade/assets/measured/<model>.json`` from each model's own results folder (the run named like the
+    model: the cross-fitted one for Qwen, the capped one for SmolLM2 and Gemma)."""
+    from grade.verdict.measured import MEASURED_DIR, write_measured
+
+    written = []
+    for name, (model, _) in RUNS.items():
+        folder = ROOT / "results" / name
+        if name == model and (folder / "summary.json").is_file():
+            written.append(write_measured(folder, MEASURED_DIR, root=ROOT))
+    return written
+
+
 def shrink_figures(folder: Path) -> None:
     """Quantise the PNGs to 256 colours where pngquant is installed: the figures are committed and the tracked
     tree must stay small enough to travel to a GPU machine beside model weights (about 4x smaller, the same
@@ -154,6 +168,8 @@ def main() -> int:
                 return code
             shrink_figures(ROOT / "results" / name)
     print(write_readme())
+    for path in write_measured_files():
+        print(path)
     return 0
 
 

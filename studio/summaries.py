@@ -68,6 +68,43 @@ def small_sample_warning(items: Iterable[tuple[str, object, object]]) -> str | N
 # ------------------------------------------------------------------------------------ benchmarks
 
 
+#: The GRADE forms the app serves (its shipped probes): the ones the paired paragraph speaks for.
+SHIPPED_FORMS = ("GRADE_pre (shipped)", "GRADE_pos (shipped)")
+
+
+def paired_summary(rows: Sequence[Mapping], forms: Sequence[str] = SHIPPED_FORMS) -> str | None:
+    """One plain paragraph of a cross-fitted run's ``paired.csv`` rows: per reference (P-Entropy; length, the
+    prompt's for ``pre`` and the whole text's for ``pos``), the datasets where GRADE's shipped forms win or lose
+    beyond the 95% interval of the paired AUROC difference, and those where the interval holds 0."""
+    def cell(r) -> str:
+        loss = str(r["method"]).split("_")[1].split(" ")[0]
+        return f"{loss} {float(r['diff']):+.2f} [{float(r['lo']):+.2f}, {float(r['hi']):+.2f}]"
+
+    sentences = []
+    for label, refs in (("P-Entropy", ("P-Entropy",)), ("length alone", ("Length_pre", "Length_pos"))):
+        chosen = [r for r in rows if r["method"] in forms and r["reference"] in refs
+                  and (len(refs) == 1 or str(r["reference"]).endswith(str(r["method"]).split("_")[1].split(" ")[0]))]
+        if not chosen:
+            continue
+        by: dict[str, dict[str, list]] = {}
+        for r in chosen:
+            by.setdefault(r["verdict"], {}).setdefault(r["dataset"], []).append(r)
+        parts = []
+        for verdict, word in (("wins", "beats it"), ("loses", "trails it")):
+            found = by.get(verdict, {})
+            if found:
+                parts.append(f"{word} on " + "; ".join(
+                    f"{d} ({', '.join(cell(r) for r in cells)}, n={int(cells[0]['n'])})" for d, cells in found.items()))
+        ties = [d for d in by.get("tie", {}) if d not in by.get("wins", {}) and d not in by.get("loses", {})]
+        if ties:
+            parts.append(f"is within the interval of it on {', '.join(ties)}")
+        sentences.append(f"Against {label}, GRADE's shipped form " + "; ".join(parts) + ".")
+    if not sentences:
+        return None
+    return (" ".join(sentences) + " (AUROC difference with its 95% paired-bootstrap interval, on the questions "
+            "both score; a difference whose interval holds 0 decides nothing.)")
+
+
 def benchmark_summary(rows: Sequence[Mapping]) -> str | None:
     """One sentence: on which datasets of a main table GRADE (its better variant) has the highest test AUROC
     among the detectors, and on which it loses, to whom. ``rows``: the main table (dataset, method, n, auroc).

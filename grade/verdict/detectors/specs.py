@@ -17,16 +17,18 @@ class DetectorSpec:
     statistic: str  # a key of STATISTICS
     estimator: str  # "kind-logistic" or "saplma-mlp"
     summary: str  # one line for a reader of the app
+    measured_as: str = ""  # the benchmark's name of this detector's form (grade.verdict.measured)
 
 
 DETECTORS: dict[str, DetectorSpec] = {spec.name: spec for spec in (
     DetectorSpec("prompt-entropy", "Entropy after the prompt", "loss_value", "kind-logistic",
                  "how unsure the model is about the first token of its answer (the GRADE_pre loss), "
-                 "read through a logistic regression"),
+                 "read through a logistic regression", "GRADE_pre[logreg,loss,all]"),
     DetectorSpec("p-entropy", "P-Entropy of the answer", "p_entropy", "kind-logistic",
-                 "how unsure the model was over all tokens of its greedy answer, read through a logistic regression"),
+                 "how unsure the model was over all tokens of its greedy answer, read through a logistic regression",
+                 "P-Entropy"),
     DetectorSpec("saplma", "Hidden-state probe (SAPLMA)", "saplma_hidden", "saplma-mlp",
-                 "an MLP on the hidden state 12 layers from the top at the answer's last token"),
+                 "an MLP on the hidden state 12 layers from the top at the answer's last token", "SAPLMA"),
 )}
 
 
