@@ -1,0 +1,101 @@
+"""Pictures that read right at first glance (issue 30): what a person sees on the pages, checked as they would.
+
+- every token colour of a heatmap is a colour its legend has;
+- a selector and the text it controls agree;
+- the demo trace store's aggregates have numbers, and a trace's known error step is shown;
+- no raw module name in the navigation, no table wider than its column (tests/test_browser_pictures.py).
+
+No model is loaded here: the pages are opened on the shipped demo store and the sidebar's model name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _page(path: str, monkeypatch, tmp_path, **state):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("GRADE_USER_DATA_DIR", str(tmp_path))  # the demo store's writable copy goes here
+    at = AppTest.from_file(str(ROOT / path), default_timeout=120)
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def _no_exception(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _rgb(text: str) -> np.ndarray:
+    text = text.strip()
+    if text.startswith("#"):
+        return np.array([int(text[i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
+    return np.array([float(v) for v in re.findall(r"[\d.]+", text)[:3]])
+
+
+def _legend_stops(body: str) -> list[np.ndarray]:
+    """The colours of a legend's gradient, in order, as the page draws it."""
+    gradient = re.search(r"linear-gradient\(to right, (.*?)\);", body).group(1)
+    return [_rgb(c) for c in re.findall(r"rgb\([^)]*\)|#[0-9a-fA-F]{6}", gradient)]
+
+
+def _distance_to_scale(colour: np.ndarray, stops: list[np.ndarray]) -> float:
+    """How far (RGB units) ``colour`` is from the legend's scale, a polyline through its stops."""
+    best = np.inf
+    for a, b in zip(stops, stops[1:]):
+        d = b - a
+        t = 0.0 if not d.any() else float(np.clip(np.dot(colour - a, d) / np.dot(d, d), 0, 1))
+        best = min(best, float(np.linalg.norm(colour - (a + t * d))))
+    return best
+
+
+def _token_colours(body: str) -> list[tuple[str, np.ndarray]]:
+    return [(html_text, _rgb(colour)) for colour, html_text in
+            re.findall(r'<span title="[^"]*" style="background:([^;]+);[^"]*">(.*?)</span>', body)]
+
+
+def _heatmaps(at) -> tuple[list[np.ndarray], list[list[tuple[str, np.ndarray]]]]:
+    bodies = [h.proto.body for h in at.get("html")]
+    legends = [b for b in bodies if "linear-gradient(to right" in b]
+    heatmaps = [b for b in bodies if "<sup title=\"step" in b]
+    assert legends and heatmaps, "no legend or no token heatmap on the page"
+    return _legend_stops(legends[0]), [_token_colours(b) for b in heatmaps]
+
+
+@pytest.mark.parametrize("colour_by", ["epistemic shock (heatmap)", "token surprisal (heatmap)"])
+def test_every_token_colour_is_on_the_legends_scale(monkeypatch, tmp_path, colour_by):
+    """The heatmap of an opened trace (the demo store's first): each token's colour is one the legend shows,
+    the first token of every step included (it was painted a solid purple the legend does not have)."""
+    at = _page("pages/traces.py", monkeypatch, tmp_path, tr_colour=colour_by)
+    _no_exception(at)
+    traces = [o.split(" · ")[0] for o in at.selectbox(key="tr_open").options]
+    for trace in traces[:4]:
+        at.session_state["tr_open"] = trace
+        at.run()
+        _no_exception(at)
+        stops, heatmaps = _heatmaps(at)
+        colours = heatmaps[0]
+        assert len(colours) > 20
+        off = [(text, tuple(c.astype(int))) for text, c in colours if _distance_to_scale(c, stops) > 3]
+        assert not off, f"trace {trace}: token colours not on the legend's scale: {off[:5]}"
+
+
+def test_a_step_start_is_marked_without_replacing_the_tokens_colour():
+    from studio import tokens
+
+    trace = tokens.TokenScores(["So", " 3", " +", " 4"], np.ones((1, 4)), [0, 0, 1, 1])
+    body = tokens.token_html(trace, np.array([1.0, 0.0, 0.5, 0.2]))
+    stops = _legend_stops(tokens.colorbar_html())
+    colours = _token_colours(body)
+    assert [t for t, _ in colours] == ["So", " 3", " +", " 4"]
+    assert all(_distance_to_scale(c, stops) < 1 for _, c in colours)
+    assert body.count("[1]") == 1 and body.count("[2]") == 1  # the steps are still marked
+    assert body.count("text-decoration: underline") == 2  # and their first tokens underlined
