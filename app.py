@@ -41,6 +41,22 @@ def _use_example() -> None:
     st.session_state["task"] = task
 
 
+OWN_QUESTION = "(your own question)"
+
+
+def _forget_stale_example(examples: dict[str, tuple[str, str | None, str]]) -> None:
+    """The example selector names the example only while the question, document and type are still that
+    example's: once any is edited it shows OWN_QUESTION (and choosing the example again restores its text)."""
+    label = st.session_state.get("example")
+    found = examples.get(label) if label else None
+    if not label:
+        return
+    asked = (str(st.session_state.get("question") or "").strip(), str(st.session_state.get("context") or "").strip(),
+             st.session_state.get("task", found[2] if found else None))
+    if found is None or (found[0].strip(), (found[1] or "").strip(), found[2]) != asked:
+        st.session_state["example"] = ""
+
+
 def _request() -> dict:
     """What the Analyze button analyses: the widgets' values now."""
     return {"question": st.session_state.get("question", ""), "context": st.session_state.get("context"),
@@ -391,9 +407,10 @@ def home() -> None:
         _load_shipped_examples(lm)
         _precompute_examples(lm)
 
-    st.selectbox("Try an example", [""] + list(_examples(lm.name if lm else None)), key="example", **session.KEEP,
-                 on_change=_use_example,
-                 format_func=lambda s: s or "(pick an example question)")
+    examples = _examples(lm.name if lm else None)
+    _forget_stale_example(examples)
+    st.selectbox("Try an example", [""] + list(examples), key="example", **session.KEEP, on_change=_use_example,
+                 format_func=lambda s: s or OWN_QUESTION)
     st.text_area("Question", key="question", **session.KEEP, height=90, placeholder="Who wrote 'Pride and Prejudice'?")
     with st.expander("Document (optional): the model may use it to answer",
                      expanded=bool(st.session_state.get("context"))):

@@ -85,6 +85,11 @@ if "rt_question" not in st.session_state and problems:
 # The task's own answer length (GSM8K: 256): a shorter default cuts traces off before their answer.
 st.session_state.setdefault("rt_max_tokens", min(answer_format("gsm8k").max_new_tokens, session.limits().cot_tokens))
 
+# The list names a problem only while the Problem box holds it: once the box is edited the list says so (OWN), and
+# choosing the problem again restores its text (a choice of the entry already shown would change nothing).
+_listed = problems.get(st.session_state.get("rt_choice"))
+if _listed is not None and _listed["question"].strip() != str(st.session_state.get("rt_question") or "").strip():
+    st.session_state["rt_choice"] = OWN
 st.selectbox("Math problem (the model's own solved / failed ones, then the GSM8K dev set)", [OWN] + list(problems), key="rt_choice", **session.KEEP, on_change=_load_problem)
 q_col, g_col = st.columns([4, 1])
 q_col.text_area("Problem", key="rt_question", **session.KEEP, height=90)

@@ -99,3 +99,57 @@ def test_a_step_start_is_marked_without_replacing_the_tokens_colour():
     assert all(_distance_to_scale(c, stops) < 1 for _, c in colours)
     assert body.count("[1]") == 1 and body.count("[2]") == 1  # the steps are still marked
     assert body.count("text-decoration: underline") == 2  # and their first tokens underlined
+
+
+# ------------------------------------------------------------------------------ selectors and their text
+
+
+@pytest.fixture(scope="module")
+def app():
+    """The app on the small embedded model (loaded once for the module; nothing is analysed)."""
+    from streamlit.testing.v1 import AppTest
+
+    mp = pytest.MonkeyPatch()
+    mp.chdir(ROOT)
+    mp.delenv("GRADE_START_MODEL", raising=False)  # the default: smollm2-135m-instruct
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    _no_exception(at)
+    yield at
+    mp.undo()
+
+
+def _shown(selectbox) -> str:
+    """What a select box shows: its current option's label."""
+    return selectbox.options[selectbox.index]
+
+
+def test_homes_example_list_says_own_question_once_the_question_is_edited_and_restores_a_chosen_example(app):
+    at = app
+    example = at.selectbox(key="example")
+    label = example.options[1]  # the first example (the first option is the empty choice)
+    example.set_value(label).run()
+    _no_exception(at)
+    text = at.text_area(key="question").value
+    assert text.strip() and _shown(at.selectbox(key="example")) == label
+    at.text_area(key="question").input("Who wrote Pride and Prejudice?").run()
+    _no_exception(at)
+    assert _shown(at.selectbox(key="example")) == "(your own question)"  # not the example any more
+    at.selectbox(key="example").set_value(label).run()  # the same entry again: its text comes back
+    assert at.text_area(key="question").value == text and _shown(at.selectbox(key="example")) == label
+
+
+def test_the_problem_list_follows_the_problem_box_and_restores_a_chosen_problem(app):
+    at = app
+    at.switch_page("pages/reasoning_trace.py").run()
+    _no_exception(at)
+    choice = at.selectbox(key="rt_choice")
+    first = _shown(choice)
+    assert first != "(type your own problem)"  # it opens on a problem
+    problem = at.text_area(key="rt_question").value
+    assert problem.strip() and problem.strip()[:90] == first  # the list names the problem the box holds
+    at.text_area(key="rt_question").input("A farmer has 3 cows and buys 4 more. How many cows?").run()
+    _no_exception(at)
+    assert _shown(at.selectbox(key="rt_choice")) == "(type your own problem)"
+    at.selectbox(key="rt_choice").set_value(first).run()
+    _no_exception(at)
+    assert at.text_area(key="rt_question").value == problem and _shown(at.selectbox(key="rt_choice")) == first
