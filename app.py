@@ -457,7 +457,13 @@ if not session.config().served:
     # Served, the Traces page is not offered: it opens stores and samples files by server path and runs
     # whole-store analyses in the background, and has no per-user caps yet.
     PAGES.insert(3, st.Page("pages/traces.py", title="Traces", icon=":material/fact_check:"))
-page = st.navigation(PAGES)
+# The sidebar lists the pages by their titles, drawn here. Streamlit's own sidebar list is off
+# (.streamlit/config.toml: client.showSidebarNavigation = false): with a pages/ folder beside app.py it first lists
+# the folder's raw file names ("app, benchmarks, probes, ...") until this script reaches st.navigation.
+page = st.navigation(PAGES, position="hidden")
+with st.sidebar.container(key="page_links"):
+    for listed in PAGES:
+        st.page_link(listed)
 session.load_current_model()
 loading.llama_build_notice()
 page.run()
