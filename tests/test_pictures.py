@@ -153,3 +153,39 @@ def test_the_problem_list_follows_the_problem_box_and_restores_a_chosen_problem(
     at.selectbox(key="rt_choice").set_value(first).run()
     _no_exception(at)
     assert at.text_area(key="rt_question").value == problem and _shown(at.selectbox(key="rt_choice")) == first
+
+
+# ------------------------------------------------------------------------------------------ rough edges
+
+
+def test_the_traces_pages_sentences_do_not_repeat_themselves(monkeypatch, tmp_path):
+    """'... the peak step (step rank ratio) (step rank ratio, mean over layers ...)': two brackets in a row,
+    the second repeating the first."""
+    at = _page("pages/traces.py", monkeypatch, tmp_path)
+    _no_exception(at)
+    captions = [c.value for c in at.caption if "Measured top-1" in c.value]
+    assert captions
+    for text in captions:
+        assert ") (" not in text, text
+
+
+def test_the_load_estimate_says_how_many_seconds(monkeypatch, tmp_path):
+    from studio import loading
+
+    monkeypatch.setattr(loading, "cache_dir", lambda: tmp_path)
+    (tmp_path / "models" / "smollm2-135m-instruct").mkdir(parents=True)
+    (tmp_path / "models" / "smollm2-135m-instruct" / "config.json").write_text("{}")
+    detail = loading.load_estimate("smollm2-135m-instruct").detail
+    assert not re.search(r":\s*seconds", detail), detail  # "from disk: seconds" lacked its number
+
+
+@pytest.mark.parametrize("left, shown", [(12.4, "about 12 s left"), (0.3, "finishing…"), (0.0, "finishing…")])
+def test_a_running_analysis_never_says_0_s_left(monkeypatch, left, shown):
+    from types import SimpleNamespace
+
+    from studio import session, waiting
+
+    status = SimpleNamespace(state="running", measured=True, estimate_s=left, elapsed_s=20.0, position=0, waiting=0)
+    monkeypatch.setattr(session, "analysis_queue", lambda: SimpleNamespace(status=lambda ticket: status))
+    line = waiting.status_line(None)
+    assert shown in line and "0 s left" not in line.replace("about 12 s", ""), line
