@@ -189,3 +189,18 @@ def test_a_running_analysis_never_says_0_s_left(monkeypatch, left, shown):
     monkeypatch.setattr(session, "analysis_queue", lambda: SimpleNamespace(status=lambda ticket: status))
     line = waiting.status_line(None)
     assert shown in line and "0 s left" not in line.replace("about 12 s", ""), line
+
+
+def test_a_traces_known_error_step_is_shown_where_it_is_marked(monkeypatch, tmp_path):
+    """The annotation box of a demo trace starts on the error step its table row shows, not 'no error step'."""
+    at = _page("pages/traces.py", monkeypatch, tmp_path)
+    _no_exception(at)
+    table = at.dataframe[0].value if "error step" in at.dataframe[0].value else \
+        next(d.value for d in at.dataframe if "error step" in d.value)
+    row = table.dropna(subset=["error step"]).iloc[0]
+    at.session_state["tr_open"] = row["trace"]
+    at.run()
+    _no_exception(at)
+    box = next(s for s in at.selectbox if s.label == "Error step")
+    assert box.value == int(row["error step"]), (box.value, row["error step"])
+    assert any(f"step {int(row['error step'])}" in c.value for c in at.caption)
