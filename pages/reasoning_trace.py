@@ -321,6 +321,11 @@ for trace, score, value, column in zip(shown, scored, values, columns):
 if len(shown) > 1 or len(shown[0].result.steps) > 1:
     session.show_figure(figures.step_grade_figure([(t.title, t.step_ratios.mean(axis=1)) for t in shown]),
                         "per-step-rank-ratio", key="rt_steps")
+    st.caption("**What this chart can show:** how the step rank ratio (mean over layers) moves from step to step, "
+               "on one scale for both traces. **What it cannot show:** which step is wrong. Its peak is not an error "
+               "mark: for a wrong trace and its corrected twin it can peak on the correct one. "
+               + localization.accuracy_line(lm.name, "peak step (step rank ratio)")
+               + " Use the suspect step above for where a trace goes wrong.")
 columns = st.columns(len(shown), gap="medium")
 for trace, column in zip(shown, columns):
     with column:

@@ -204,3 +204,20 @@ def test_a_traces_known_error_step_is_shown_where_it_is_marked(monkeypatch, tmp_
     box = next(s for s in at.selectbox if s.label == "Error step")
     assert box.value == int(row["error step"]), (box.value, row["error step"])
     assert any(f"step {int(row['error step'])}" in c.value for c in at.caption)
+
+
+@pytest.mark.slow
+def test_the_step_rank_ratio_chart_says_what_it_cannot_show_with_its_measured_accuracy(app):
+    """Analyses the reference solution with the small model (seconds to a minute on 2 cores)."""
+    from studio import localization
+
+    at = app
+    at.switch_page("pages/reasoning_trace.py").run()
+    at.button(key="rt_analyze").click().run()
+    _no_exception(at)
+    text = " ".join(c.value for c in at.caption)
+    assert "What it cannot show:** which step is wrong" in text
+    assert localization.accuracy_line("smollm2-135m-instruct", "peak step (step rank ratio)") in text
+    # Qwen's line is read from the shipped benchmark results, with the chance rate beside each number
+    qwen = localization.accuracy_line("qwen2.5-coder-1.5b-instruct", "peak step (step rank ratio)")
+    assert "model's own arithmetic slips (chance" in qwen
