@@ -42,6 +42,22 @@ def _use_example() -> None:
     st.session_state["task"] = task
 
 
+OWN_QUESTION = "(your own question)"
+
+
+def _forget_stale_example(examples: dict[str, tuple[str, str | None, str]]) -> None:
+    """The example selector names the example only while the question, document and type are still that
+    example's: once any is edited it shows OWN_QUESTION (and choosing the example again restores its text)."""
+    label = st.session_state.get("example")
+    found = examples.get(label) if label else None
+    if not label:
+        return
+    asked = (str(st.session_state.get("question") or "").strip(), str(st.session_state.get("context") or "").strip(),
+             st.session_state.get("task", found[2] if found else None))
+    if found is None or (found[0].strip(), (found[1] or "").strip(), found[2]) != asked:
+        st.session_state["example"] = ""
+
+
 def _request() -> dict:
     """What the Analyze button analyses: the widgets' values now."""
     return {"question": st.session_state.get("question", ""), "context": st.session_state.get("context"),
@@ -390,9 +406,10 @@ def home() -> None:
         _load_shipped_examples(lm)
         _precompute_examples(lm)
 
-    st.selectbox("Try an example", [""] + list(_examples(lm.name if lm else None)), key="example", **session.KEEP,
-                 on_change=_use_example,
-                 format_func=lambda s: s or "(pick an example question)")
+    examples = _examples(lm.name if lm else None)
+    _forget_stale_example(examples)
+    st.selectbox("Try an example", [""] + list(examples), key="example", **session.KEEP, on_change=_use_example,
+                 format_func=lambda s: s or OWN_QUESTION)
     st.text_area("Question", key="question", **session.KEEP, height=90, placeholder="Who wrote 'Pride and Prejudice'?")
     with st.expander("Document (optional): the model may use it to answer",
                      expanded=bool(st.session_state.get("context"))):
@@ -439,7 +456,13 @@ if not session.config().served:
     # Served, the Traces page is not offered: it opens stores and samples files by server path and runs
     # whole-store analyses in the background, and has no per-user caps yet.
     PAGES.insert(3, st.Page("pages/traces.py", title="Traces", icon=":material/fact_check:"))
-page = st.navigation(PAGES)
+# The sidebar lists the pages by their titles, drawn here. Streamlit's own sidebar list is off
+# (.streamlit/config.toml: client.showSidebarNavigation = false): with a pages/ folder beside app.py it first lists
+# the folder's raw file names ("app, benchmarks, probes, ...") until this script reaches st.navigation.
+page = st.navigation(PAGES, position="hidden")
+with st.sidebar.container(key="page_links"):
+    for listed in PAGES:
+        st.page_link(listed)
 session.load_current_model()
 loading.llama_build_notice()
 page.run()

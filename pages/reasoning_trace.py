@@ -85,6 +85,11 @@ if "rt_question" not in st.session_state and problems:
 # The task's own answer length (GSM8K: 256): a shorter default cuts traces off before their answer.
 st.session_state.setdefault("rt_max_tokens", min(answer_format("gsm8k").max_new_tokens, session.limits().cot_tokens))
 
+# The list names a problem only while the Problem box holds it: once the box is edited the list says so (OWN), and
+# choosing the problem again restores its text (a choice of the entry already shown would change nothing).
+_listed = problems.get(st.session_state.get("rt_choice"))
+if _listed is not None and _listed["question"].strip() != str(st.session_state.get("rt_question") or "").strip():
+    st.session_state["rt_choice"] = OWN
 st.selectbox("Math problem (the model's own solved / failed ones, then the GSM8K dev set)", [OWN] + list(problems), key="rt_choice", **session.KEEP, on_change=_load_problem)
 q_col, g_col = st.columns([4, 1])
 q_col.text_area("Problem", key="rt_question", **session.KEEP, height=90)
@@ -316,6 +321,11 @@ for trace, score, value, column in zip(shown, scored, values, columns):
 if len(shown) > 1 or len(shown[0].result.steps) > 1:
     session.show_figure(figures.step_grade_figure([(t.title, t.step_ratios.mean(axis=1)) for t in shown]),
                         "per-step-rank-ratio", key="rt_steps")
+    st.caption("**What this chart can show:** how the step rank ratio (mean over layers) moves from step to step, "
+               "on one scale for both traces. **What it cannot show:** which step is wrong. Its peak is not an error "
+               "mark: for a wrong trace and its corrected twin it can peak on the correct one. "
+               + localization.accuracy_line(lm.name, "peak step (step rank ratio)")
+               + " Use the suspect step above for where a trace goes wrong.")
 columns = st.columns(len(shown), gap="medium")
 for trace, column in zip(shown, columns):
     with column:

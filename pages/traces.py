@@ -330,16 +330,24 @@ with right:
 
 st.subheader("Where does it go wrong?")
 notes = store.annotations().get(chosen, {})
+# Not annotated yet: the form starts on the error step the trace came with (a benchmark's known wrong step), the
+# one its table row shows, not on "no error step".
+known = {"error_step": None if pd.isna(row["error_step"]) else int(row["error_step"]),
+         "kind": row["error_kind"] if isinstance(row["error_kind"], str) else None}
+marked = notes or known
+if not notes and known["error_step"] is not None:
+    st.caption(f"Known error step, given with the trace: **step {known['error_step']}**"
+               + (f" ({known['kind']})" if known["kind"] else "") + ". Save to keep your own mark instead.")
 steps = list(row["step_texts"])
 options = [None] + list(range(1, len(steps) + 1))
 # Keys per trace: a half-filled form never carries over to the next trace opened.
 suffix = re.sub(r"[^A-Za-z0-9_]", "_", chosen)
 step_key, kind_key, note_key = (f"tr_{name}_{suffix}" for name in ("error_step", "error_kind", "note"))
 with st.form(f"tr_form_{suffix}", border=True):
-    st.selectbox("Error step", options, index=options.index(notes.get("error_step")) if notes.get("error_step") in options else 0,
+    st.selectbox("Error step", options, index=options.index(marked.get("error_step")) if marked.get("error_step") in options else 0,
                  key=step_key, format_func=lambda k: "no error step" if k is None else f"step {k}: {steps[k - 1][:80]}")
     st.selectbox("Kind of error", [None, *ERROR_KINDS], key=kind_key,
-                 index=([None, *ERROR_KINDS].index(notes.get("kind")) if notes.get("kind") in ERROR_KINDS else 0),
+                 index=([None, *ERROR_KINDS].index(marked.get("kind")) if marked.get("kind") in ERROR_KINDS else 0),
                  format_func=lambda k: "(not set)" if k is None else k)
     st.text_input("Note", value=notes.get("note", ""), key=note_key)
     saved = st.form_submit_button("Save annotation", type="primary")

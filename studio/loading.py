@@ -55,7 +55,7 @@ def load_estimate(source: str, label: str | None = None) -> LoadEstimate:
         converted = (cache_dir() / "models" / source / "config.json").exists()
         if converted:
             return LoadEstimate(f"Loading {label}",
-                                "Reading the converted copy from disk: seconds "
+                                "Reading the converted copy from disk: a few seconds "
                                 f"(up to about {LOAD_SECONDS} s for Qwen on 2 busy cores).", LOAD_SECONDS)
         seconds = CONVERSION_SECONDS.get(source)
         how_long = (f"about {seconds} s on 2 cores" if seconds else "under a minute for a small model")

@@ -42,7 +42,8 @@ def accuracy_line(model: str, view: str) -> str:
                          f"(chance {top1['chance']:.0%})")
     if not parts:
         return f"The {view} has no benchmark numbers for {_short(model)}."
-    return (f"Measured top-1 of the {view} ({LOCATORS[locator][0]}) on GSM8K traces whose first wrong step is "
+    # "peak step (step rank ratio)" -> "peak step": the locator's description says the rest, once
+    return (f"Measured top-1 of the {view.split(' (')[0]} ({LOCATORS[locator][0]}) on GSM8K traces whose first wrong step is "
             f"known: {'; '.join(parts)}.")
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from plotly.colors import sample_colorscale
+from plotly.colors import get_colorscale, sample_colorscale
 
 COLORSCALE = "YlOrRd"
 
@@ -63,25 +63,28 @@ def token_html(trace: TokenScores, values: np.ndarray, raw: np.ndarray | None = 
     previous_step = None
     for i, (token, value, color) in enumerate(zip(trace.tokens, values, colors)):
         step = trace.step_of_token[i] if i < len(trace.step_of_token) else -1
-        if step_marks and step != previous_step and step >= 0:
-            color, sign = ("#c0392b", "⚠") if step in flagged else ("#6a3d9a", "")
+        starts_step = step_marks and step != previous_step and step >= 0
+        if starts_step:  # the mark has its own colour; the token keeps its shock colour (and is underlined)
+            mark, sign = ("#c0392b", "⚠") if step in flagged else ("#6a3d9a", "")
             box = "border:1.5px solid #c0392b; border-radius:3px; padding:0 2px;" if step == suspect else ""
             what = " (suspect step)" if step == suspect else ""
-            parts.append(f'<sup title="step {step + 1}{what}" style="color:{color}; font-weight:600; margin:0 2px; '
+            parts.append(f'<sup title="step {step + 1}{what}" style="color:{mark}; font-weight:600; margin:0 2px; '
                          f'{box}">[{step + 1}{sign}]</sup>')
             previous_step = step
         raw_text = f", raw {raw[i]:.3g}" if raw is not None else ""
         title = f"{label} {value:.3f}{raw_text} (step {step + 1})" if step >= 0 else f"{label} {value:.3f}{raw_text}"
         shown = html.escape(token).replace("\n", "↵<br>")
+        underline = " text-decoration: underline 2px #6a3d9a; text-underline-offset: 3px;" if starts_step else ""
         parts.append(f'<span title="{html.escape(title)}" style="background:{color}; color:{_text_color(value)}; '
-                     f'padding:1px 1px; border-radius:3px;">{shown}</span>')
+                     f'padding:1px 1px; border-radius:3px;{underline}">{shown}</span>')
     parts.append("</div>")
     return "".join(parts)
 
 
 def colorbar_html(label: str = "epistemic shock (shared scale)") -> str:
-    stops = sample_colorscale(COLORSCALE, np.linspace(0, 1, 11).tolist())
-    gradient = ", ".join(stops)
+    # The scale's own stops at their own positions: the gradient is exactly the scale the tokens are coloured from
+    # (11 evenly resampled stops drew a slightly different scale between them).
+    gradient = ", ".join(f"{color} {position * 100:.1f}%" for position, color in get_colorscale(COLORSCALE))
     return (f'<div style="display:flex; align-items:center; gap:8px; font-size:0.8rem; color:#444;">'
             f'<span>low</span><div style="width:220px; height:12px; border-radius:3px; '
             f'background: linear-gradient(to right, {gradient});"></div><span>high</span>'

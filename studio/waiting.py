@@ -77,7 +77,9 @@ def status_line(ticket: Ticket) -> str:
         ahead = status.position - 1
         return (f"**Waiting in the queue: position {status.position}** of {status.waiting} · {ahead} "
                 f"analys{'is' if ahead == 1 else 'es'} ahead of yours · result in about {status.estimate_s:.0f} s{rough}")
-    return (f"**Analyzing** (your turn) · about {status.estimate_s:.0f} s left{rough} · "
+    # an estimate that ran out is not "0 s left" for as long as the job still runs
+    left = f"about {status.estimate_s:.0f} s left{rough}" if status.estimate_s >= 1 else "finishing…"
+    return (f"**Analyzing** (your turn) · {left} · "
             f"{status.elapsed_s:.0f} s since you asked")
 
 

@@ -169,7 +169,7 @@ def _save(driver, name: str) -> Path:
 
 def _go(driver, title: str) -> None:
     """Navigate with the sidebar (a click keeps the session, a new URL would not)."""
-    link = _wait(driver, lambda d: next((a for a in _css(d, '[data-testid="stSidebarNav"] a')
+    link = _wait(driver, lambda d: next((a for a in _css(d, '.st-key-page_links a')
                                           if a.text.strip().splitlines()[-1:] == [title]), None), 60,
                  f"nav link {title}")
     link.click()
