@@ -15,14 +15,16 @@ from ...batch.runner import ProgressBar
 from ...common.errors import GradeError, ProbeError
 
 #: statistic -> what it is. The names are the keys the training data stores them under (a feature
-#: store's ``loss_value``, a baseline cache's ``p_entropy`` / ``saplma_hidden``).
+#: store's ``loss_value``, a baseline cache's ``p_entropy`` / ``saplma_hidden``). The module paths in brackets are
+#: as the shipped detectors record them (grade.losses is grade.gradients.losses now, grade.baselines is
+#: grade.verdict.detectors.baselines): their JSON's digest keys Home's shipped results.
 STATISTICS: dict[str, str] = {
     "loss_value": "entropy (nats) of the next-token distribution after the prompt: the GRADE_pre loss "
-                  "(grade.gradients.losses.entropy_at_last_position)",
+                  "(grade.losses.entropy_at_last_position)",
     "p_entropy": "minus the summed full-vocabulary entropy over the greedy answer's decoding steps, the answer "
-                 "at the task's length (grade.verdict.detectors.baselines.answer_statistics)",
+                 "at the task's length (grade.baselines.answer_statistics)",
     "saplma_hidden": "hidden_states[-12] at the greedy answer's last token, float16 "
-                     "(grade.verdict.detectors.baselines.answer_statistics)",
+                     "(grade.baselines.answer_statistics)",
 }
 #: the statistics one pass over the prompt and the greedy answer gives
 ANSWER_STATISTICS = ("p_entropy", "saplma_hidden")
