@@ -46,17 +46,22 @@ def test_the_kept_scores_are_the_ones_behind_the_main_table_and_the_selective_ta
 
 
 def test_a_detector_that_ranks_better_answers_better_at_half_coverage_in_qwens_results():
-    """Read as a whole, the curves agree with the AUROCs they sit beside: over Qwen's main table, the accuracy at
-    half coverage rises with the AUROC (rank correlation), and the oracle bounds every detector."""
+    """Read as a whole, the curves agree with the AUROCs they sit beside: within each dataset of Qwen's main table,
+    the accuracy at half coverage rises with the AUROC (rank correlation; across datasets the share of answerable
+    questions, 13 % to 59 %, bounds it instead), and the oracle bounds every detector."""
     from scipy.stats import spearmanr
 
     from grade.studies import BenchmarkResult
 
     result = BenchmarkResult.load(ROOT / "results" / QWEN)
     main = {(r["dataset"], r["method"]): r["auroc"] for r in result.main}
-    pairs = [(main[(r["dataset"], r["method"])], r["acc_at_coverage"]) for r in result.selective
-             if not math.isnan(main[(r["dataset"], r["method"])])]
-    assert spearmanr(*zip(*pairs)).statistic > 0.6
+    pairs: dict[str, list] = {}
+    for r in result.selective:
+        if not math.isnan(main[(r["dataset"], r["method"])]):
+            pairs.setdefault(r["dataset"], []).append((main[(r["dataset"], r["method"])], r["acc_at_coverage"]))
+    assert len(pairs) >= 6
+    for dataset, rows in pairs.items():
+        assert spearmanr(*zip(*rows)).statistic > 0.6, dataset
     for r in result.selective:
         assert r["acc_at_coverage"] <= r["oracle_acc_at_coverage"] + 1e-9 and r["auacc"] <= r["oracle_auacc"] + 1e-9
         assert r["base_rate"] == pytest.approx(r["positives"] / r["n"], abs=1e-4)
