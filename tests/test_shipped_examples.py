@@ -266,7 +266,8 @@ def test_trace_and_projections_pages_open_on_shipped_results(monkeypatch, shippe
         fresh = workflows.analyze_trace(smollm, trace.question, trace.response, title="Trace B")
         assert fresh.step_texts == trace.step_texts
         np.testing.assert_allclose(trace.step_ratios, fresh.step_ratios, rtol=1e-4)
-        np.testing.assert_allclose(trace.result.token_surprisal, fresh.result.token_surprisal, rtol=1e-4, atol=1e-5)
+        # computed on another CPU: float32 log-softmax over the vocabulary differs by about 1e-5 nats in absolute terms
+        np.testing.assert_allclose(trace.result.token_surprisal, fresh.result.token_surprisal, rtol=1e-4, atol=5e-5)
 
         def no_fit(*args, **kwargs):
             raise AssertionError("t-SNE was fitted although the opening view ships")
