@@ -1,4 +1,5 @@
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -20,6 +21,22 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def benchmark_caches(tmp_path_factory) -> Path:
+    """The folder whose ``data/`` holds the benchmark caches kept in history: this checkout's where
+    ``scripts/restore_benchmark_caches.sh`` has run, else a temporary folder it restores into once per session
+    (a shallow clone, without the commits holding them, skips)."""
+    if (ROOT / "data" / "probe_features" / "qwen2.5-coder-1.5b-instruct" / "pre" / "math.parquet").exists():
+        return ROOT
+    where = tmp_path_factory.mktemp("restored")
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "restore_benchmark_caches.sh"), str(where)],
+                          capture_output=True, text=True)
+    if done.returncode == 2:
+        pytest.skip(done.stderr.strip())
+    assert done.returncode == 0, done.stderr
+    return where
 
 
 @pytest.fixture(scope="session")

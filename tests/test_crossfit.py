@@ -4,7 +4,6 @@ questions and feature stores (restored from history by scripts/restore_benchmark
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,16 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def features_dir(tmp_path_factory):
-    if (ROOT / "data" / "probe_features" / QWEN / "pre" / "hotpotqa.parquet").exists():
-        return ROOT / "data" / "probe_features" / QWEN
-    where = tmp_path_factory.mktemp("restored")
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "restore_benchmark_caches.sh"), str(where)],
-                          capture_output=True, text=True)
-    if done.returncode == 2:  # a shallow clone: the commits holding the caches are not here
-        pytest.skip(done.stderr.strip())
-    assert done.returncode == 0, done.stderr
-    return where / "data" / "probe_features" / QWEN
+def features_dir(benchmark_caches):
+    return benchmark_caches / "data" / "probe_features" / QWEN
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,8 @@ QWEN = "qwen2.5-coder-1.5b-instruct"
 
 
 @pytest.fixture(scope="module")
-def features_dir(tmp_path_factory):
-    if (ROOT / "data" / "probe_features" / QWEN / "pre" / "math.parquet").exists():
-        return ROOT / "data" / "probe_features"
-    where = tmp_path_factory.mktemp("restored")
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "restore_benchmark_caches.sh"), str(where)],
-                          capture_output=True, text=True)
-    if done.returncode == 2:  # a shallow clone: the commits holding the caches are not here
-        pytest.skip(done.stderr.strip())
-    assert done.returncode == 0, done.stderr
-    return where / "data" / "probe_features"
+def features_dir(benchmark_caches):
+    return benchmark_caches / "data" / "probe_features"
 
 
 @pytest.mark.parametrize("loss", ["pre", "pos"])
