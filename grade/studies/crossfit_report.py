@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .crossfit import CrossfitRun, LOSSES, all_question_rows, confidently_wrong_rows, main_methods, main_rows, paired_rows, \
-    read_store, selective_rows, transfer_rows, variant_rows
+from .crossfit import CrossfitRun, LOSSES, main_methods, read_store
+from .crossfit_tables import all_question_rows, confidently_wrong_rows, main_rows, paired_rows, selective_rows, \
+    transfer_rows, variant_rows
 from .output import format_number, selective_markdown, write_csv, write_scores
 
 SCORES_FILE = "crossfit_scores.csv.xz"
@@ -102,8 +103,6 @@ def findings(paired: list[dict], main: list[dict]) -> list[str]:
 
 def write_crossfit(run: CrossfitRun, out: str | Path) -> list[Path]:
     """Every table of ``run`` under ``out`` (see the module docstring); returns the files written."""
-    import pandas as pd
-
     from .runs import BenchmarkResult
 
     out = Path(out)
