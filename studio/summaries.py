@@ -20,8 +20,8 @@ from grade.verdict.measured import MIN_QUESTIONS as SMALL_TEST_SET  # noqa: E402
 TERMS = {
     "AUROC": "**AUROC** (area under the ROC curve): the chance that the detector gives a randomly picked answerable "
              "question a higher score than a randomly picked unanswerable one. 0.5 is guessing, 1.0 is perfect; "
-             "below 0.5 the score points the wrong way. The interval in brackets is a 95% bootstrap interval: "
-             "with few test questions it is wide.",
+             "below 0.5 the score points the wrong way. Where an interval follows in brackets, it is a 95% bootstrap "
+             "interval: with few questions it is wide.",
     "loss pre": "**loss `pre`**: the loss GRADE differentiates when it looks at the question alone: the entropy "
                 "(uncertainty) of the model's next-token distribution right after the prompt, so no answer needs "
                 "to be generated. **loss `pos`** instead is the mean cross-entropy of the model's own answer "
