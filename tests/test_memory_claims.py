@@ -35,7 +35,8 @@ def test_a_home_analysis_over_the_memory_budget_is_refused_with_one_line(monkeyp
 
     monkeypatch.setattr(queue, "_shared", queue.AnalysisQueue(workers=1, memory_mb=1))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600).run()
-    at.text_area(key="question").input("What is the capital of France?")
+    # a question no other test analyses: a cached analysis of it would be shown without reaching the queue
+    at.text_area(key="question").input("Which river flows through the capital of France?")
     at.button(key="analyze").click().run()
     assert not at.exception, [e.value for e in at.exception]
     errors = [e.value for e in at.error]
