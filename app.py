@@ -225,7 +225,7 @@ def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
         result = analysis.result
         evidence = probe_evidence(result.model, verdict.loss, task=result.task, has_context=bool(result.context),
                                   verdict=verdict)
-        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · loss `{verdict.loss}` · evidence, "
+        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · loss `{verdict.loss}` · measured "
                     f"on the dataset closest to this question: {evidence}.")
 
 
@@ -245,7 +245,7 @@ def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
             result = analysis.result
             evidence = detector_evidence(result.model, v, task=result.task, has_context=bool(result.context))
             st.markdown(f"The model **{word}**.  \nClosest to this question: **{v.kind}** ({v.kind_reason}). "
-                        f"Evidence: {evidence}.")
+                        f"Measured there: {evidence}.")
         if analysis.detectors_problem:
             st.caption(session.user_text(analysis.detectors_problem))
 

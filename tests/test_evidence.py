@@ -49,7 +49,7 @@ def test_the_lookup_reads_the_shipped_file_and_refuses_to_cite_under_100_questio
     assert (m.n, m.answerable, m.auroc, m.auroc_lo, m.auroc_hi) == (row["n"], row["answerable"], row["auroc"],
                                                                   row["auroc_lo"], row["auroc_hi"])
     assert m.n < MIN_QUESTIONS and not m.enough
-    assert m.sentence() == f"too few questions to judge (n={m.n}, TriviaQA questions, capped split)"
+    assert m.sentence() == f"too few questions to judge its AUROC (n={m.n}, TriviaQA questions, capped split)"
     assert f"{m.auroc:.2f}" not in m.sentence()
     # the probe on a document question: HotpotQA with its paragraphs, the same rule as a detector's kind
     assert probe_measured(SMOL, "pre", task="qa", has_context=True).dataset == "hotpotqa"
@@ -70,7 +70,7 @@ def test_a_cross_fitted_folder_gives_cited_numbers_with_n_interval_and_chance(cr
                            f"on 300 TriviaQA questions (60 answerable); chance 0.50")
     assert "always the larger class: 80%" in text
     gsm = closest_measured(SMOL, "SAPLMA", task="math", has_context=False, folder=tmp_path)
-    assert gsm.dataset == "gsm8k" and gsm.sentence() == "too few questions to judge (n=60, GSM8K questions)"
+    assert gsm.dataset == "gsm8k" and gsm.sentence() == "too few questions to judge its AUROC (n=60, GSM8K questions)"
 
 
 # ------------------------------------------------------------------------------------------- app side
@@ -95,11 +95,11 @@ def test_home_cards_cite_n_and_an_interval_or_too_few_and_never_a_small_auroc(on
     detectors = [t for t in texts if t.startswith("The model") and "Closest to this question" in t]
     assert len(verdict) == 1 and len(detectors) == 3, texts
     for card in verdict + detectors:
-        assert "too few questions to judge (n=" in card or _cited(card), card
+        assert "too few questions to judge its AUROC (n=" in card or _cited(card), card
         assert all(n >= 100 for n in _cited(card)), card
         assert not re.search(r"AUROC \*\*\d", card), card  # the old uncited-size AUROC
     # SmolLM2's benchmark tested a few dozen questions a dataset: nothing to cite
-    assert "too few questions to judge (n=56, TriviaQA questions" in verdict[0]
+    assert "too few questions to judge its AUROC (n=56, TriviaQA questions" in verdict[0]
 
 
 def _open_benchmarks(monkeypatch, results: Path, model: str):

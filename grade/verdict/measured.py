@@ -14,7 +14,7 @@ runs, also with ``--readme-only``; never edit the numbers by hand). One JSON per
   stratified bootstrap), ``acc`` (with ``acc_lo`` / ``acc_hi`` where the run measured them).
 
 A number measured on fewer than :data:`MIN_QUESTIONS` questions is not a result: :meth:`Measured.sentence`
-then says "too few questions to judge (n=...)" and gives no AUROC.
+then says "too few questions to judge its AUROC (n=...)" and gives no number.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class Measured:
         where = f"{dataset_title(self.dataset)} questions"
         if not self.enough:
             split = {"capped": ", capped split", "test": ", held-out split"}.get(self.protocol, "")
-            return f"too few questions to judge (n={self.n}, {where}{split})"
+            return f"too few questions to judge its AUROC (n={self.n}, {where}{split})"
         if self.auroc is None:
             return f"AUROC not measured on {self.n} {where}"
         interval = (f" [{_fmt(self.auroc_lo)}, {_fmt(self.auroc_hi)}]"
