@@ -16,6 +16,14 @@
 # outputs written.
 # GGUF: the model's GGUF, assembled on the GPU machine (scripts/gpu_pieces.sh; prepare_gpu_model.py needs the
 # tokenizer in .tok/qwen and the gguf wheel).
+#
+# A later session resumes what earlier leases filled (restore_benchmark_caches.sh restores it here) without
+# carrying the 40 MB caches: carry their question ids alone, and DONE=.gpu/done seeds the lanes' caches with them:
+#   mkdir -p .gpu/done && for f in data/benchmark/$MODEL/baselines/{triviaqa,nq_open,hotpotqa,hotpotqa_closed,gsm8k,math,mmlu}*.jsonl; do
+#     python3 -c 'import json,sys; [print(json.dumps({"id": json.loads(l)["id"]})) for l in open(sys.argv[1]) if l.strip()]' \
+#       "$f" > ".gpu/done/${f##*/}"; done
+# and carry the stores the run extends (MMLU's labels and stores, MATH's pos store: data/benchmark/$MODEL/crossfit_features).
+# Back here, add the new records to the restored caches by id (an id-only line is no record).
 set -u
 gguf=${1:?GGUF file}
 out=${2:?output folder}
@@ -24,6 +32,10 @@ cd "$(dirname "$0")/.."
 . scripts/qwen_gpu.sh
 mkdir -p "$out/labels" "$out/features" "$out/logs"
 [ -f "$out/prepared" ] || { prepare_qwen "$gguf" && touch "$out/prepared"; } || exit 2
+if [ -n "${DONE:-}" ] && [ -d "$DONE" ]; then
+  mkdir -p "$out/bench/$MODEL/baselines"
+  for f in "$DONE"/*.jsonl; do [ -e "$out/bench/$MODEL/baselines/${f##*/}" ] || cp "$f" "$out/bench/$MODEL/baselines/"; done
+fi
 labels=data/labels/$MODEL
 common=(--model "$MODEL" --device cuda --dtype float32)
 ngpu=$(nvidia-smi -L | wc -l)
