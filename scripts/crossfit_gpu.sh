@@ -66,15 +66,21 @@ extract() {  # labels, loss, store
   job "$PY" -m grade extract "${common[@]}" --labels "$1" --loss "$2" --no-hidden --out "$3" --quiet
 }
 
-mmlu_labels() {
+stores=data/benchmark/$MODEL/crossfit_features  # what earlier leases extracted (restored or carried), resumed
+seed() {  # store in crossfit_features, store in OUT_DIR
+  [ -d "$2" ] || [ ! -d "$stores/$1" ] || cp -r "$stores/$1" "$2"
+}
+mmlu_labels() {  # the committed labels are this relabelling: the command below then only resumes them
+  [ -f "$out/labels/mmlu.jsonl" ] || xz -dc "$labels/mmlu.jsonl.xz" > "$out/labels/mmlu.jsonl"
   job "$PY" -m grade label "${common[@]}" --dataset mmlu --matcher lenient --max-new-tokens 12 --batch 128 \
     --sample-chars 80 --out "$out/labels/mmlu.jsonl" --quiet
 }
-mmlu_pre() { extract "$out/labels/mmlu.jsonl" pre "$out/features/mmlu.pre.parquet"; }
-mmlu_pos() { extract "$out/labels/mmlu.jsonl" pos "$out/features/mmlu.pos.parquet"; }
+mmlu_pre() { seed pre/mmlu.parquet "$out/features/mmlu.pre.parquet"; extract "$out/labels/mmlu.jsonl" pre "$out/features/mmlu.pre.parquet"; }
+mmlu_pos() { seed pos/mmlu.parquet "$out/features/mmlu.pos.parquet"; extract "$out/labels/mmlu.jsonl" pos "$out/features/mmlu.pos.parquet"; }
 mmlu_main() { score 128 "mmlu=$out/labels/mmlu.jsonl" --parts main; }
 mmlu_samples() { score 64 "mmlu=$out/labels/mmlu.jsonl" --parts samples; }
 math_pos() {
+  seed pos/math.parquet "$out/features/math.pos.parquet"
   [ -d "$out/features/math.pos.parquet" ] || cp -r "data/probe_features/$MODEL/pos/math.parquet" "$out/features/math.pos.parquet"
   extract "$labels/math.jsonl.xz" pos "$out/features/math.pos.parquet"
 }
