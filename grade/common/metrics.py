@@ -239,6 +239,14 @@ def selective_metrics(y, s, *, coverage: float = 0.5, n_boot: int = 1000, ci: fl
     return out
 
 
+def majority_accuracy(n: int | None, positives: int | None) -> float | None:
+    """The accuracy of always answering the larger class of ``n`` questions of which ``positives`` are answerable:
+    the chance rate beside a detector's accuracy (None where either count is unknown or n is 0)."""
+    if not n or positives is None:
+        return None
+    return max(positives, n - positives) / n
+
+
 def class_balance(y) -> dict[str, Any]:
     y = np.asarray(y).astype(int)
     return {"n": int(len(y)), "answerable": int(y.sum()), "unanswerable": int(len(y) - y.sum()),

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.errors import ProbeError
+from ..common.metrics import majority_accuracy
 from .artifacts import model_key
 
 #: Package data (importlib.resources): ``<model>.json`` per model.
@@ -87,9 +88,7 @@ class Measured:
     @property
     def accuracy_chance(self) -> float | None:
         """The accuracy of always answering the larger class of these questions."""
-        if not self.n or self.answerable is None:
-            return None
-        return max(self.answerable, self.n - self.answerable) / self.n
+        return majority_accuracy(self.n, self.answerable)
 
     def sentence(self) -> str:
         """What a card cites: the AUROC with its interval, n (answerable) and chance, or, under

@@ -15,6 +15,7 @@ import numpy as np
 
 from .artifacts import model_key, probe_paths
 from ..common.errors import ProbeError
+from ..common.metrics import majority_accuracy
 from .probe import SHIPPED_PROBES_DIR, ProbeInfo, list_probes, probe_inputs, probe_test_metrics
 
 #: The AUROC of a probe that guesses: what a measured test AUROC is read against.
@@ -49,9 +50,7 @@ class Verdict:
     @property
     def accuracy_chance(self) -> float | None:
         """The test accuracy of always answering the test split's larger class (None: its size is not recorded)."""
-        if not self.n_test or self.positives is None:
-            return None
-        return max(self.positives, self.n_test - self.positives) / self.n_test
+        return majority_accuracy(self.n_test, self.positives)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values: the fields, ``answerable`` and both chance rates."""
