@@ -10,8 +10,10 @@
 # 2. GRADE_pos (step-wise) of the labelled MATH questions the stores lack (resumes the carried store of the first 160);
 # 3. every baseline pass (scripts/score_all_questions.py) for every labelled question of the seven datasets.
 #
-# Jobs run in lanes, two per GPU (the decoding loop leaves most of a GPU idle); every job resumes what OUT_DIR
-# holds, so the script is run again, call after call, until every lane says done. Every job stops TIME_LIMIT
+# Jobs run in lanes, LANES_PER_GPU (default 2) per GPU; the long passes are split by question id over several
+# lanes (--shard), each into a cache folder of its own that scripts/merge_benchmark_caches.py adds back to
+# data/benchmark. Every job resumes what OUT_DIR holds, so the script is run again, call after call, until every
+# lane says done. Every job stops TIME_LIMIT
 # seconds (default 480) after the lanes start, so that a call ends inside the device's command limit with its
 # outputs written.
 # GGUF: the model's GGUF, assembled on the GPU machine (scripts/gpu_pieces.sh; prepare_gpu_model.py needs the
@@ -23,7 +25,8 @@
 #     python3 -c 'import json,sys; [print(json.dumps({"id": json.loads(l)["id"]})) for l in open(sys.argv[1]) if l.strip()]' \
 #       "$f" > ".gpu/done/${f##*/}"; done
 # and carry the stores the run extends (MMLU's labels and stores, MATH's pos store: data/benchmark/$MODEL/crossfit_features).
-# Back here, add the new records to the restored caches by id (an id-only line is no record).
+# Back here, add the new records to the restored caches by id (an id-only line is no record):
+#   python scripts/merge_benchmark_caches.py OUT_DIR/bench OUT_DIR/shards/* --into data/benchmark
 set -u
 gguf=${1:?GGUF file}
 out=${2:?output folder}
@@ -41,8 +44,9 @@ common=(--model "$MODEL" --device cuda --dtype float32)
 ngpu=$(nvidia-smi -L | wc -l)
 lane_no=0
 
-lane() {  # a lane: its jobs run one after another on GPU (lane number / 2) mod ngpu
-  local gpu=$(( (lane_no / 2) % ngpu )) name=$1
+per=${LANES_PER_GPU:-2}  # lanes sharing one GPU (the decoding loop leaves most of a GPU idle)
+lane() {  # a lane: its jobs run one after another on GPU (lane number / per) mod ngpu
+  local gpu=$(( (lane_no / per) % ngpu )) name=$1
   shift
   (export CUDA_VISIBLE_DEVICES=$gpu; for job in "$@"; do $job || exit; done; echo "lane $name: done") \
     >> "$out/logs/$name.log" 2>&1 &
@@ -66,6 +70,17 @@ extract() {  # labels, loss, store
   job "$PY" -m grade extract "${common[@]}" --labels "$1" --loss "$2" --no-hidden --out "$3" --quiet
 }
 
+shards() {  # NAME=LABELS part batch N: N lanes share the pass, each scoring its crc32(id) % N share into a
+  # cache folder of its own under OUT_DIR/shards (seeded with the ids already done), merged back here later
+  local spec=$1 part=$2 batch=$3 n=$4 i
+  for i in $(seq 0 $((n - 1))); do
+    local dir="$out/shards/${spec%%=*}.$part.$i"
+    mkdir -p "$dir/$MODEL/baselines"
+    [ -n "${DONE:-}" ] && for f in "$DONE"/*.jsonl; do [ -e "$dir/$MODEL/baselines/${f##*/}" ] || cp "$f" "$dir/$MODEL/baselines/"; done
+    lane "${spec%%=*}.$part.$i" "job $PY scripts/score_all_questions.py ${common[*]} --cache-dir $dir --batch $batch --parts $part --shard $i/$n $spec"
+  done
+}
+
 stores=data/benchmark/$MODEL/crossfit_features  # what earlier leases extracted (restored or carried), resumed
 seed() {  # store in crossfit_features, store in OUT_DIR
   [ -d "$2" ] || [ ! -d "$stores/$1" ] || cp -r "$stores/$1" "$2"
@@ -84,19 +99,16 @@ math_pos() {
   [ -d "$out/features/math.pos.parquet" ] || cp -r "data/probe_features/$MODEL/pos/math.parquet" "$out/features/math.pos.parquet"
   extract "$labels/math.jsonl.xz" pos "$out/features/math.pos.parquet"
 }
-math_main() { score 32 "math=$labels/math.jsonl.xz" --parts main; }
-math_samples() { score 12 "math=$labels/math.jsonl.xz" --parts samples; }
-gsm8k_main() { score 64 "gsm8k=$labels/gsm8k.jsonl.xz" --parts main; }
-gsm8k_samples() { score 24 "gsm8k=$labels/gsm8k.jsonl.xz" --parts samples; }
 short_a() { score 64 "triviaqa=$labels/triviaqa.jsonl.xz" "nq_open=$labels/nq_open.jsonl.xz"; }
 # the benchmark's names: hotpotqa is the question with its two paragraphs, hotpotqa_closed without
 short_b() { score 32 "hotpotqa=$labels/hotpotqa_context.jsonl.xz" "hotpotqa_closed=$labels/hotpotqa.jsonl.xz"; }
 
-lane math_a math_pos
-lane math_b math_samples
-lane math_c math_main
-lane gsm8k_a gsm8k_samples
-lane gsm8k_b gsm8k_main
+# the lanes, most work first; a pass split in N shards takes N lanes
+lane math_pos math_pos
+shards "math=$labels/math.jsonl.xz" samples 12 5
+shards "math=$labels/math.jsonl.xz" main 32 2
+shards "gsm8k=$labels/gsm8k.jsonl.xz" samples 24 3
+shards "gsm8k=$labels/gsm8k.jsonl.xz" main 64 1
 lane mmlu mmlu_labels mmlu_pre mmlu_pos mmlu_main mmlu_samples
 lane short_a short_a
 lane short_b short_b

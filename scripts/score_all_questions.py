@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import grade
@@ -40,8 +41,17 @@ def main() -> int:
     parser.add_argument("--parts", action="append", choices=tuple(PASSES), default=None,
                         help="main or samples (repeat for both; default both)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N labelled rows of each file")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="only the rows whose crc32(id) %% N == I: N lanes share a dataset, each with its own "
+                             "--cache-dir (merge them back with scripts/merge_benchmark_caches.py)")
     args = parser.parse_args()
     args.parts = args.parts or list(PASSES)
+    shard = None
+    if args.shard:
+        i, sep, n = args.shard.partition("/")
+        if not (sep and i.isdigit() and n.isdigit() and int(i) < int(n)):
+            parser.error(f"--shard {args.shard!r}: expected I/N with 0 <= I < N")
+        shard = (int(i), int(n))
 
     jobs = []
     for spec in args.datasets:
@@ -53,6 +63,8 @@ def main() -> int:
     config = BaselineConfig()
     for name, path in jobs:
         rows = [dict(r, dataset=name) for r in read_labelled(path)]
+        if shard:
+            rows = [r for r in rows if zlib.crc32(str(r["id"]).encode()) % shard[1] == shard[0]]
         if args.limit:
             rows = rows[: args.limit]
         for part in args.parts:
