@@ -66,4 +66,9 @@ crossfit=("data/benchmark/$qwen/baselines/"{triviaqa,hotpotqa,hotpotqa_closed,gs
           "data/benchmark/$qwen/crossfit_features")
 (cd "$dest" && rm -rf "${crossfit[@]}")
 restore "$(git log --format=%H -1 --grep='^Qwen cross-fit caches in history' || true)" "${crossfit[@]}"
+# ... and what a second lease added (every baseline pass of NQ-open, MMLU, GSM8K and MATH; MATH GRADE_pos 612 of 742)
+second=("data/benchmark/$qwen/baselines/"{nq_open,mmlu,gsm8k,math}{,.samples}.jsonl
+        "data/benchmark/$qwen/baselines/triviaqa.samples.jsonl" "data/benchmark/$qwen/crossfit_features/pos/math.parquet")
+(cd "$dest" && rm -rf "${second[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen second-lease cross-fit caches in history' || true)" "${second[@]}"
 (cd "$dest" && du -sh 2>/dev/null data/benchmark/*/features data/benchmark/*/baselines data/benchmark/*/crossfit_features data/probe_features/*)
