@@ -7,7 +7,7 @@ Files under the results folder:
   with their intervals); ``test_scores.csv.xz``: those questions' scores, long form (the app's curves);
 * ``all_questions.csv``: each method on every question it scores;
 * ``grade_variants.csv``: every GRADE variant fitted, and how often the inner selection chose it;
-* ``paired.csv``: AUROC differences to P-Entropy and to length (paired bootstrap);
+* ``paired.csv``: AUROC differences to P-Entropy, to length and to self-consistency (paired bootstrap);
 * ``selective_answering.{csv,md}``, ``transfer.csv``, ``confidently_wrong.csv``;
 * ``crossfit_scores.csv.xz`` (one row per labelled question, one column per method and variant) and
   ``crossfit_state.json`` (fingerprints, per-fold thresholds and choices): read back by the next run;
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from .crossfit import CrossfitRun, LOSSES, main_methods, read_store
-from .crossfit_tables import all_question_rows, confidently_wrong_rows, main_rows, paired_rows, selective_rows, \
-    transfer_rows, variant_rows
+from .crossfit_tables import PAIRED_REFERENCES, all_question_rows, confidently_wrong_rows, main_rows, paired_rows, \
+    selective_rows, transfer_rows, variant_rows
 from .output import format_number, selective_markdown, write_csv, write_scores
 
 SCORES_FILE = "crossfit_scores.csv.xz"
@@ -77,9 +77,9 @@ def main_markdown(rows: list[dict], info: dict) -> str:
 
 
 def findings(paired: list[dict], main: list[dict]) -> list[str]:
-    """Sentences on where each GRADE form beats or trails P-Entropy (and length) beyond the paired interval."""
+    """Sentences on where each GRADE form beats or trails each paired reference beyond the paired interval."""
     out = []
-    for ref in ("P-Entropy", "Length_pre", "Length_pos"):
+    for ref in PAIRED_REFERENCES:
         rows = [r for r in paired if r["reference"] == ref and r["method"].startswith("GRADE")]
         if not rows:
             continue

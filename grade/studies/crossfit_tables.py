@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.metrics import auroc, bootstrap_ci, paired_bootstrap_diff
-from .crossfit import (CrossfitData, CrossfitRun, LENGTHS, LOSSES, fingerprint, main_methods, paper_variant,
+from .crossfit import (CrossfitData, CrossfitRun, LOSSES, fingerprint, main_methods, paper_variant,
                        shipped_variant, variant_pool)
 
 def _seed(*parts: str) -> int:
@@ -104,7 +104,12 @@ def variant_rows(run: CrossfitRun) -> list[dict]:
     return out
 
 
-def paired_rows(run: CrossfitRun, references=("P-Entropy", "Length_pre", "Length_pos")) -> list[dict]:
+#: What each method is paired against: the paper's main baseline, GRADE's length confound, and the strongest detector
+#: that samples (ten fresh answers a question where GRADE needs one forward and one backward pass).
+PAIRED_REFERENCES = ("P-Entropy", "Length_pre", "Length_pos", "Self-consistency")
+
+
+def paired_rows(run: CrossfitRun, references=PAIRED_REFERENCES) -> list[dict]:
     """Each method's AUROC minus a reference's, on the questions both scored, with a paired stratified
     bootstrap (:func:`grade.common.metrics.paired_bootstrap_diff`). verdict: ``wins`` / ``loses`` when the interval
     excludes 0, else ``tie``."""
@@ -117,7 +122,7 @@ def paired_rows(run: CrossfitRun, references=("P-Entropy", "Length_pre", "Length
             for m in main_methods():
                 if m == ref or m not in cols or not cols[m].auroc:
                     continue
-                if ref in LENGTHS and not m.startswith("GRADE"):  # length is GRADE's confound: asked of GRADE only
+                if ref != "P-Entropy" and not m.startswith("GRADE"):  # the confound and the sampler: asked of GRADE only
                     continue
                 rows = np.flatnonzero(np.isfinite(cols[m].scores) & np.isfinite(cols[ref].scores))
                 if len(np.unique(d.y[rows])) < 2:
