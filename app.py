@@ -291,7 +291,7 @@ def _show_comparison(pinned: workflows.QuestionAnalysis, current: workflows.Ques
         # one row per quantity, one column per question: any number of detectors fits the page's width
         table = pd.DataFrame(columns).fillna("-").rename_axis("").reset_index()
         st.dataframe(table, hide_index=True, width="stretch", key="comparison_table",
-                     column_config={label: st.column_config.TextColumn(width="large") for label in columns})
+                     column_config={label: st.column_config.TextColumn(width=360) for label in columns})
 
 
 def _show_probe_reading(lm, result) -> None:
