@@ -281,3 +281,15 @@ def test_the_triage_tables_first_and_further_columns_hold_every_column_once(monk
     assert len(first) <= 7 and len(more) <= 9  # what fits the page's column (tests/test_browser_pictures.py)
     assert set(tr.COLUMN_HELP) >= set(table.columns)  # every header has its help
 
+
+def test_no_example_shows_a_typo_of_the_published_data():
+    """TriviaQA writes 'grou0p' (its first row here): the data stays as published, the example list skips it."""
+    from studio.resources import load_questions
+    from studio.workflows import home_examples
+
+    assert "grou0p" in load_questions("triviaqa", 1)[0]["question"]  # the premise
+    for model in ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct", "gemma-3-270m", None):
+        examples = home_examples(model)
+        assert sum(label.startswith("TriviaQA: ") for label in examples) == 3
+        for question, _, _ in examples.values():
+            assert not re.search(r"[a-z]\d+[a-z]", question), question
