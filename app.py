@@ -290,7 +290,7 @@ def _show_comparison(pinned: workflows.QuestionAnalysis, current: workflows.Ques
                                  for v in a.detector_verdicts}}
         # one row per quantity, one column per question: any number of detectors fits the page's width
         table = pd.DataFrame(columns).fillna("-").rename_axis("").reset_index()
-        st.dataframe(table, hide_index=True, width="stretch", key="comparison_table",
+        st.dataframe(table, hide_index=True, width="stretch",
                      column_config={label: st.column_config.TextColumn(width=360) for label in columns})
 
 
