@@ -281,15 +281,17 @@ def _show_comparison(pinned: workflows.QuestionAnalysis, current: workflows.Ques
     """Two questions side by side: the pinned one and this one (verdicts, answers, the numbers)."""
     with st.container(border=True, key="comparison"):
         st.markdown("**Side by side** (the pinned result and this one; both layer curves are in the chart below)")
-        rows = []
+        columns = {}
         for label, a in (("pinned", pinned), ("this question", current)):
-            rows.append({"": label, "question": a.result.question, "answer": a.answer.strip()[:80],
-                         "probe verdict": _verdict_text(a), "GRADE": round(a.result.grade, 3),
-                         f"loss ({a.result.loss})": round(a.result.loss_value, 3),
-                         **{v.title: (f"{v.probability:.0%}" if v.probability is not None else "-")
-                            for v in a.detector_verdicts}})
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
-                     column_config={"question": st.column_config.TextColumn(width="large")})
+            columns[label] = {"question": a.result.question, "answer": a.answer.strip()[:80],
+                              "probe verdict": _verdict_text(a), "GRADE": f"{a.result.grade:.3f}",
+                              f"loss ({a.result.loss})": f"{a.result.loss_value:.3f}",
+                              **{v.title: (f"{v.probability:.0%}" if v.probability is not None else "-")
+                                 for v in a.detector_verdicts}}
+        # one row per quantity, one column per question: any number of detectors fits the page's width
+        table = pd.DataFrame(columns).fillna("-").rename_axis("").reset_index()
+        st.dataframe(table, hide_index=True, width="stretch",
+                     column_config={label: st.column_config.TextColumn(width=360) for label in columns})
 
 
 def _show_probe_reading(lm, result) -> None:

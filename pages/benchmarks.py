@@ -34,7 +34,7 @@ with st.expander("What you are looking at"):
         "Each model was asked labelled questions from public datasets (the Datasets table counts them); its own "
         "answers were marked right or wrong, and that mark is the label *answerable* / *unanswerable*. Every detector (GRADE and the methods it "
         "is compared with) was fitted on the same training questions and is scored here on the same held-out test "
-        "questions it never saw. Each dataset has a column: **Acc** is the share of test questions the detector "
+        "questions it never saw. Each dataset has a tab: **Acc** is the share of test questions the detector "
         "labels correctly, **AUROC** how well its score ranks answerable above unanswerable questions.\n\n"
         + explain("AUROC", "loss pre", "SAPLMA")
         + "\n- **GRADE_pre / GRADE_pos**: the GRADE probe with loss `pre` / `pos`. **Length_pre / Length_pos**: "
@@ -108,19 +108,10 @@ def _capped_main_table() -> None:
     if main.empty:
         st.info("No method was scored.")
         st.stop()
-    main["AUROC [95% CI]"] = [
-        f"{_num(a)} [{_num(lo, 2)}, {_num(hi, 2)}]" if not (isinstance(a, float) and math.isnan(a)) else "–"
-        for a, lo, hi in zip(main["auroc"], main["auroc_lo"], main["auroc_hi"])
-    ]
-    main["Acc"] = [_num(a) for a in main["acc"]]
     summary = benchmark_summary(result.main)
     if summary:
         st.markdown(f"**Where GRADE wins and loses ({choice}):** {summary}")
-    wide = main.pivot(index="method", columns="dataset", values=["Acc", "AUROC [95% CI]"])
-    order = [m for m in METHOD_ORDER if m in wide.index]
-    wide = wide.loc[order]
-    wide.columns = [f"{dataset} {metric}" for metric, dataset in wide.columns]
-    st.dataframe(wide[sorted(wide.columns)], width="stretch")
+    _tabs_per_dataset(main, METHOD_ORDER, "capped_main")
     _warn_small(result.main, lambda r: r["dataset"])
     st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone "
                "(prompt; prompt + response), the confound every feature carries. Training-free scores use the accuracy-maximising threshold "
@@ -133,6 +124,27 @@ def _ci(a, lo, hi) -> str:
 
 def _read_csv(path: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+
+
+def _tabs_per_dataset(main: pd.DataFrame, methods, key: str) -> None:
+    """A main table as one tab per dataset (method, n, answerable, AUROC and accuracy with their intervals): a
+    dataset per column would not fit the page's width once there are more than two."""
+    datasets = list(dict.fromkeys(main["dataset"]))
+    tabs = st.tabs([f"{d} (n={int(main[main['dataset'] == d]['n'].max())})" for d in datasets])
+    order = {m: i for i, m in enumerate(methods)}
+    for tab, d in zip(tabs, datasets):
+        part = main[main["dataset"] == d].sort_values("method", key=lambda c: c.map(lambda m: order.get(m, 99)))
+        shown = pd.DataFrame({"method": part["method"], "n": part["n"], "answerable": part["positives"],
+                              "AUROC [95% CI]": [_ci(a, lo, hi) for a, lo, hi in zip(part["auroc"], part["auroc_lo"], part["auroc_hi"])]})
+        if "acc_lo" in part:  # a capped run has no interval on accuracy
+            shown["Acc [95% CI]"] = [_ci(a, lo, hi) for a, lo, hi in zip(part["acc"], part["acc_lo"], part["acc_hi"])]
+        else:
+            shown["Acc"] = [_num(a) for a in part["acc"]]
+        with tab:
+            st.dataframe(shown, hide_index=True, width="stretch", key=f"{key}_{d}",
+                         column_config={"method": st.column_config.TextColumn(width="medium"),
+                                        "n": st.column_config.NumberColumn(width="small"),
+                                        "answerable": st.column_config.NumberColumn(width="small")})
 
 
 def _crossfit_tables() -> None:
@@ -150,20 +162,7 @@ def _crossfit_tables() -> None:
     if main.empty:
         st.info("No dataset has questions scored by every method.")
         return
-    datasets = list(dict.fromkeys(main["dataset"]))
-    tabs = st.tabs([f"{d} (n={int(main[main['dataset'] == d]['n'].iloc[0])})" for d in datasets])
-    order = {m: i for i, m in enumerate(main_methods())}
-    for tab, d in zip(tabs, datasets):
-        part = main[main["dataset"] == d].sort_values("method", key=lambda c: c.map(lambda m: order.get(m, 99)))
-        shown = pd.DataFrame({"method": part["method"], "n": part["n"], "answerable": part["positives"],
-                              "AUROC [95% CI]": [_ci(a, lo, hi) for a, lo, hi in zip(part["auroc"], part["auroc_lo"], part["auroc_hi"])],
-                              "Acc [95% CI]": [_ci(a, lo, hi) for a, lo, hi in zip(part["acc"], part.get("acc_lo", part["acc"]),
-                                                                                    part.get("acc_hi", part["acc"]))]})
-        with tab:
-            st.dataframe(shown, hide_index=True, width="stretch", key=f"crossfit_main_{d}",
-                         column_config={"method": st.column_config.TextColumn(width="medium"),
-                                        "n": st.column_config.NumberColumn(width="small"),
-                                        "answerable": st.column_config.NumberColumn(width="small")})
+    _tabs_per_dataset(main, main_methods(), "crossfit_main")
     st.caption("GRADE_pre / GRADE_pos: the paper's form (an MLP on every layer's rank ratio); (shipped): the form of "
                "the app's probes; (selected): the variant chosen on inner splits of the training folds. Judge gives a "
                "yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone, the confound.")

@@ -154,9 +154,9 @@ if not st.session_state.get(STORE):
     st.info("Open a trace store, or analyse a samples file.")
     st.stop()
 if Path(st.session_state[STORE]).parent == tr.stores_dir() / "demo":
-    st.caption("This is the **demo store**: the model's own GSM8K traces with a verified arithmetic slip and reference "
-               "solutions with one injected error, analysed on a GPU. Their wrong steps are known, so the aggregates "
-               "below show how often the suspect step finds them. Open your own store above.")
+    # what the traces are is the store's own line below (its source), so this stays true when the store is rebuilt
+    st.caption("This is the **demo store**: a few GSM8K traces analysed ahead of time whose wrong steps are known, so "
+               "the aggregates below show how often the suspect step finds them. Open your own store above.")
 
 store = TraceStore(st.session_state[STORE])
 
@@ -212,11 +212,15 @@ with st.container(border=True, key="tr_filters"):
 table = tr.triage_table(frame, correctness=correctness, grade_range=grade_range, peak_range=peak_range,
                         steps_range=steps_range, sort=sort, descending=descending)
 st.caption(f"{len(table)} of {len(frame)} traces. Select a row (or pick a trace below) to open it.")
+columns = {c: st.column_config.Column(help=h) for c, h in tr.COLUMN_HELP.items()}
+columns.update({c: st.column_config.NumberColumn(format="%.4f", help=tr.COLUMN_HELP[c]) for c in ("GRADE_pos", "peak shock")})
+columns["question"] = st.column_config.TextColumn(width="large", help=tr.COLUMN_HELP["question"])
 event = st.dataframe(table, key="tr_table", hide_index=True, width="stretch", on_select="rerun",
-                     selection_mode="single-row",
-                     column_config={"GRADE_pos": st.column_config.NumberColumn(format="%.4f"),
-                                    "peak shock": st.column_config.NumberColumn(format="%.4f"),
-                                    "question": st.column_config.TextColumn(width="large")})
+                     selection_mode="single-row", column_config=columns,
+                     column_order=[c for c in tr.FIRST_COLUMNS if c in table.columns])
+with st.expander("More columns: check flags, the peak step and token, length, error kind"):
+    st.dataframe(table, key="tr_table_more", hide_index=True, width="stretch", column_config=columns,
+                 column_order=tr.more_columns(table))
 rows = list(table["trace"])
 selected = getattr(getattr(event, "selection", None), "rows", None) or []
 if selected and selected[0] < len(rows) and st.session_state.get("tr_selected_row") != rows[selected[0]]:
@@ -242,6 +246,8 @@ with st.expander("Aggregates: where the shock peaks, and how well GRADE_pos find
     ranking = pd.DataFrame(agg["ranking"])
     st.markdown("**Ranking wrong traces above correct ones** (AUROC with a 95% bootstrap interval; for every "
                 "score, higher was taken to mean wrong before looking at data)")
+    if note := tr.ranking_note(agg["ranking"]):
+        st.warning(note, icon=":material/warning:")
     st.dataframe(ranking, hide_index=True, key="tr_agg_ranking",
                  column_config={k: st.column_config.NumberColumn(format="%.3f") for k in ("auroc", "lo", "hi")})
     st.markdown("**Where the step shock peaks** (relative position: 0 = first step, 1 = last)")

@@ -1,55 +1,111 @@
-"""The demo trace store the Traces page opens on: a few of the step-error benchmark's analysed traces.
+"""The demo trace store the Traces page opens on: a few real GSM8K traces of the model, wrong and correct, analysed.
 
-    python scripts/build_demo_traces.py STORE [--model qwen2.5-coder-1.5b-instruct] [--own 8] [--injected 4]
+    python scripts/build_demo_traces.py [--model qwen2.5-coder-1.5b-instruct] [--wrong 8] [--correct 8] [--work DIR]
+                                        [any argument of python -m grade traces, e.g. --device cuda --dtype float32]
 
-STORE is the trace store that ``python -m grade steperrors`` wrote (``OUT/store``; for Qwen it was analysed on
-one H100, see results/step_errors/README.md). Takes the model's own traces with a verified arithmetic slip and
-injected-error traces of the test split, in store order, and writes them, with their token rows, to
-``grade/assets/demo_traces/<model>/`` (package data). Their known error steps come along, so the page's
-aggregates show how often the suspect step is the wrong step from the first visit.
+Reads the model's own traces that a reader marked step by step (``grade/datasets/real_step_errors``, see its
+README), takes the **test split only** (the step verifier is tuned on dev: no dev row is shown as an example), and
+of those the ones read with high confidence that are plainly wrong (a first wrong step and a wrong final answer) or
+plainly right (every step correct and the gold final answer). Both groups pass the same length bound and are taken
+in the order of the sha1 of their problem id, so which rows come is fixed by the data alone. They are written as a
+trace JSONL (the first wrong step as the project's 1-based ``error_step``, its kind as ``error_kind``) and analysed
+by ``python -m grade traces`` into ``DIR/store`` (resumable: a second run analyses only what is missing), then
+copied, with their token rows, to ``grade/assets/demo_traces/<model>/`` (package data).
+
+The store's steps must be the reader's steps, or the known error step would point at another sentence: every trace
+is checked (same step count, and the marked step's text is the reader's ``first_wrong_text``) before anything is
+copied.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+READ = ROOT / "grade" / "datasets" / "real_step_errors"
+#: Characters of a trace at most: the analysis cost grows with the steps and tokens (minutes per trace on a CPU),
+#: and the same bound for both groups keeps length from telling them apart by construction.
+MAX_CHARS = 800
+
+
+def chosen_rows(model: str, n_wrong: int, n_correct: int) -> list[dict]:
+    rows = [json.loads(line) for path in sorted(READ.glob("gsm8k_qwen.*.jsonl")) for line in path.open()]
+    rows = [r for r in rows if r["model"] == model and r["split"] == "test" and r["confidence"] == "high"
+            and len(r["trace"]) <= MAX_CHARS]
+    rows.sort(key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())
+    wrong = [r for r in rows if r["first_wrong_step"] is not None and not r["final_correct"]][:n_wrong]
+    right = [r for r in rows if r["first_wrong_step"] is None and r["final_correct"]][:n_correct]
+    if len(wrong) < n_wrong or len(right) < n_correct:
+        raise SystemExit(f"only {len(wrong)} wrong and {len(right)} correct test traces of {model} qualify")
+    return wrong + right
+
+
+def trace_line(r: dict) -> dict:
+    wrong_at = r["first_wrong_step"]
+    return {"doc_id": r["id"], "question": r["question"], "response": r["trace"], "answers": r["answers"],
+            "correct": bool(r["final_correct"]), "task": "gsm8k",
+            "error_step": None if wrong_at is None else wrong_at + 1, "error_kind": r["kind"]}
+
+
+def check_steps(frame, rows: list[dict]) -> None:
+    """Refuse a store whose steps are not the reader's (see the module docstring)."""
+    by_id = {r["id"]: r for r in rows}
+    bad = []
+    for _, t in frame.iterrows():
+        r = by_id[t["doc_id"]]
+        if int(t["n_steps"]) != r["n_steps"]:
+            bad.append(f"{t['doc_id']}: {t['n_steps']} steps, the reader's {r['n_steps']}")
+        elif r["first_wrong_step"] is not None and \
+                str(t["step_texts"][r["first_wrong_step"]]).strip() != str(r["first_wrong_text"]).strip():
+            bad.append(f"{t['doc_id']}: step {r['first_wrong_step'] + 1} reads {t['step_texts'][r['first_wrong_step']]!r}")
+    if bad:
+        raise SystemExit("the analysed steps are not the reader's:\n  " + "\n  ".join(bad))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("store", type=Path)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--own", type=int, default=8)
-    parser.add_argument("--injected", type=int, default=4)
-    args = parser.parse_args()
+    parser.add_argument("--wrong", type=int, default=8)
+    parser.add_argument("--correct", type=int, default=8)
+    parser.add_argument("--work", type=Path, default=None, help="where the JSONL and the analysed store go "
+                        "(default runs/demo_traces/<model>)")
+    args, passed_on = parser.parse_known_args()  # the rest goes to `grade traces` (where and how the model runs)
 
-    from grade.steps.step_errors import INJECTIONS, OWN_KIND, split_of
     from grade.traces import TraceStore
 
-    source = TraceStore(args.store)
+    work = args.work or ROOT / "runs" / "demo_traces" / args.model
+    work.mkdir(parents=True, exist_ok=True)
+    rows = chosen_rows(args.model, args.wrong, args.correct)
+    samples = work / "traces.jsonl"
+    samples.write_text("".join(json.dumps(trace_line(r)) + "\n" for r in rows))
+    analysed = work / "store"
+    subprocess.run([sys.executable, "-m", "grade", "traces", "--samples", str(samples), "--out", str(analysed),
+                    "--model", args.model, *passed_on], check=True, cwd=ROOT)
+
+    source = TraceStore(analysed)
     frame = source.traces(annotated=False)
-    own = frame[frame["known_error_kind"] == OWN_KIND].head(args.own)
-    injected = frame[[k in INJECTIONS and split_of(str(d).split(":")[0]) == "test"
-                      for k, d in zip(frame["known_error_kind"], frame["doc_id"])]]
-    injected = injected.groupby("known_error_kind", group_keys=False).head(max(1, args.injected // len(INJECTIONS)))
-    chosen = list(own["trace_id"]) + list(injected["trace_id"])
+    check_steps(frame, rows)
     target = ROOT / "grade" / "assets" / "demo_traces" / args.model
     shutil.rmtree(target, ignore_errors=True)
     demo = TraceStore(target)
     meta = source.meta()
-    demo.prepare(meta["model"], meta["srank"], {**meta["source"], "file": "step-error benchmark (demo)"})
+    demo.prepare(meta["model"], meta["srank"],
+                 {**meta["source"], "file": "grade/datasets/real_step_errors, test split (demo)"})
     tokens = source.tokens()
-    rows = [r for _, r in frame[frame["trace_id"].isin(chosen)].iterrows()]
-    results = [{"trace": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in r.items()},
-                "tokens": tokens[tokens["trace_id"] == r["trace_id"]].to_dict("records")} for r in rows]
+    order = {r["id"]: i for i, r in enumerate(rows)}
+    frame = frame.sort_values("doc_id", key=lambda ids: ids.map(order))
+    results = [{"trace": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in t.items()},
+                "tokens": tokens[tokens["trace_id"] == t["trace_id"]].to_dict("records")} for _, t in frame.iterrows()]
     demo.write(results)
-    print(f"{len(results)} traces ({len(own)} own, {len(injected)} injected) -> {target}")
-    print(json.dumps({p.name: p.stat().st_size for p in target.rglob("*") if p.is_file()}))
+    wrong = int((frame["correct"] == False).sum())  # noqa: E712
+    print(f"{len(results)} traces ({wrong} wrong, {len(results) - wrong} correct) -> {target}")
+    print(json.dumps({str(p.relative_to(target)): p.stat().st_size for p in target.rglob("*") if p.is_file()}))
     return 0
 
 

@@ -60,8 +60,9 @@ def origin(request: dict) -> dict:
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "grade": grade.__version__}
 
 
-def build_home(lm, say) -> tuple[list[Path], set[str]]:
-    """The Home examples' results, written; returns their paths and the generators their requests name."""
+def build_home(lm, say, missing: bool = False) -> tuple[list[Path], set[str]]:
+    """The Home examples' results, written; returns their paths and the generators their requests name. With
+    ``missing``, a result already shipped for its exact request is kept as it is, not recomputed."""
     from grade.verdict.detectors import detectors_for
     from studio.analysis_cache import home_request, shipped_path
     from grade.batch.features import load_features
@@ -82,20 +83,23 @@ def build_home(lm, say) -> tuple[list[Path], set[str]]:
                 if info is None:
                     say(f"  skipped (no probe for {task}): {name}")
                     continue
+                request = home_request(lm, question, context, task, HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
+                                       info.path, detectors_for(lm.name, DETECTORS_DIR))
+                path = shipped_path(request)
+                generators.add(request["generator"])
+                if missing and path.with_name(path.name + ".json").is_file():
+                    written.append(path)
+                    continue
                 start = time.perf_counter()
                 analysis = analyze_question(lm, question, context=context, task=task, probe=load_probe(info.path),
                                             probe_info=info, max_new_tokens=HOME_ANSWER_TOKENS, model_label=label,
                                             limits=LOCAL_LIMITS, detectors=detectors)
                 analysis.detectors_problem = detectors_problem  # as Home sets it
-                request = home_request(lm, question, context, task, HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
-                                       info.path, detectors_for(lm.name, DETECTORS_DIR))
                 analysis.origin = origin(request)
-                path = shipped_path(request)
                 # Of the hidden states only the layers Projections draws the question on (the reference set's).
                 reference = reference_set(frame, lm.name, analysis.result.loss)
                 analysis.save(path, half=("last_hidden",), hidden_layers=reference.hidden_layers if reference else [])
                 written.append(path)
-                generators.add(request["generator"])
                 say(f"  {time.perf_counter() - start:6.1f} s  {path.name}  {request['generator']}: {name}")
         finally:
             lm.generation_backend = None
@@ -187,6 +191,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", help="embedded model (repeat; default: all three)")
     parser.add_argument("--only", choices=KINDS, action="append", help="build only these kinds (repeat)")
+    parser.add_argument("--missing", action="store_true",
+                        help="home: compute only the examples without a shipped result (the others are kept as shipped)")
     args = parser.parse_args()
     os.environ["GRADE_SHIPPED_RESULTS"] = "1"
 
@@ -208,7 +214,7 @@ def main() -> int:
         for kind in kinds:
             generators = None
             if kind == "home":
-                written, generators = build_home(lm, say)
+                written, generators = build_home(lm, say, args.missing)
             elif kind == "trace":
                 written = build_traces(lm, say)
             else:

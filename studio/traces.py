@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from grade.common.errors import GradeError
+from grade.verdict.measured import MIN_QUESTIONS as SMALL_SAMPLE
 from grade.traces import TraceSource, TraceStore, analyze_traces
 
 from .resources import user_data_dir
@@ -35,6 +36,26 @@ SORT_KEYS = {
     "document": "doc_id",
 }
 CORRECTNESS = ("correct", "wrong", "unknown")
+#: The triage table's columns a person reads first, in this order (the page's main table: it fits its column);
+#: the rest of :func:`triage_table`'s columns go to a second table beside the trace id.
+FIRST_COLUMNS = ("trace", "correctness", "cut off", "suspect step", "error step", "GRADE_pos", "question")
+#: What each triage column means, shown as the header's help.
+COLUMN_HELP = {
+    "trace": "doc_id:sample",
+    "correctness": "The final answer against the gold answer (the source's metric, or re-scored)",
+    "cut off": "Stopped at the token limit before an answer: its 'wrong' may only mean unfinished",
+    "suspect step": "Where the trace most plausibly goes wrong first (arithmetic check, else token surprisal)",
+    "error step": "The known (given with the trace) or marked error step, 1-based",
+    "GRADE_pos": "Mean rank ratio over steps and layers: higher is taken to mean wrong",
+    "question": "The question's first 90 characters",
+    "check flags": "Steps the arithmetic and provenance check flags",
+    "peak step": "The step with the largest rank ratio (mean over layers)",
+    "peak shock": "That step's rank ratio (mean over layers)",
+    "steps": "Steps in the response",
+    "tokens": "Tokens in the response",
+    "peak token": "The token with the highest epistemic shock",
+    "error kind": "The kind of the known or marked error",
+}
 
 
 def stores_dir() -> Path:
@@ -245,6 +266,27 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
         "error kind": shown["error_kind"],
         "question": shown["question"].str.slice(0, 90),
     }).reset_index(drop=True)
+
+
+def more_columns(table: pd.DataFrame) -> list[str]:
+    """The triage table's columns that are not among :data:`FIRST_COLUMNS`, after the trace id."""
+    return ["trace", *(c for c in table.columns if c not in FIRST_COLUMNS)]
+
+
+def ranking_note(ranking: list[dict]) -> str | None:
+    """Why the Aggregates panel's AUROCs say little, from its ``ranking`` rows (:func:`grade.traces.aggregate`):
+    no AUROC without both wrong and correct traces, and an interval too wide to decide on few traces."""
+    if not ranking:
+        return None
+    n, wrong = int(ranking[0]["n"]), int(ranking[0]["wrong"])
+    if n == 0 or wrong in (0, n):
+        what = "no trace of known correctness" if n == 0 else \
+            f"all {n} traces of known correctness are {'wrong' if wrong == n else 'correct'}"
+        return f"No AUROC: {what}, and an AUROC needs both wrong and correct traces."
+    if n < SMALL_SAMPLE:
+        return (f"Only n = {n} traces ({wrong} wrong, {n - wrong} correct): far too few to judge an AUROC; the "
+                f"interval shows how far it could land by chance. Read it as an illustration, not a result.")
+    return None
 
 
 def token_scores(tokens: pd.DataFrame, n_layers: int, *, surprisal: bool = False) -> TokenScores:

@@ -360,8 +360,9 @@ def test_a_probe_for_another_model_gives_no_verdict_but_the_features(tmp_path):
 
 
 def _comparison(at):
-    """The side-by-side table (plain dataframes carry no key in AppTest): the one with a probe verdict column."""
-    return next((d.value for d in at.dataframe if "probe verdict" in d.value.columns), None)
+    """The side-by-side table: a row per quantity, a column per question (pinned, this question)."""
+    found = [d.value for d in at.dataframe if "" in d.value.columns and "probe verdict" in d.value[""].tolist()]
+    return found[0].set_index("") if found else None
 
 
 def test_a_pinned_result_is_compared_side_by_side_with_the_next_question():
@@ -375,8 +376,9 @@ def test_a_pinned_result_is_compared_side_by_side_with_the_next_question():
     other = "Who won the 1911 Tour de Suisse?"
     _analyze(at, other)
     table = _comparison(at)
-    assert table is not None and table["question"].tolist() == [QUESTION, other]
-    assert all(v.endswith("answer)") for v in table["probe verdict"])  # both verdicts, with their reading
+    assert table is not None and list(table.columns) == ["pinned", "this question"]
+    assert table.loc["question"].tolist() == [QUESTION, other]
+    assert all(v.endswith("answer)") for v in table.loc["probe verdict"])  # both verdicts, with their reading
     trend = next(c for c in at.get("plotly_chart") if "pinned: " in c.proto.spec)
     assert "this question" in trend.proto.spec
     # Spectra: both questions' spectra at the same layer, side by side, with their stable ranks

@@ -39,10 +39,13 @@ def test_benchmarks_opens_on_the_loaded_models_tables_and_says_where_grade_wins_
     expected = BenchmarkResult.load(ROOT / "results" / model)
     sentence = next(m.value for m in at.markdown if m.value.startswith("**Where GRADE wins and loses"))
     assert model in sentence and benchmark_summary(expected.main) in sentence
-    shown = at.dataframe[1].value  # the main table (the first is the datasets table)
-    grade_pre = [c for c in shown.columns if c.endswith("AUROC [95% CI]")]
-    wanted = {f"{r['auroc']:.3f}" for r in expected.main if r["method"] == "GRADE_pre"}
-    assert {str(v).split()[0] for v in shown.loc["GRADE_pre", grade_pre]} == wanted
+    # the main table: a tab per dataset, each with GRADE_pre's AUROC of that dataset
+    datasets = list(dict.fromkeys(r["dataset"] for r in expected.main))
+    for d in datasets:
+        tab = next(t for t in at.tabs if t.label.startswith(f"{d} (n="))
+        shown = tab.dataframe[0].value.set_index("method")
+        wanted = next(r["auroc"] for r in expected.main if r["method"] == "GRADE_pre" and r["dataset"] == d)
+        assert str(shown.loc["GRADE_pre", "AUROC [95% CI]"]).split()[0] == f"{wanted:.3f}", d
     if model == QWEN:  # (SmolLM2 may be loaded by other tests of this process)
         assert spec not in session.model_registry().loaded()
     # Small test sets are flagged under the main table and the AUROC chart (and under the other studies' tables).
@@ -55,10 +58,11 @@ def test_benchmarks_opens_on_the_loaded_models_tables_and_says_where_grade_wins_
     shown = [w.value for w in at.warning]
     if model == QWEN:
         assert "gsm8k: only n = 16 test questions (8 answerable)" in wanted
+    auroc_tab = next(t for t in at.tabs if t.label == "AUROC")
     if wanted:
-        assert shown.count(wanted) >= 2 and wanted in [w.value for w in at.tabs[0].warning]
+        assert shown.count(wanted) >= 2 and wanted in [w.value for w in auroc_tab.warning]
     else:
-        assert not at.tabs[0].warning
+        assert not auroc_tab.warning
 
 
 def test_benchmark_summary_names_wins_and_losses_from_the_table():

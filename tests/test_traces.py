@@ -223,7 +223,7 @@ def test_aggregates_count_what_they_say():
 
 
 def _demo_store(tmp_path) -> TraceStore:
-    """A copy of a shipped demo store: real rows written before the cut_off column existed."""
+    """A copy of a shipped demo store (real rows)."""
     from importlib import resources
 
     shipped = Path(str(resources.files("grade") / "assets" / "demo_traces"))
@@ -238,6 +238,10 @@ def test_an_old_store_without_cut_off_reads_as_not_known_and_takes_new_parts(tmp
 
     store = _demo_store(tmp_path)
     parts = sorted(store.traces_dir.glob("part-*.parquet"))
+    for part in parts:  # an old part, as the demo store was written before the column existed (a rebuilt one has it)
+        table = pq.read_table(part)
+        if "cut_off" in table.column_names:
+            pq.write_table(table.drop(["cut_off"]), part)
     assert "cut_off" not in pq.read_schema(parts[0]).names  # the premise: an old part
     old = store.traces()
     assert old["cut_off"].isna().all() and str(old["cut_off"].dtype) == "boolean"
@@ -577,3 +581,34 @@ def test_page_opens_on_the_demo_store_with_the_suspect_step_and_its_measured_acc
     next(b for b in at.button if b.label == "Save annotation").click().run()
     _no_exception(at)
     assert TraceStore(tmp_path / "stores" / "demo" / "qwen2.5-coder-1.5b-instruct").annotations()[chosen]["error_step"] == 1
+
+
+def test_the_demo_stores_traces_are_test_split_rows_wrong_and_correct_with_the_readers_step_one_based():
+    """scripts/build_demo_traces.py's choice from grade/datasets/real_step_errors, and its refusal of steps that are
+    not the reader's (the analysis itself needs the model: run the script)."""
+    import importlib.util
+
+    import pandas as pd
+
+    from grade.gradients.losses import split_steps
+
+    spec = importlib.util.spec_from_file_location("build_demo_traces", ROOT / "scripts" / "build_demo_traces.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    rows = build.chosen_rows("qwen2.5-coder-1.5b-instruct", 8, 8)
+    assert len(rows) == 16 and {r["split"] for r in rows} == {"test"}
+    lines = [build.trace_line(r) for r in rows]
+    assert [line["correct"] for line in lines] == [False] * 8 + [True] * 8
+    for r, line in zip(rows, lines):
+        assert len(split_steps(r["trace"])) == r["n_steps"]
+        if r["first_wrong_step"] is None:
+            assert line["error_step"] is None
+        else:
+            start, end = split_steps(r["trace"])[line["error_step"] - 1]
+            assert r["trace"][start:end].strip() == r["first_wrong_text"].strip()
+    texts = [[r["trace"][a:b] for a, b in split_steps(r["trace"])] for r in rows]
+    frame = pd.DataFrame({"doc_id": [r["id"] for r in rows], "n_steps": [r["n_steps"] for r in rows], "step_texts": texts})
+    build.check_steps(frame, rows)  # the reader's own steps pass
+    frame.at[0, "step_texts"] = ["x"] * rows[0]["n_steps"]
+    with pytest.raises(SystemExit, match=rows[0]["id"]):
+        build.check_steps(frame, rows)
