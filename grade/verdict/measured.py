@@ -11,7 +11,9 @@ runs, also with ``--readme-only``; never edit the numbers by hand). One JSON per
 * ``datasets``: per dataset its task and document condition (from its labelled rows), how the router
   :func:`grade.verdict.detectors.routing.closest_kind` picks the dataset closest to a question;
 * ``measured[method][dataset]``: ``n``, ``answerable``, ``auroc`` with ``auroc_lo`` / ``auroc_hi`` (95%
-  stratified bootstrap), ``acc`` (with ``acc_lo`` / ``acc_hi`` where the run measured them).
+  stratified bootstrap), ``acc`` (with ``acc_lo`` / ``acc_hi`` where the run measured them), and ``protocol``
+  where a row was measured otherwise than the file's (``unseen``: ``GRADE_<loss> (shipped probe)``, the shipped
+  probe itself on the labelled questions it never saw, from ``shipped_probes.csv``).
 
 A number measured on fewer than :data:`MIN_QUESTIONS` questions is not a result: :meth:`Measured.sentence`
 then says "too few questions to judge its AUROC (n=...)" and gives no number.
@@ -39,8 +41,10 @@ MEASURED_FORMAT = 1
 #: Below this many questions an AUROC's interval is too wide to decide anything: it is not cited as a result.
 MIN_QUESTIONS = 100
 AUROC_CHANCE = 0.5
-#: How the benchmark names the shipped probe's form (cross-fitted) and, in a capped run, the closest row it has.
-PROBE_METHODS = ("GRADE_{loss} (shipped)", "GRADE_{loss}")
+#: What a verdict card cites, best first: the shipped probe itself on the labelled questions it never saw
+#: (:mod:`grade.studies.shipped_probes`), its form cross-fitted on each dataset, and, in a capped run, the closest
+#: row it has. The first measured on enough questions (:data:`MIN_QUESTIONS`) is cited.
+PROBE_METHODS = ("GRADE_{loss} (shipped probe)", "GRADE_{loss} (shipped)", "GRADE_{loss}")
 #: The loss value alone through a logistic regression: the "Entropy after the prompt" detector's form.
 LOSS_ALONE = "GRADE_{loss}[logreg,loss,all]"
 REGENERATE = "python scripts/run_benchmark.py --readme-only"
@@ -48,7 +52,8 @@ REGENERATE = "python scripts/run_benchmark.py --readme-only"
 DATASET_TITLES = {"triviaqa": "TriviaQA", "nq_open": "NQ-Open", "hotpotqa": "HotpotQA (with its paragraphs)",
                   "hotpotqa_closed": "HotpotQA (closed book)", "gsm8k": "GSM8K", "math": "MATH", "mmlu": "MMLU",
                   "facts": "world-facts", "arithmetic": "arithmetic"}
-PROTOCOL_WORDS = {"crossfit": "Cross-fitted", "capped": "Held-out (capped split)", "test": "Held-out"}
+PROTOCOL_WORDS = {"crossfit": "Cross-fitted", "capped": "Held-out (capped split)", "test": "Held-out",
+                  "unseen": "The shipped probe's"}
 
 
 def dataset_title(name: str) -> str:
@@ -167,7 +172,8 @@ def measured(model: str, method: str, dataset: str, folder: str | Path = MEASURE
     row = ((data or {}).get("measured", {}).get(method) or {}).get(dataset)
     if not row:
         return None
-    return Measured(data["model"], method, dataset, data["protocol"], int(row["n"]), _int(row.get("answerable")),
+    return Measured(data["model"], method, dataset, row.get("protocol", data["protocol"]), int(row["n"]),
+                    _int(row.get("answerable")),
                     _float(row.get("auroc")), _float(row.get("auroc_lo")), _float(row.get("auroc_hi")),
                     _float(row.get("acc")), _float(row.get("acc_lo")), _float(row.get("acc_hi")))
 
@@ -193,13 +199,12 @@ def closest_measured(model: str, method: str, *, task: str, has_context: bool, d
 
 def probe_measured(model: str, loss: str, *, task: str, has_context: bool,
                    folder: str | Path = MEASURED_DIR) -> Measured | None:
-    """The measured numbers of the shipped probe's form (``GRADE_<loss> (shipped)``; a capped run measured the
-    paper's form ``GRADE_<loss>`` only) on the dataset closest to the question."""
-    for form in PROBE_METHODS:
-        found = closest_measured(model, form.format(loss=loss), task=task, has_context=has_context, folder=folder)
-        if found is not None:
-            return found
-    return None
+    """The measured numbers a verdict card cites for the question's closest dataset: the first of
+    :data:`PROBE_METHODS` measured there on enough questions, else the first measured there at all."""
+    found = [closest_measured(model, form.format(loss=loss), task=task, has_context=has_context, folder=folder)
+             for form in PROBE_METHODS]
+    found = [f for f in found if f is not None]
+    return next((f for f in found if f.enough), found[0] if found else None)
 
 
 def probe_evidence(model: str, loss: str, *, task: str, has_context: bool, verdict=None,
@@ -213,7 +218,12 @@ def probe_evidence(model: str, loss: str, *, task: str, has_context: bool, verdi
                          verdict.auroc, acc=verdict.accuracy)
     if found is None:
         return "not measured on questions like this one"
-    form = "" if found.method.endswith("(shipped)") or found.protocol == "test" or not found.enough else f" ({found.method}, the paper's form)"
+    if found.method.endswith("(shipped)") and found.enough:
+        form = " (the probe's form, refitted on this dataset's folds)"
+    elif found.method.endswith(("(shipped)", "(shipped probe)")) or found.protocol == "test" or not found.enough:
+        form = ""
+    else:
+        form = f" ({found.method}, the paper's form)"
     return found.sentence() + form
 
 
@@ -286,6 +296,8 @@ def build_measured(folder: str | Path, root: str | Path | None = None) -> dict:
     out: dict[str, dict] = {}
     for row in _rows(table):
         out.setdefault(row["method"], {})[row["dataset"]] = _number_row(row)
+    for row in _rows(folder / "shipped_probes.csv"):  # the shipped probe itself (grade.studies.shipped_probes)
+        out.setdefault(row["method"], {})[row["dataset"]] = {**_number_row(row), "protocol": row["protocol"]}
     if crossfit:  # the loss alone (the "Entropy after the prompt" detector's statistic) is one of GRADE's variants
         for row in _rows(folder / "grade_variants.csv"):
             if row["variant"] in {LOSS_ALONE.format(loss=loss) for loss in ("pre", "pos")}:

@@ -12,6 +12,35 @@ from .estimator import EpochCallback, Probe, stratified_split
 from .inputs import INPUTS, check_input_values, check_inputs, probe_inputs
 
 
+def split_rows(df, *, seed: int = 42, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+               holdout_datasets: tuple[str, ...] = (), max_per_class: int | None = None):
+    """How :func:`train_from_features` splits a feature table (index 0..n-1): (held (n,) bool, pool (m,) row
+    indices, (train, validation, test) row indices). The one place the split is decided, so that the rows a shipped
+    probe trained on can be found again (:mod:`grade.studies.shipped_probes`)."""
+    held = df["dataset"].isin(holdout_datasets).to_numpy()
+    pool = np.flatnonzero(~held)
+    if "group" in df and held.any():  # never train on another wording of a held-out question
+        pool = pool[~df["group"].iloc[pool].isin(set(df["group"][held])).to_numpy()]
+    if max_per_class:
+        rng = np.random.default_rng(seed)
+        keep = []
+        for cls in (0, 1):
+            idx = pool[df["label"].to_numpy()[pool] == cls]
+            keep.extend(rng.permutation(idx)[:max_per_class].tolist() if len(idx) > max_per_class else idx.tolist())
+        pool = np.array(sorted(keep), dtype=int)
+    # Split whole questions: one asked with and without its document lands in one part only; a
+    # ``group`` column (e.g. one fact in several wordings) groups rows further.
+    group = df.groupby(["group"] if "group" in df else ["dataset", "id"], sort=False).ngroup().to_numpy()
+    strata = (df["dataset"].astype(str) + "|" + df["label"].astype(str)).to_numpy()
+    first = {}
+    for i in pool:
+        first.setdefault(group[i], i)
+    groups = np.array(list(first))
+    parts = stratified_split(strata[[first[g] for g in groups]], fractions=fractions, seed=seed)
+    part_of = {g: k for k, idx in enumerate(parts) for g in groups[idx]}
+    return held, pool, tuple(pool[[part_of[group[i]] == k for i in pool]] for k in range(3))
+
+
 def train_from_features(
     df,
     *,
@@ -46,31 +75,11 @@ def train_from_features(
     if unknown:
         raise InputError(f"held-out dataset(s) {', '.join(sorted(unknown))} not in the features")
     df = df.reset_index(drop=True)
-    held = df["dataset"].isin(holdout_datasets).to_numpy()
-    pool = np.flatnonzero(~held)
-    if "group" in df and held.any():  # never train on another wording of a held-out question
-        pool = pool[~df["group"].iloc[pool].isin(set(df["group"][held])).to_numpy()]
-    if max_per_class:
-        rng = np.random.default_rng(seed)
-        keep = []
-        for cls in (0, 1):
-            idx = pool[df["label"].to_numpy()[pool] == cls]
-            keep.extend(rng.permutation(idx)[:max_per_class].tolist() if len(idx) > max_per_class else idx.tolist())
-        pool = np.array(sorted(keep), dtype=int)
+    held, pool, (tr, va, te) = split_rows(df, seed=seed, fractions=fractions, holdout_datasets=holdout_datasets,
+                                          max_per_class=max_per_class)
     check_input_values(df.iloc[np.concatenate([pool, np.flatnonzero(held)])], inputs)
     X = probe_inputs(df, inputs)
     y = df["label"].to_numpy().astype(int)
-    # Split whole questions: one asked with and without its document lands in one part only; a
-    # ``group`` column (e.g. one fact in several wordings) groups rows further.
-    group = df.groupby(["group"] if "group" in df else ["dataset", "id"], sort=False).ngroup().to_numpy()
-    strata = (df["dataset"].astype(str) + "|" + df["label"].astype(str)).to_numpy()
-    first = {}
-    for i in pool:
-        first.setdefault(group[i], i)
-    groups = np.array(list(first))
-    parts = stratified_split(strata[[first[g] for g in groups]], fractions=fractions, seed=seed)
-    part_of = {g: k for k, idx in enumerate(parts) for g in groups[idx]}
-    tr, va, te = (pool[[part_of[group[i]] == k for i in pool]] for k in range(3))
     if min(len(tr), len(va), len(te)) == 0 or len(np.unique(y[tr])) < 2:
         balance = class_balance(y[pool])
         raise InputError(

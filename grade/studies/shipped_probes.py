@@ -1,0 +1,69 @@
+"""The shipped probes scored as shipped, on the labelled questions each of them never saw.
+
+The cross-fitted benchmark (:mod:`grade.studies.crossfit`) measures the shipped probe's *form*, refitted on each
+dataset's folds. What a user gets is one artifact (``grade/assets/probes``), trained once on a capped, pooled split
+of the labels of its day. This module measures that artifact: it finds again the questions the probe trained and
+early-stopped on (the training table rebuilt from the feature stores and the label files it was built from, split
+by :func:`grade.verdict.probe.training.split_rows`, the split checked against the class balances the probe's
+metadata recorded: a probe whose split cannot be found again is not scored), and scores every other labelled
+question of the benchmark's stores with the probe the app would pick for its task
+(:func:`grade.verdict.verdict.default_probe`), with today's labels. These numbers are what the verdict card cites
+(:mod:`grade.verdict.measured`, method ``GRADE_<loss> (shipped probe)``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..common.metrics import bootstrap_ci, class_balance, heldout_metrics
+
+#: The benchmark's name of a labelled file's dataset where the two differ (the store's ``hotpotqa`` is closed book).
+BENCHMARK_NAMES = {"hotpotqa": "hotpotqa_closed", "hotpotqa_context": "hotpotqa"}
+METHOD = "GRADE_{loss} (shipped probe)"
+
+
+def seen_questions(info, loss: str, labels_dirs: list[Path], features_dir: Path, *, max_unanswerable: int,
+                   datasets: tuple[str, ...] | None = None) -> set[tuple[str, str]] | None:
+    """(dataset, id) of the rows ``info``'s probe trained or early-stopped on (its train and validation parts),
+    rebuilt from ``features_dir`` (a copy: the stores are brought in line with ``labels_dirs``' label files, which
+    must be those the probe was built from); None when the rebuilt split's class balances differ from those the
+    probe recorded."""
+    from ..verdict.probe.training import split_rows
+    from ..verdict.training_sets import MAX_PER_CLASS, current_rows, extract_all
+
+    stores = extract_all(info.model, loss, labels_dirs, features_dir, compute=False, max_unanswerable=max_unanswerable)
+    df = current_rows(stores, hidden=False)
+    if datasets:
+        df = df[df["dataset"].isin(datasets)]
+    df = df.reset_index(drop=True)
+    split = info.metadata["training_data"]["split"]
+    _, _, parts = split_rows(df, seed=split["seed"], fractions=tuple(split["fractions"]),
+                             max_per_class=info.metadata["training_data"].get("max_per_class") or MAX_PER_CLASS)
+    y = df["label"].to_numpy().astype(int)
+    if any(class_balance(y[rows]) != split[name] for name, rows in zip(("train", "validation", "test"), parts)):
+        return None
+    used = np.concatenate(parts[:2])
+    return set(zip(df["dataset"].iloc[used], df["id"].iloc[used].astype(str)))
+
+
+def score_unseen(probe, seen: set[tuple[str, str]], store_frames: dict, *, n_boot: int = 1000, ci: float = 0.95,
+                 seed: int = 0) -> dict[str, dict]:
+    """Per benchmark dataset: ``probe``'s AUROC (bootstrap interval) and accuracy at its threshold on the labelled
+    rows of ``store_frames`` ({store name: feature table}) not in ``seen``."""
+    from ..verdict.probe import probe_inputs
+
+    out = {}
+    for store_name, frame in store_frames.items():
+        rows = frame[frame["label"].isin([0, 1])]
+        rows = rows[[(d, str(i)) not in seen for d, i in zip(rows["dataset"], rows["id"])]]
+        if rows.empty or rows["label"].nunique() < 2:
+            continue
+        y = rows["label"].to_numpy().astype(int)
+        p = np.asarray(probe.predict_proba(probe_inputs(rows, probe.inputs)))[:, 1]
+        m = heldout_metrics(y, p, probe.threshold, n_boot=n_boot, ci=ci, seed=seed)
+        m["acc_lo"], m["acc_hi"] = bootstrap_ci(y, p, lambda t, s: float(((s >= probe.threshold) == t).mean()),
+                                                n_boot=n_boot, ci=ci, seed=seed)
+        out[BENCHMARK_NAMES.get(store_name, store_name)] = m
+    return out
