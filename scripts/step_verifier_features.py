@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     p.add_argument("--reader", default="smollm2-135m-instruct")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--n-reference", type=int, default=150)
+    p.add_argument("--test-first", action="store_true", help="every annotated test trace first")
     p.add_argument("--only", choices=("annotated", "train"), default=None)
     args = p.parse_args(argv)
     import torch
@@ -57,6 +58,8 @@ def main(argv=None) -> int:
               [t for t in train if t.source == "injected own"]]
     order = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
     order += [t for t in train if t.source == "injected reference"]
+    if args.test_first:  # the scored half before more training traces, when time is short
+        order = [t for t in order if t.split == "test"] + [t for t in order if t.split != "test"]
     if args.only == "annotated":
         order = [t for t in order if t.source == "annotated"]
     elif args.only == "train":

@@ -108,6 +108,25 @@ def baselines(rows: list[dict], n_boot: int) -> dict:
     return out
 
 
+def check_everywhere(rows: list[dict], split: str, n_boot: int, folder=None) -> dict:
+    """The model-free check (none where it finds nothing) on every annotated trace of ``split``, features or not
+    (``folder``: another copy of the annotations, e.g. files not yet in this checkout)."""
+    from grade.gradients.losses import split_steps
+    from grade.steps.real_errors import annotated_traces
+    from grade.steps.step_checks import check_steps
+
+    traces = [t for t in annotated_traces(folder=folder) if t.split == split]
+    out = {}
+    for file in sorted({t.file for t in traces}):
+        part = [t for t in traces if t.file == file]
+        scores = [check_scores([[f.to_dict() for f in found] for found in
+                                check_steps(t.question, [t.trace[a:b] for a, b in split_steps(t.trace)])])
+                  for t in part]
+        first = [int(np.flatnonzero(c)[0]) if c.any() else None for c in scores]
+        out[file] = first_error_metrics(first, scores, [t.first_wrong for t in part], n_boot=n_boot)
+    return out
+
+
 def cell(m: dict) -> str:
     if m is None or not np.isfinite(m["value"]):
         return "-"
@@ -136,6 +155,8 @@ def main(argv=None) -> int:
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--ship", action="store_true")
     p.add_argument("--machine", default=None)
+    p.add_argument("--more-annotations", default=None,
+                   help="a folder of annotation files for the model-free check's table (e.g. files not yet copied here)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     rows, have = load(args.reader)
@@ -191,6 +212,8 @@ def main(argv=None) -> int:
         per_file[file] = first_error_metrics([chosen.suspect(probs[i]) for i in idx],
                                              [chosen.step_scores(probs[i]) for i in idx],
                                              [test[i]["first_wrong"] for i in idx], n_boot=args.n_boot)
+    everywhere = {split: check_everywhere(rows, split, args.n_boot, args.more_annotations)
+                  for split in ("dev", "test")}
     machine = args.machine or f"{platform.processor() or platform.machine()} ({platform.node()})"
     results = {
         "reader": args.reader, "traces_model": TRACES_MODEL, "machine": machine,
@@ -198,7 +221,7 @@ def main(argv=None) -> int:
                    "injected_by_source": {s: sum(r["source"] == s for r in train)
                                           for s in ("injected own", "injected reference")}},
         "chosen": best, "thresholds": thresholds, "dev_out_of_fold": dev_results, "test": test_results,
-        "test_per_kind": per_kind, "test_per_file": per_file,
+        "test_per_kind": per_kind, "test_per_file": per_file, "check_alone_every_annotated_trace": everywhere,
         "variants": {n: {"settings": {**s, "scalars": list(s.get("scalars", SCALARS))}, "training": src}
                      for n, (s, src) in VARIANTS.items()},
         "seconds": time.perf_counter() - t0,
@@ -215,7 +238,10 @@ def main(argv=None) -> int:
         v, b = m["verifier"], next(x for k, x in m.items() if k.startswith("check+"))
         md.append(f"| {kind} | {v['n_wrong']} | {cell(v['wrong_exact'])} | {cell(v['top1'])} | {cell(v['top3'])} | "
                   f"{cell(b['top1'])} | {cell(b['top3'])} |")
-    md += ["", *table(per_file, "test half per annotation file, chosen verifier"), f"Machine: {machine}."]
+    md += ["", *table(per_file, "test half per annotation file, chosen verifier")]
+    for split, per in everywhere.items():
+        md += table(per, f"model-free check alone (none where it finds nothing), every annotated {split} trace per file")
+    md.append(f"Machine: {machine}.")
     (out / "verifier.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     if args.ship:

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from grade.gradients.losses import split_steps
-from grade.steps.real_errors import annotated_traces, test_problems, training_traces
+from grade.steps.real_errors import annotated_traces, held_out_problems, training_traces
 from grade.steps.verifier import (FEATURE_DEPTHS, SCALARS, StepVerifier, TraceFeatures, first_error_f1,
                                   first_error_metrics, shipped_verifier, step_features, verify_trace)
 
-from .conftest import ROOT
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,7 @@ def test_training_traces_never_touch_a_test_problem(annotated):
 
     refs = [{"id": q.id, "question": q.question, "solution": q.solution} for q in load_questions("gsm8k")]
     train = training_traces(annotated, labels, refs, n_reference=200)
-    banned = test_problems(annotated)
+    banned = held_out_problems(annotated)
     assert banned and train
     assert not {t.problem for t in train} & banned
     for t in train[:50]:  # the injected step is where the text first differs from a clean trace

@@ -70,7 +70,7 @@ def annotated_traces(files: Sequence[str] | None = None, folder=None) -> list[La
     return out
 
 
-def test_problems(traces: Iterable[LabelledTrace]) -> set[str]:
+def held_out_problems(traces: Iterable[LabelledTrace]) -> set[str]:
     """Problem ids of every annotated test row: nothing the verifier trains on may share one."""
     return {t.problem for t in traces if t.split == "test"}
 
@@ -98,7 +98,7 @@ def training_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dic
         problems it solved (label 1) and that no annotation holds get errors too.
     reference_rows : GSM8K problems (``id``, ``question``, ``solution``): reference solutions with an error.
     """
-    banned = test_problems(annotated)
+    banned = held_out_problems(annotated)
     annotated_problems = {t.problem for t in annotated}
     rng = random.Random(seed)
     own = [(t.problem, t.question, t.trace) for t in annotated
