@@ -1,0 +1,124 @@
+"""Traces with a known first wrong step for the step verifier: the annotated real errors and the injected ones.
+
+* :func:`annotated_traces`: the package's ``grade/datasets/real_step_errors/*.jsonl`` (the model's own GSM8K
+  replies, read step by step; see that folder's README), each with its ``split`` (dev / test, fixed by the
+  problem id) and ``first_wrong_step`` (0-based, None = every step correct).
+* :func:`training_traces`: what the verifier may learn from at scale, never a problem of an annotated test
+  row: one injected error (:func:`grade.steps.step_errors.inject`) in each of the model's own correct traces
+  (annotated-correct dev traces and majority replies of problems it solved) and in GSM8K reference solutions.
+
+:class:`LabelledTrace` is the one row type; its ``first_wrong`` is 0-based in ``split_steps(trace)``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from importlib import resources
+from typing import Iterable, Sequence
+
+from ..gradients.losses import split_steps
+from .step_errors import INJECTIONS, inject
+
+#: The annotated files' folder (package data).
+ANNOTATED_DIR = "datasets/real_step_errors"
+
+
+@dataclass(frozen=True)
+class LabelledTrace:
+    """One trace with a known first wrong step (0-based) or None, and where it came from.
+
+    source : ``annotated`` (a reader marked it), ``injected own`` (an error put into the model's correct
+        trace), ``injected reference`` (into a GSM8K reference solution); kind : the error's kind.
+    """
+
+    id: str
+    problem: str
+    question: str
+    trace: str
+    first_wrong: int | None
+    kind: str | None
+    source: str
+    split: str
+    file: str = ""
+    confidence: str = "high"
+    task: str = "gsm8k"  # the prompt style the model answered under (grade.tasks.prompts)
+
+
+def annotated_traces(files: Sequence[str] | None = None, folder=None) -> list[LabelledTrace]:
+    """The annotated traces of ``files`` (names in the folder; default every ``*.jsonl``), in file order.
+
+    folder : default the package's :data:`ANNOTATED_DIR`; a path reads another copy of the same format.
+    """
+    from pathlib import Path
+
+    base = Path(str(resources.files("grade") / ANNOTATED_DIR)) if folder is None else Path(folder)
+    names = sorted(p.name for p in base.glob("*.jsonl")) if files is None else list(files)
+    out = []
+    for name in names:
+        for line in (base / name).read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            first = row.get("first_wrong_step")
+            if first is not None and not 0 <= int(first) < len(split_steps(row["trace"])):
+                raise ValueError(f"{name}: {row['id']} marks step {first} of {len(split_steps(row['trace']))}")
+            out.append(LabelledTrace(f"{name.split('.')[0]}:{row['id']}", row["id"], row["question"], row["trace"],
+                                     None if first is None else int(first), row.get("kind"), "annotated",
+                                     row["split"], name, row.get("confidence", "high"), row.get("dataset", "gsm8k")))
+    return out
+
+
+def held_out_problems(traces: Iterable[LabelledTrace]) -> set[str]:
+    """Problem ids of every annotated test row: nothing the verifier trains on may share one."""
+    return {t.problem for t in traces if t.split == "test"}
+
+
+def _injected(question: str, text: str, i: int, rng: random.Random) -> tuple[str, int, str] | None:
+    """One error in ``text``, the kinds taken in turn from ``i``: (new text, 0-based step, kind)."""
+    for shift in range(len(INJECTIONS)):
+        kind = INJECTIONS[(i + shift) % len(INJECTIONS)]
+        made = inject(question, text, kind, rng)
+        if made is not None:
+            new, step = made
+            # the injected number must not move a step boundary: step k must stay the error's step
+            expected = len(split_steps(text)) - (kind == "dropped step")
+            if len(split_steps(new)) == expected:
+                return new, step - 1, kind
+    return None
+
+
+def training_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dict], reference_rows: Iterable[dict],
+                    *, seed: int = 0, n_reference: int | None = None) -> list[LabelledTrace]:
+    """Injected-error traces for training (split ``train``), none from a problem of an annotated test row.
+
+    annotated : every annotated trace (their test problems are excluded; their correct dev traces get errors).
+    label_rows : the model's labels file (``id``, ``question``, ``label``, ``majority``): majority replies of
+        problems it solved (label 1) and that no annotation holds get errors too.
+    reference_rows : GSM8K problems (``id``, ``question``, ``solution``): reference solutions with an error.
+    """
+    banned = held_out_problems(annotated)
+    annotated_problems = {t.problem for t in annotated}
+    rng = random.Random(seed)
+    own = [(t.problem, t.question, t.trace) for t in annotated
+           if t.split == "dev" and t.first_wrong is None and t.source == "annotated"]
+    own += [(str(r["id"]), r["question"], r["majority"]) for r in label_rows
+            if r.get("label") == 1 and r.get("majority") and str(r["id"]) not in annotated_problems]
+    out = []
+    for i, (problem, question, text) in enumerate(own):
+        if problem in banned:
+            continue
+        made = _injected(question, text, i, rng)
+        if made is not None:
+            new, step, kind = made
+            out.append(LabelledTrace(f"own:{problem}:{kind.split()[0]}", problem, question, new, step, kind,
+                                     "injected own", "train"))
+    refs = [r for r in reference_rows if r.get("solution") and str(r["id"]) not in banned]
+    for i, row in enumerate(refs[:n_reference]):
+        made = _injected(row["question"], row["solution"], i, rng)
+        if made is not None:
+            new, step, kind = made
+            out.append(LabelledTrace(f"ref:{row['id']}:{kind.split()[0]}", str(row["id"]), row["question"], new, step,
+                                     kind, "injected reference", "train"))
+    return out

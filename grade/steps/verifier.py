@@ -1,0 +1,499 @@
+"""A step verifier: which step of a reasoning trace goes wrong first, or none, from one forward pass.
+
+Process-reward-model style. The model reads question and trace once (forward only, no gradients);
+each step k gets features from that pass (:func:`step_features`): the residual stream at the step's last
+token at a few depths, token surprisal, the step's loss and the arithmetic / provenance check of
+:mod:`grade.steps.step_checks`. A small classifier (:class:`StepVerifier`: a projection of the hidden
+states and a logistic regression) turns them into ``p_k = P(an error has occurred by step k)``. The
+suspect step is the first step whose probability passes a threshold chosen on annotated dev traces;
+where none does, the answer is "no wrong step". Steps are ranked for top-3 by the rise ``p_k - p_{k-1}``.
+
+Three layers, as in :mod:`grade.steps.locate`: the model pass (:func:`step_features`), a pure estimator
+(:class:`StepVerifier`, numpy at prediction time) and what the studio calls (:func:`verify_trace`).
+Steps are 0-based in arrays and 1-based where a user sees them (``suspect_step``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..gradients.losses import split_steps, token_char_ends
+from .step_checks import check_steps
+
+#: Depths (fractions of the layer count) whose hidden states :func:`step_features` keeps; the verifier
+#: uses a subset of them (``StepVerifier.layers``). 1.0 is the last layer's output (after the final norm).
+FEATURE_DEPTHS = (0.25, 0.5, 0.625, 0.75, 0.875, 1.0)
+#: Per-step scalars of :func:`step_features`, in this order.
+SCALARS = ("surprisal_max", "surprisal_mean", "surprisal_max_z", "log_tokens", "position", "is_last",
+           "check_arithmetic", "check_provenance", "check_so_far", "surprisal_max_so_far_z")
+#: The prompt style the traces are read with: the one the labeller sampled them with (a GSM8K reply is
+#: scored as the model's own answer to the GSM8K prompt).
+DEFAULT_TASK = "gsm8k"
+#: Package data: ``<model>.json`` + ``<model>.safetensors``, the shipped verifier of an embedded model.
+ASSET_DIR = "assets/step_verifier"
+FORMAT = "grade-step-verifier"
+FORMAT_VERSION = 1
+
+
+def _layer_indices(n_layers: int) -> list[int]:
+    """Indices into ``hidden_states`` (0 = embeddings, n_layers = last layer) of :data:`FEATURE_DEPTHS`."""
+    return [int(round(f * n_layers)) for f in FEATURE_DEPTHS]
+
+
+@dataclass
+class TraceFeatures:
+    """Per-step features of one trace (K steps of :func:`grade.gradients.losses.split_steps`).
+
+    hidden : (K, len(FEATURE_DEPTHS), D) float32, the residual stream at each step's last token.
+    scalars : (K, len(SCALARS)) float32.
+    """
+
+    hidden: np.ndarray
+    scalars: np.ndarray
+    n_tokens: int = 0
+    findings: list[list[dict]] = field(default_factory=list)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.scalars.shape[0])
+
+    def save(self, path: str | Path) -> None:
+        """npz (float16 hidden states: features, not weights; half the disk of a cache)."""
+        np.savez(path, hidden=self.hidden.astype(np.float16), scalars=self.scalars,
+                 n_tokens=np.array(self.n_tokens), findings=np.array(json.dumps(self.findings)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TraceFeatures":
+        with np.load(path) as data:
+            return cls(data["hidden"].astype(np.float32), data["scalars"].astype(np.float32), int(data["n_tokens"]),
+                       json.loads(str(data["findings"])))
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    sd = float(np.std(x))
+    return (x - float(np.mean(x))) / sd if sd > 0 else np.zeros_like(x)
+
+
+def step_scalars(surprisal: Sequence[np.ndarray], findings: Sequence[Sequence[dict]]) -> np.ndarray:
+    """(K, len(SCALARS)) from each step's token surprisals (nats; a step without tokens: empty) and check
+    findings. Pure: no model."""
+    k = len(findings)
+    s_max = np.array([float(np.max(s)) if len(s) else 0.0 for s in surprisal])
+    s_mean = np.array([float(np.mean(s)) if len(s) else 0.0 for s in surprisal])
+    n_tok = np.array([len(s) for s in surprisal], dtype=float)
+    arith = np.array([any(f["kind"] == "arithmetic" for f in found) for found in findings], dtype=float)
+    prov = np.array([any(f["kind"] == "provenance" for f in found) for found in findings], dtype=float)
+    z_max = _z(s_max)
+    columns = {
+        "surprisal_max": s_max, "surprisal_mean": s_mean, "surprisal_max_z": z_max,
+        "log_tokens": np.log1p(n_tok), "position": np.arange(k) / max(k - 1, 1),
+        "is_last": (np.arange(k) == k - 1).astype(float),
+        "check_arithmetic": arith, "check_provenance": prov,
+        # "by step k" features: an error found earlier stays found (p_k is cumulative)
+        "check_so_far": np.maximum.accumulate(np.maximum(arith, prov)) if k else np.zeros(0),
+        "surprisal_max_so_far_z": np.maximum.accumulate(z_max) if k else np.zeros(0),
+    }
+    return np.stack([columns[n] for n in SCALARS], axis=1).astype(np.float32)
+
+
+def _trace_ids(lm, question: str, trace: str, task: str) -> tuple[list[int], list[int]]:
+    from ..models.generation import encode_prompt
+    from ..tasks.prompts import format_prompt
+
+    prompt_ids = encode_prompt(lm.tokenizer, format_prompt(lm.tokenizer, question, task=task))
+    response_ids = lm.tokenizer(trace, add_special_tokens=False)["input_ids"]
+    return prompt_ids, response_ids
+
+
+def step_token_ranges(tokenizer, response_ids: list[int], spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[first, end) response-token range of each character span: a token belongs to the step in which it
+    starts (as :func:`grade.gradients.losses.steps_for_response`), but a step too short to own a token keeps
+    an empty range here instead of merging, so that step k stays the annotators' step k."""
+    ends = token_char_ends(tokenizer, response_ids)
+    starts = [0] + ends[:-1]
+    out, token = [], 0
+    for _, char_end in spans:
+        first = token
+        while token < len(response_ids) and starts[token] < char_end:
+            token += 1
+        out.append((first, token))
+    return out
+
+
+def step_features(lm, question: str, trace: str, *, task: str = DEFAULT_TASK) -> TraceFeatures:
+    """Per-step features of ``trace`` read by ``lm`` as its answer to ``question``: one forward pass.
+
+    Returns :class:`TraceFeatures` with hidden (K, len(FEATURE_DEPTHS), D) and scalars (K, len(SCALARS)),
+    K = ``len(split_steps(trace))``.
+    """
+    import torch
+
+    from ..common.errors import InputError
+
+    spans = split_steps(trace)
+    if not spans:
+        raise InputError("the trace has no steps")
+    prompt_ids, response_ids = _trace_ids(lm, question, trace, task)
+    if len(prompt_ids) + len(response_ids) > lm.max_context:
+        raise InputError(f"question and trace have {len(prompt_ids) + len(response_ids)} tokens; this model "
+                         f"accepts at most {lm.max_context}")
+    ranges = step_token_ranges(lm.tokenizer, response_ids, spans)
+    ids = torch.tensor([prompt_ids + response_ids], device=lm.device)
+    n_prompt = len(prompt_ids)
+    with lm.lock, torch.no_grad():
+        out = lm.model(input_ids=ids, output_hidden_states=True, use_cache=False)
+    logits = out.logits[0, n_prompt - 1: -1].float()
+    surprisal = torch.nn.functional.cross_entropy(logits, ids[0, n_prompt:], reduction="none").cpu().numpy()
+    layers = _layer_indices(len(out.hidden_states) - 1)
+    # a step with no token of its own is read at the last token before it (what the model had seen)
+    last = [max(end - 1, 0) if end > first else max(first - 1, 0) for first, end in ranges]
+    positions = torch.tensor([n_prompt + t for t in last], device=ids.device)
+    hidden = torch.stack([out.hidden_states[i][0, positions].float() for i in layers], dim=1).cpu().numpy()
+    texts = [trace[a:b] for a, b in spans]
+    findings = [[f.to_dict() for f in found] for found in check_steps(question, texts)]
+    scalars = step_scalars([surprisal[a:b] for a, b in ranges], findings)
+    return TraceFeatures(hidden.astype(np.float32), scalars, len(prompt_ids) + len(response_ids), findings)
+
+
+def trace_key(model: str, question: str, trace: str, task: str = DEFAULT_TASK) -> str:
+    """A cache key of one trace's features: the model, prompt style, question and trace text."""
+    return hashlib.sha1("\x00".join((model, task, question, trace)).encode()).hexdigest()[:20]
+
+
+def cached_features(lm, question: str, trace: str, folder: str | Path, *, task: str = DEFAULT_TASK) -> TraceFeatures:
+    """:func:`step_features`, computed once per (model, task, question, trace) and kept under ``folder``."""
+    path = Path(folder) / f"{trace_key(lm.name, question, trace, task)}.npz"
+    if path.is_file():
+        return TraceFeatures.load(path)
+    features = step_features(lm, question, trace, task=task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    features.save(tmp)
+    tmp.replace(path)
+    return features
+
+
+# ------------------------------------------------------------------------------------------------
+# the estimator
+
+
+def step_targets(n_steps: int, first_wrong: int | None, target: str) -> tuple[np.ndarray, np.ndarray]:
+    """(y (K,), used (K,) bool) of one trace; ``first_wrong`` 0-based or None.
+
+    ``cumulative``: y_k = 1 from the first wrong step on (an error has occurred by step k).
+    ``first``: y_k = 1 at the first wrong step only, the steps after it left out of training.
+    """
+    k = np.arange(n_steps)
+    if first_wrong is None:
+        return np.zeros(n_steps), np.ones(n_steps, dtype=bool)
+    if target == "cumulative":
+        return (k >= first_wrong).astype(float), np.ones(n_steps, dtype=bool)
+    if target == "first":
+        return (k == first_wrong).astype(float), k <= first_wrong
+    raise ValueError(f"unknown target {target!r}; cumulative or first")
+
+
+class StepVerifier:
+    """Per-step probability that the trace has gone wrong, from :class:`TraceFeatures`.
+
+    Parameters
+    ----------
+    layers : indices into :data:`FEATURE_DEPTHS` whose hidden states are used (empty: scalars only).
+    n_components : the hidden states (concatenated over ``layers``, standardised) are projected on this many
+        principal components before the logistic regression.
+    scalars : names of :data:`SCALARS` used.
+    target : ``cumulative`` (p_k = P(error by step k); ranking by its rise) or ``first`` (p_k = P(step k is the
+        first wrong step); ranking by p_k), see :func:`step_targets`.
+    C : inverse L2 strength of the logistic regression.
+    threshold : the suspect step is the first with p_k > threshold (:meth:`choose_threshold` sets it).
+
+    Fitted attributes (all numpy, saved as safetensors): ``h_mean_`` (H,), ``h_scale_`` (H,), ``components_``
+    (P, H), ``s_mean_`` (S,), ``s_scale_`` (S,), ``coef_`` (P + S,), ``intercept_``.
+    """
+
+    def __init__(self, layers: Sequence[int] = (3, 5), n_components: int = 32, scalars: Sequence[str] = SCALARS,
+                 target: str = "cumulative", C: float = 0.1, threshold: float = 0.5):
+        self.layers = tuple(int(i) for i in layers)
+        self.n_components = int(n_components)
+        self.scalars = tuple(scalars)
+        self.target = target
+        self.C = float(C)
+        self.threshold = float(threshold)
+        self.info: dict = {}
+
+    def get_params(self) -> dict:
+        return {"layers": list(self.layers), "n_components": self.n_components, "scalars": list(self.scalars),
+                "target": self.target, "C": self.C, "threshold": self.threshold}
+
+    def _raw(self, f: TraceFeatures) -> tuple[np.ndarray, np.ndarray]:
+        hidden = f.hidden[:, list(self.layers)].reshape(f.n_steps, -1) if self.layers else np.zeros((f.n_steps, 0))
+        cols = [SCALARS.index(n) for n in self.scalars]
+        return hidden.astype(np.float64), f.scalars[:, cols].astype(np.float64)
+
+    def fit(self, traces: Sequence[TraceFeatures], first_wrong: Sequence[int | None],
+            weights: Sequence[float] | None = None) -> "StepVerifier":
+        """traces : K_i steps each; first_wrong : 0-based first wrong step of each, None = all correct;
+        weights : per trace (default 1), spread over its steps so that long traces do not count more."""
+        from sklearn.linear_model import LogisticRegression
+
+        weights = np.ones(len(traces)) if weights is None else np.asarray(weights, dtype=float)
+        H, S, y, w = [], [], [], []
+        for f, e, wt in zip(traces, first_wrong, weights):
+            target, used = step_targets(f.n_steps, e, self.target)
+            h, s = self._raw(f)
+            H.append(h[used]), S.append(s[used]), y.append(target[used])
+            w.append(np.full(int(used.sum()), wt / max(int(used.sum()), 1)))
+        H, S, y, w = np.concatenate(H), np.concatenate(S), np.concatenate(y), np.concatenate(w)
+        if H.shape[1]:
+            self.h_mean_, sd = H.mean(axis=0), H.std(axis=0)
+            self.h_scale_ = np.where(sd > 1e-8, sd, 1.0)
+            Z = (H - self.h_mean_) / self.h_scale_
+            # the largest principal directions of the standardised states; randomized: a full SVD of
+            # (steps, layers x D) costs tens of seconds on a shared CPU for the same leading directions
+            from sklearn.utils.extmath import randomized_svd
+
+            _, _, vt = randomized_svd(Z - Z.mean(axis=0), min(self.n_components, *Z.shape), random_state=0)
+            self.components_ = vt
+        else:
+            self.h_mean_ = self.h_scale_ = np.zeros(0)
+            self.components_ = np.zeros((0, 0))
+        self.s_mean_, sd = S.mean(axis=0), S.std(axis=0)
+        self.s_scale_ = np.where(sd > 1e-8, sd, 1.0)
+        X = self._design(H, S)
+        # balanced: correct steps outnumber wrong ones several times over
+        pos = float((w * y).sum()) or 1.0
+        neg = float((w * (1 - y)).sum()) or 1.0
+        w = w * np.where(y > 0, 0.5 / pos, 0.5 / neg) * len(y)
+        model = LogisticRegression(C=self.C, max_iter=5000).fit(X, y, sample_weight=w)
+        self.coef_, self.intercept_ = model.coef_[0], float(model.intercept_[0])
+        # kept at the precision they are saved with, so that a loaded verifier predicts bit for bit the same
+        for name in ("h_mean_", "h_scale_", "components_", "s_mean_", "s_scale_", "coef_"):
+            setattr(self, name, getattr(self, name).astype(np.float32).astype(np.float64))
+        self.intercept_ = float(np.float32(self.intercept_))
+        return self
+
+    def _design(self, H: np.ndarray, S: np.ndarray) -> np.ndarray:
+        parts = []
+        if self.components_.size:
+            parts.append(((H - self.h_mean_) / self.h_scale_) @ self.components_.T)
+        parts.append((S - self.s_mean_) / self.s_scale_)
+        return np.concatenate(parts, axis=1)
+
+    def predict_proba(self, f: TraceFeatures) -> np.ndarray:
+        """(K,) p_k of one trace (see ``target``)."""
+        if not hasattr(self, "coef_"):
+            raise RuntimeError("the step verifier is not fitted")
+        logit = self._design(*self._raw(f)) @ self.coef_ + self.intercept_
+        return 1.0 / (1.0 + np.exp(-logit))
+
+    def step_scores(self, p: np.ndarray) -> np.ndarray:
+        """(K,) ranking scores, higher = more likely the first wrong step: the rise of p_k (cumulative
+        target) or p_k itself (first)."""
+        return np.diff(p, prepend=0.0) if self.target == "cumulative" else np.asarray(p)
+
+    def suspect(self, p: np.ndarray, threshold: float | None = None) -> int | None:
+        """0-based first step with p_k > threshold, or None (no wrong step)."""
+        tau = self.threshold if threshold is None else threshold
+        over = np.flatnonzero(np.asarray(p) > tau)
+        return int(over[0]) if over.size else None
+
+    def choose_threshold(self, probs: Sequence[np.ndarray], first_wrong: Sequence[int | None]) -> dict:
+        """Set ``threshold`` to the value that maximises the first-error F1 (:func:`first_error_f1`) over these
+        (dev) traces; returns {"threshold", "f1", "wrong_exact", "none_acc"} there."""
+        candidates = np.unique(np.concatenate([np.asarray(p) for p in probs]))
+        best = None
+        for tau in np.concatenate([candidates, [1.0]]):
+            m = first_error_f1([self.suspect(p, tau) for p in probs], first_wrong)
+            if best is None or m["f1"] > best["f1"] + 1e-12:
+                best = {"threshold": float(tau), **m}
+        # midway to the next candidate: the rule chosen, not a value on a training trace's edge
+        above = candidates[candidates > best["threshold"]]
+        if above.size:
+            best["threshold"] = float((best["threshold"] + above[0]) / 2)
+        self.threshold = best["threshold"]
+        return best
+
+    # ---- files: JSON (settings, provenance, measured numbers) + safetensors (arrays)
+
+    def _tensors(self) -> dict[str, np.ndarray]:
+        return {"h_mean": self.h_mean_, "h_scale": self.h_scale_, "components": self.components_,
+                "s_mean": self.s_mean_, "s_scale": self.s_scale_, "coef": self.coef_,
+                "intercept": np.array([self.intercept_])}
+
+    def save(self, path: str | Path) -> tuple[Path, Path]:
+        """Write ``path.json`` and ``path.safetensors`` (float32 arrays); returns both paths."""
+        from safetensors.numpy import save_file
+
+        base = Path(path).with_suffix("") if Path(path).suffix in (".json", ".safetensors") else Path(path)
+        weights, meta = base.with_name(base.name + ".safetensors"), base.with_name(base.name + ".json")
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in self._tensors().items()}
+        save_file(tensors, str(weights))
+        digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+        meta.write_text(json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION, **self.get_params(),
+                                    "feature_depths": list(FEATURE_DEPTHS), "all_scalars": list(SCALARS),
+                                    "weights": weights.name, "weights_sha256": digest, **self.info},
+                                   indent=1) + "\n", encoding="utf-8")
+        return meta, weights
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StepVerifier":
+        """Read what :meth:`save` wrote (checked: format, version, weights checksum, feature layout)."""
+        from safetensors.numpy import load_file
+
+        from ..common.errors import InputError
+
+        base = Path(path).with_suffix("") if Path(path).suffix in (".json", ".safetensors") else Path(path)
+        meta_path = base.with_name(base.name + ".json")
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+            raise InputError(f"{meta_path} is not a step verifier of format {FORMAT_VERSION}")
+        if tuple(meta["feature_depths"]) != FEATURE_DEPTHS or tuple(meta["all_scalars"]) != SCALARS:
+            raise InputError(f"{meta_path} was trained on other features than this version computes")
+        weights = meta_path.with_name(meta["weights"])
+        if hashlib.sha256(weights.read_bytes()).hexdigest() != meta["weights_sha256"]:
+            raise InputError(f"{weights} does not belong to {meta_path.name} (checksum mismatch)")
+        t = load_file(str(weights))
+        params = {k: meta[k] for k in ("layers", "n_components", "scalars", "target", "C", "threshold")}
+        verifier = cls(**params)
+        verifier.h_mean_, verifier.h_scale_ = t["h_mean"].astype(np.float64), t["h_scale"].astype(np.float64)
+        verifier.components_ = t["components"].astype(np.float64)
+        verifier.s_mean_, verifier.s_scale_ = t["s_mean"].astype(np.float64), t["s_scale"].astype(np.float64)
+        verifier.coef_, verifier.intercept_ = t["coef"].astype(np.float64), float(t["intercept"][0])
+        verifier.info = {k: v for k, v in meta.items() if k not in params and k not in (
+            "format", "format_version", "feature_depths", "all_scalars", "weights", "weights_sha256")}
+        return verifier
+
+
+# ------------------------------------------------------------------------------------------------
+# the field's scoring: the exact first wrong step on erroneous traces, "none" on correct ones
+
+
+def first_error_f1(predicted: Sequence[int | None], first_wrong: Sequence[int | None]) -> dict:
+    """{"wrong_exact": share of erroneous traces whose prediction is their first wrong step, "none_acc": share
+    of correct traces predicted None, "f1": their harmonic mean}; NaN where a group is empty."""
+    hits_wrong = [p == e for p, e in zip(predicted, first_wrong) if e is not None]
+    hits_ok = [p is None for p, e in zip(predicted, first_wrong) if e is None]
+    a = float(np.mean(hits_wrong)) if hits_wrong else float("nan")
+    b = float(np.mean(hits_ok)) if hits_ok else float("nan")
+    f1 = 2 * a * b / (a + b) if a + b > 0 else 0.0
+    return {"wrong_exact": a, "none_acc": b, "f1": f1}
+
+
+def chance_f1(mean_inverse_steps: float) -> tuple[float, float]:
+    """(F1, q) of the best rule that ignores the trace: "none" with probability q, else a uniformly random step
+    (exact on an erroneous trace with probability (1 - q) x mean 1/K)."""
+    q = np.linspace(0, 1, 1001)
+    a, b = (1 - q) * mean_inverse_steps, q
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.where(a + b > 0, 2 * a * b / (a + b), 0.0)
+    best = int(np.argmax(f1))
+    return float(f1[best]), float(q[best])
+
+
+def first_error_metrics(predicted: Sequence[int | None], scores: Sequence[np.ndarray], first_wrong: Sequence[int | None],
+                        *, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The field's scores with 95 % bootstrap intervals (erroneous and correct traces resampled apart) and
+    chance rates.
+
+    predicted : 0-based suspect step or None per trace; scores : (K,) ranking scores per trace (higher = more
+    suspect; top-1 / top-3 ignore the threshold); first_wrong : 0-based or None.
+    Returns {"n_wrong", "n_correct", "steps_mean", "f1", "wrong_exact", "none_acc", "top1", "top3"}, each score
+    {"value", "low", "high", "chance"}.
+    """
+    from .locate import _hit_at
+
+    wrong = [i for i, e in enumerate(first_wrong) if e is not None]
+    ok = [i for i, e in enumerate(first_wrong) if e is None]
+    exact = np.array([float(predicted[i] == first_wrong[i]) for i in wrong])
+    none = np.array([float(predicted[i] is None) for i in ok])
+    top1 = np.array([_hit_at(np.asarray(scores[i], float), first_wrong[i], 1) for i in wrong])
+    top3 = np.array([_hit_at(np.asarray(scores[i], float), first_wrong[i], 3) for i in wrong])
+    k = np.array([len(scores[i]) for i in wrong], dtype=float)
+    inv = float(np.mean(1 / k)) if len(k) else float("nan")
+
+    def f1(a, b):
+        return 2 * a * b / (a + b) if a + b > 0 else 0.0
+
+    rng = np.random.default_rng(seed)
+    bw = rng.integers(0, max(len(wrong), 1), size=(n_boot, len(wrong)))
+    bo = rng.integers(0, max(len(ok), 1), size=(n_boot, len(ok)))
+    mean = lambda x, b: x[b].mean(axis=1) if x.size else np.full(n_boot, np.nan)  # noqa: E731
+    boots = {"wrong_exact": mean(exact, bw), "none_acc": mean(none, bo), "top1": mean(top1, bw),
+             "top3": mean(top3, bw)}
+    boots["f1"] = np.array([f1(a, b) for a, b in zip(boots["wrong_exact"], boots["none_acc"])])
+    values = {"wrong_exact": exact.mean() if exact.size else np.nan, "none_acc": none.mean() if none.size else np.nan,
+              "top1": top1.mean() if top1.size else np.nan, "top3": top3.mean() if top3.size else np.nan}
+    values["f1"] = f1(values["wrong_exact"], values["none_acc"]) if exact.size and none.size else np.nan
+    # chance: the trace-blind rule of :func:`chance_f1` at its best q (exact, none) and a random ranking (top-k)
+    f1_chance, q = chance_f1(inv) if len(k) else (float("nan"), float("nan"))
+    chance = {"wrong_exact": (1 - q) * inv, "none_acc": q, "top1": inv,
+              "top3": float(np.mean(np.minimum(3, k) / k)) if len(k) else float("nan"), "f1": f1_chance}
+    out: dict = {"n_wrong": len(wrong), "n_correct": len(ok), "steps_mean": float(k.mean()) if len(k) else None}
+    for name, v in values.items():
+        out[name] = {"value": float(v), "low": float(np.nanpercentile(boots[name], 2.5)),
+                     "high": float(np.nanpercentile(boots[name], 97.5)), "chance": chance[name]}
+    return out
+
+
+@dataclass
+class VerifierResult:
+    """The verifier's reading of one trace.
+
+    step_probability : (K,) p_k per step (0-based list); suspect_step : 1-based first step with p_k over the
+    threshold, None = no wrong step found; ranking : 1-based steps, most suspect first; measured : the
+    verifier's accuracy on the annotated test traces as shipped (F1, exact first step, none accuracy, top-1,
+    top-3 with intervals and chance), or {} where not measured.
+    """
+
+    step_probability: list[float]
+    suspect_step: int | None
+    ranking: list[int]
+    threshold: float
+    step_texts: list[str]
+    seconds: float
+    measured: dict
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def shipped_verifier(model: str) -> StepVerifier | None:
+    """The verifier shipped for ``model`` (package data), or None where there is none."""
+    from importlib import resources
+
+    base = resources.files("grade") / ASSET_DIR / f"{Path(str(model).rstrip('/')).name.lower()}.json"
+    if not base.is_file():
+        return None
+    return StepVerifier.load(Path(str(base)))
+
+
+def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | None = None,
+                 task: str = DEFAULT_TASK) -> VerifierResult:
+    """Read ``response`` with ``lm`` (one forward pass) and name its first wrong step, or none.
+
+    verifier : default the one shipped for ``lm.name`` (:func:`shipped_verifier`).
+    """
+    import time
+
+    from ..common.errors import InputError
+
+    t = time.perf_counter()
+    verifier = verifier or shipped_verifier(lm.name)
+    if verifier is None:
+        raise InputError(f"no step verifier is shipped for {lm.name}; train one (scripts/train_step_verifier.py)")
+    response = response.strip()
+    features = step_features(lm, question, response, task=task)
+    p = verifier.predict_proba(features)
+    suspect = verifier.suspect(p)
+    scores = verifier.step_scores(p)
+    ranking = [int(k) + 1 for k in sorted(range(len(scores)), key=lambda k: (-scores[k], k))]
+    texts = [response[a:b] for a, b in split_steps(response)]
+    return VerifierResult([float(x) for x in p], None if suspect is None else suspect + 1, ranking,
+                          verifier.threshold, texts, time.perf_counter() - t, dict(verifier.info.get("measured", {})))

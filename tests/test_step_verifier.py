@@ -1,0 +1,139 @@
+"""The step verifier (grade.steps.verifier) and its training traces (grade.steps.real_errors), on the embedded
+SmolLM2 and the annotated real traces."""
+
+import json
+import lzma
+
+import numpy as np
+import pytest
+
+from grade.gradients.losses import split_steps
+from grade.steps.real_errors import annotated_traces, held_out_problems, training_traces
+from grade.steps.verifier import (FEATURE_DEPTHS, SCALARS, StepVerifier, TraceFeatures, first_error_f1,
+                                  first_error_metrics, shipped_verifier, step_features, verify_trace)
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def annotated():
+    return annotated_traces()
+
+
+@pytest.fixture(scope="module")
+def small(annotated):
+    """Four short dev traces, two with a first wrong step, two correct in every step."""
+    dev = sorted((t for t in annotated if t.split == "dev"), key=lambda t: len(t.trace))
+    wrong = [t for t in dev if t.first_wrong is not None][:2]
+    right = [t for t in dev if t.first_wrong is None][:2]
+    return wrong + right
+
+
+@pytest.fixture(scope="module")
+def features(smollm, small, one_torch_thread):
+    return [step_features(smollm, t.question, t.trace) for t in small]
+
+
+def test_annotations_split_by_problem(annotated):
+    assert len(annotated) >= 470
+    by_problem = {}
+    for t in annotated:
+        assert t.split in ("dev", "test")
+        assert by_problem.setdefault(t.problem, t.split) == t.split  # one split per problem
+
+
+def test_features_have_a_row_per_step(smollm, small, features):
+    for t, f in zip(small, features):
+        k = len(split_steps(t.trace))
+        assert f.hidden.shape == (k, len(FEATURE_DEPTHS), smollm.model.config.hidden_size)
+        assert f.scalars.shape == (k, len(SCALARS))
+        assert np.isfinite(f.hidden).all() and np.isfinite(f.scalars).all()
+        assert len(f.findings) == k
+        # the cumulative check column never falls
+        col = f.scalars[:, SCALARS.index("check_so_far")]
+        assert (np.diff(col) >= 0).all()
+
+
+def test_a_prefix_reads_the_same(smollm, small, features):
+    """Causal: step k's features depend on the text up to step k only (the per-trace z-scores aside)."""
+    t, f = small[0], features[0]
+    spans = split_steps(t.trace)
+    cut = t.trace[: spans[2][1]]
+    g = step_features(smollm, t.question, cut)
+    np.testing.assert_allclose(g.hidden[:2], f.hidden[:2], atol=1e-3)
+
+
+def test_save_load_round_trip_is_exact(small, features, tmp_path):
+    verifier = StepVerifier(layers=(3, 5), n_components=4, C=0.1).fit(features, [t.first_wrong for t in small])
+    verifier.threshold = 0.37
+    verifier.info = {"trained_on": "four traces"}
+    verifier.save(tmp_path / "v")
+    again = StepVerifier.load(tmp_path / "v.json")
+    for f in features:
+        assert np.array_equal(verifier.predict_proba(f), again.predict_proba(f))
+    assert again.threshold == 0.37 and again.info["trained_on"] == "four traces"
+    assert not (tmp_path / "v.json").read_text().count("pickle")
+    # a weights file of another verifier is refused
+    (tmp_path / "v.safetensors").write_bytes((tmp_path / "v.safetensors").read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(Exception, match="checksum"):
+        StepVerifier.load(tmp_path / "v")
+
+
+def test_threshold_none_and_first_over(small, features):
+    verifier = StepVerifier(layers=(), C=1.0).fit(features, [t.first_wrong for t in small])
+    p = np.array([0.1, 0.6, 0.4, 0.9])
+    assert verifier.suspect(p, 0.95) is None
+    assert verifier.suspect(p, 0.5) == 1  # the first over the threshold, not the largest
+    assert verifier.suspect(p, 0.05) == 0
+    assert list(verifier.step_scores(p)) == pytest.approx([0.1, 0.5, -0.2, 0.5])
+    chosen = verifier.choose_threshold([p, np.array([0.2, 0.3])], [1, None])
+    assert chosen["f1"] == 1.0 and 0.3 <= chosen["threshold"] < 0.6
+
+
+def test_first_error_scores():
+    m = first_error_f1([2, None, 1, None], [2, None, 0, 3])
+    assert m["wrong_exact"] == pytest.approx(1 / 3) and m["none_acc"] == 1.0
+    assert m["f1"] == pytest.approx(0.5)
+    full = first_error_metrics([2, None, 1, None], [np.arange(4.0)[::-1]] * 4, [2, None, 0, 3], n_boot=200)
+    assert full["n_wrong"] == 3 and full["n_correct"] == 1
+    assert full["top1"]["value"] == pytest.approx(1 / 3)  # step 0 ranks first in each
+    assert full["f1"]["chance"] < full["f1"]["value"]
+    never_none = first_error_f1([0, 0], [0, None])
+    assert never_none["f1"] == 0.0
+
+
+def test_training_traces_never_touch_a_test_problem(annotated):
+    labels = [json.loads(line) for line in lzma.open(ROOT / "data/labels/qwen2.5-coder-1.5b-instruct/gsm8k.jsonl.xz", "rt")]
+    from grade.tasks.tasks import load_questions
+
+    refs = [{"id": q.id, "question": q.question, "solution": q.solution} for q in load_questions("gsm8k")]
+    train = training_traces(annotated, labels, refs, n_reference=200)
+    banned = held_out_problems(annotated)
+    assert banned and train
+    assert not {t.problem for t in train} & banned
+    for t in train[:50]:  # the injected step is where the text first differs from a clean trace
+        assert 0 <= t.first_wrong < len(split_steps(t.trace))
+
+
+def test_shipped_verifier_reads_a_trace(smollm, small, one_torch_thread):
+    verifier = shipped_verifier("smollm2-135m-instruct")
+    if verifier is None:
+        pytest.skip("no verifier shipped for SmolLM2")
+    assert verifier.info["never_trained_on"] and "measured" in verifier.info
+    t = small[0]
+    result = verify_trace(smollm, t.question, t.trace)
+    k = len(split_steps(t.trace))
+    assert len(result.step_probability) == k == len(result.step_texts)
+    assert sorted(result.ranking) == list(range(1, k + 1))
+    assert result.suspect_step is None or 1 <= result.suspect_step <= k
+    assert result.measured["f1"]["value"] >= 0
+
+
+def test_trace_features_file_round_trip(features, tmp_path):
+    f = features[0]
+    f.save(tmp_path / "f.npz")
+    g = TraceFeatures.load(tmp_path / "f.npz")
+    assert np.array_equal(g.scalars, f.scalars) and g.findings == f.findings
+    np.testing.assert_allclose(g.hidden, f.hidden, rtol=1e-3, atol=1e-2)  # float16 on disk
