@@ -1,6 +1,8 @@
-"""Score the shipped probes of a model as shipped, on the labelled questions each never saw
-(:mod:`grade.studies.shipped_probes`), and write ``results/<model>/shipped_probes.csv``, which
-``scripts/run_benchmark.py`` folds into the numbers the verdict card cites (``grade/assets/measured``).
+"""Score the shipped probes and detectors of a model as shipped, on the labelled questions each never saw
+(:mod:`grade.studies.shipped_probes`), and write ``results/<model>/shipped_probes.csv`` and
+``shipped_detectors.csv``, which ``scripts/run_benchmark.py`` folds into the numbers the verdict and detector
+cards cite (``grade/assets/measured``). The detectors' training rows are the train and validation rows of the
+capped benchmark run they were built from (``scripts/build_detectors.py``), checked against their recorded balances.
 
     python scripts/score_shipped_probes.py --labels-at a27493d^     # Qwen2.5-Coder-1.5B-Instruct
 
@@ -84,13 +86,60 @@ def main() -> int:
                     print(f"  {dataset}: AUROC {m['auroc']:.3f} [{m['auroc_lo']:.3f}, {m['auroc_hi']:.3f}] on {m['n']} "
                           f"unseen questions ({m['positives']} answerable)")
     out = args.out or ROOT / "results" / model / "shipped_probes.csv"
-    with out.open("w", newline="", encoding="utf-8") as fh:
+    write(out, rows_out)
+    write(out.with_name("shipped_detectors.csv"), score_detectors(model, args.data_root))
+    return 0
+
+
+def write(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
-        for row in rows_out:
+        for row in rows:
             writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})
-    print(out)
-    return 0
+    print(path)
+
+
+def score_detectors(model: str, data_root: Path) -> list[dict]:
+    """Every shipped detector of ``model`` on the labelled questions outside the capped run's train and
+    validation rows it was built from; the tables read from ``data_root``'s benchmark caches."""
+    import os
+
+    from grade.commands.benchmark import config_from_args, repository_runs
+    from grade.commands.cli import build_parser
+    from grade.studies.benchmark import build_tables
+    from grade.studies.shipped_probes import DETECTOR_METHOD, detector_seen, score_detector_unseen
+    from grade.verdict.detectors import Detector, detectors_for
+
+    extra = list(repository_runs()[f"{model}-capped"][1])
+    cap = extra.index("--max-per-class")
+    end = next(i for i in range(cap + 1, len(extra)) if extra[i].startswith("--"))
+    every = extra[:cap + 1] + ["1000000"] + extra[end:]  # the same run with every labelled question
+    cwd = os.getcwd()
+    os.chdir(data_root)  # the runs name their caches relative to the repository
+    try:
+        def tables(run_args):
+            args = build_parser().parse_args(["benchmark", "--model", model, *run_args, "--offline", "--variants", "none"])
+            return build_tables(config_from_args(args), None, lambda line: None).tables
+        capped, everything = tables(extra), tables(every)
+    finally:
+        os.chdir(cwd)
+    rows = []
+    for path in detectors_for(model):
+        detector = Detector.load(path)
+        seen = detector_seen(detector, capped)
+        print(f"{detector.name}: " + ("training rows found again" if seen is not None else
+                                      "its training rows cannot be found again: not scored"))
+        if seen is None:
+            continue
+        method = DETECTOR_METHOD.format(form=detector.spec.measured_as)
+        for dataset, m in score_detector_unseen(detector, seen, everything).items():
+            rows.append({"dataset": dataset, "method": method, "probe": detector.name,
+                         **{k: m[k] for k in ("n", "positives", "acc", "acc_lo", "acc_hi", "auroc", "auroc_lo",
+                                              "auroc_hi")}, "protocol": "unseen", "labels_at": "HEAD"})
+            print(f"  {dataset}: AUROC {m['auroc']:.3f} [{m['auroc_lo']:.3f}, {m['auroc_hi']:.3f}] on {m['n']} "
+                  f"unseen questions ({m['positives']} answerable)")
+    return rows
 
 
 if __name__ == "__main__":

@@ -24,10 +24,25 @@ def test_shipped_probe_numbers_regenerate(benchmark_caches, tmp_path):
     fresh = pd.read_csv(out).sort_values(["method", "dataset"]).reset_index(drop=True)
     committed = pd.read_csv(ROOT / "results" / MODEL / "shipped_probes.csv").sort_values(["method", "dataset"])
     pd.testing.assert_frame_equal(fresh, committed.reset_index(drop=True))
+    for name in ("shipped_detectors.csv",):  # the detectors, on the questions outside their capped train/validation rows
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / name), pd.read_csv(ROOT / "results" / MODEL / name))
+    assert "saplma: training rows found again" in done.stdout
     # what the probe trained on is never scored: MMLU's unseen questions are its labelled ones minus the 161 rows the
     # general probe's table held, of which the train and validation parts (85%) are left out
     mmlu = fresh[(fresh["dataset"] == "mmlu") & (fresh["probe"] == f"{MODEL}-pre")].iloc[0]
     assert 649 - 161 < mmlu["n"] < 649
+
+
+def test_detector_cards_cite_the_shipped_detector_itself_where_enough_questions_were_unseen():
+    from types import SimpleNamespace
+
+    from grade.verdict.measured import detector_evidence
+
+    saplma = SimpleNamespace(name="saplma", kind="gsm8k", test={})
+    assert detector_evidence(MODEL, saplma, task="gsm8k", has_context=False).startswith("On questions it never saw:")
+    # its statistic (the GRADE_pre loss) is stored for the capped rows only: too few unseen, its form is cited
+    entropy = SimpleNamespace(name="prompt-entropy", kind="triviaqa", test={})
+    assert detector_evidence(MODEL, entropy, task="qa", has_context=False).startswith("Cross-fitted AUROC")
 
 
 def test_measured_cites_the_shipped_probe_where_enough_questions_were_unseen():
@@ -35,7 +50,7 @@ def test_measured_cites_the_shipped_probe_where_enough_questions_were_unseen():
 
     found = probe_measured(MODEL, "pre", task="mmlu", has_context=False)
     assert found.method == "GRADE_pre (shipped probe)" and found.protocol == "unseen" and found.n >= MIN_QUESTIONS
-    assert probe_evidence(MODEL, "pre", task="mmlu", has_context=False).startswith("The shipped probe's AUROC")
+    assert probe_evidence(MODEL, "pre", task="mmlu", has_context=False).startswith("On questions it never saw: AUROC")
     # HotpotQA with its paragraphs: too few unseen questions, so the probe's form refitted on the dataset is cited
     found = probe_measured(MODEL, "pre", task="qa", has_context=True)
     assert found.method == "GRADE_pre (shipped)" and found.enough

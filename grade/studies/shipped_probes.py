@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from ..common.metrics import bootstrap_ci, class_balance, heldout_metrics
+from ..verdict.measured import DETECTOR_ITSELF, PROBE_METHODS
 
 #: The benchmark's name of a labelled file's dataset where the two differ (the store's ``hotpotqa`` is closed book).
 BENCHMARK_NAMES = {"hotpotqa": "hotpotqa_closed", "hotpotqa_context": "hotpotqa"}
-METHOD = "GRADE_{loss} (shipped probe)"
+#: The names the cards look the numbers up by (grade.verdict.measured): the probe itself, a detector itself.
+METHOD, DETECTOR_METHOD = PROBE_METHODS[0], DETECTOR_ITSELF
 
 
 def seen_questions(info, loss: str, labels_dirs: list[Path], features_dir: Path, *, max_unanswerable: int,
@@ -66,4 +68,50 @@ def score_unseen(probe, seen: set[tuple[str, str]], store_frames: dict, *, n_boo
         m["acc_lo"], m["acc_hi"] = bootstrap_ci(y, p, lambda t, s: float(((s >= probe.threshold) == t).mean()),
                                                 n_boot=n_boot, ci=ci, seed=seed)
         out[BENCHMARK_NAMES.get(store_name, store_name)] = m
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ detectors
+
+
+def detector_seen(detector, tables: dict) -> dict[str, set[str]] | None:
+    """Per dataset, the ids a shipped detector trained or selected on: the train and validation rows of the
+    benchmark tables it was built from (``tables``: the capped run's :func:`grade.studies.benchmark.build_tables`);
+    None when their class balances differ from those the detector recorded."""
+    seen = {}
+    for dataset, kind in detector.kinds.items():
+        table = tables.get(dataset)
+        if table is None:
+            return None
+        for part, name in (("train", "train"), ("val", "validation")):
+            rows = table.rows(part)
+            if kind.get(name) != {"n": int(len(rows)), "answerable": int(table.y[rows].sum())}:
+                return None
+        seen[dataset] = {str(i) for i in table.ids[table.rows(("train", "val"))]}
+    return seen
+
+
+def score_detector_unseen(detector, seen: dict[str, set[str]], tables: dict, *, n_boot: int = 1000, ci: float = 0.95,
+                          seed: int = 0) -> dict[str, dict]:
+    """Per dataset the detector was trained on: its AUROC (bootstrap interval) and accuracy at its threshold on
+    the rows of ``tables`` (every labelled question: :class:`~grade.studies.tables.Table` per dataset) outside
+    ``seen`` whose statistic the caches hold."""
+    from ..verdict.detectors.model_statistics import table_statistic
+
+    out = {}
+    for dataset in detector.kinds:
+        table = tables.get(dataset)
+        if table is None:
+            continue
+        X = table_statistic(table, detector.spec.statistic)
+        keep = np.isfinite(X).all(axis=1) & ~np.isin(table.ids.astype(str), list(seen[dataset]))
+        y = table.y[keep].astype(int)
+        if len(y) == 0 or len(np.unique(y)) < 2:
+            continue
+        p = detector.predict_proba(X[keep], [dataset] * len(y))[:, 1]
+        threshold = float(detector.metadata.get("threshold", 0.5))
+        m = heldout_metrics(y, p, threshold, n_boot=n_boot, ci=ci, seed=seed)
+        m["acc_lo"], m["acc_hi"] = bootstrap_ci(y, p, lambda t, s: float(((s >= threshold) == t).mean()),
+                                                n_boot=n_boot, ci=ci, seed=seed)
+        out[dataset] = m
     return out

@@ -47,13 +47,15 @@ AUROC_CHANCE = 0.5
 PROBE_METHODS = ("GRADE_{loss} (shipped probe)", "GRADE_{loss} (shipped)", "GRADE_{loss}")
 #: The loss value alone through a logistic regression: the "Entropy after the prompt" detector's form.
 LOSS_ALONE = "GRADE_{loss}[logreg,loss,all]"
+#: A shipped detector itself measured on the questions it never saw (grade.studies.shipped_probes.DETECTOR_METHOD).
+DETECTOR_ITSELF = "{form} (shipped detector)"
 REGENERATE = "python scripts/run_benchmark.py --readme-only"
 
 DATASET_TITLES = {"triviaqa": "TriviaQA", "nq_open": "NQ-Open", "hotpotqa": "HotpotQA (with its paragraphs)",
                   "hotpotqa_closed": "HotpotQA (closed book)", "gsm8k": "GSM8K", "math": "MATH", "mmlu": "MMLU",
                   "facts": "world-facts", "arithmetic": "arithmetic"}
 PROTOCOL_WORDS = {"crossfit": "Cross-fitted", "capped": "Held-out (capped split)", "test": "Held-out",
-                  "unseen": "The shipped probe's"}
+                  "unseen": "On questions it never saw:"}
 
 
 def dataset_title(name: str) -> str:
@@ -235,8 +237,12 @@ def detector_evidence(model: str, detector, *, task: str, has_context: bool, fol
 
     spec = DETECTORS.get(detector.name)
     method = spec.measured_as if spec is not None else ""
-    found = (closest_measured(model, method, task=task, has_context=has_context, dataset=detector.kind, folder=folder)
-             if method else None)
+    # the shipped detector itself where enough of its kind's questions were unseen by it, else its form
+    candidates = [DETECTOR_ITSELF.format(form=method), method] if method else []
+    found = [closest_measured(model, m, task=task, has_context=has_context, dataset=detector.kind, folder=folder)
+             for m in candidates]
+    found = [f for f in found if f is not None]
+    found = next((f for f in found if f.enough), found[0] if found else None)
     if found is None and detector.kind:
         found = Measured.from_test(model, method or detector.name, detector.kind, detector.test)
     return "not measured on questions like this one" if found is None else found.sentence()
@@ -296,7 +302,8 @@ def build_measured(folder: str | Path, root: str | Path | None = None) -> dict:
     out: dict[str, dict] = {}
     for row in _rows(table):
         out.setdefault(row["method"], {})[row["dataset"]] = _number_row(row)
-    for row in _rows(folder / "shipped_probes.csv"):  # the shipped probe itself (grade.studies.shipped_probes)
+    # the shipped probes and detectors themselves, on the questions each never saw (grade.studies.shipped_probes)
+    for row in _rows(folder / "shipped_probes.csv") + _rows(folder / "shipped_detectors.csv"):
         out.setdefault(row["method"], {})[row["dataset"]] = {**_number_row(row), "protocol": row["protocol"]}
     if crossfit:  # the loss alone (the "Entropy after the prompt" detector's statistic) is one of GRADE's variants
         for row in _rows(folder / "grade_variants.csv"):
