@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from grade.models.cancel import Cancelled
-from grade.common.errors import InputError
+from grade.common.errors import GradeError, InputError
 from grade.tasks.tasks import answer_format
 from studio import figures, localization, session, tokens, waiting, workflows
 from studio.analysis_cache import shipped_trace
@@ -26,7 +26,9 @@ st.markdown(
     "**GRADE_pos** is their mean. Each token is coloured by its *epistemic shock*, the row sum of C_g: how much "
     "the model would have to change to produce it. Both traces share one colour scale. Each trace also gets a "
     "**suspect step**: where it most plausibly goes wrong first (an arithmetic and provenance check of every step, "
-    "then token surprisal), with how often that pick was right on traces whose wrong step is known."
+    "then token surprisal), with how often that pick was right on traces whose wrong step is known. First, in "
+    "seconds, a **step verifier** reads each trace once and names its first wrong step, or says that no step "
+    "stands out, with its accuracy on real annotated traces."
 )
 with st.expander("What you are looking at"):
     st.markdown(
@@ -224,6 +226,58 @@ def _keep(value, request: dict) -> None:
         st.rerun()
 
 
+def _verify(keys: list[str], texts: dict[str, str], question: str | None = None) -> None:
+    """The step verifier's verdict on each trace, before its GRADE analysis is queued: one forward pass of the
+    verifier's reader (seconds, not the analysis's minutes), so that the page shows it first."""
+    from grade.steps.verifier import verify_trace
+
+    question = str(st.session_state.get("rt_question", "")) if question is None else question
+    verdicts = dict(st.session_state.get("rt_verdicts") or {})
+    try:
+        reader = session.verifier_reader(lm)
+    except GradeError as exc:  # the reader could not be loaded: the GRADE analysis still runs
+        session.show_error(exc, "Step verifier")
+        return
+    if reader is None:
+        return
+    for key in keys:
+        verdicts.pop(key, None)
+        with st.spinner(f"The step verifier reads trace {key} ..."):
+            try:
+                verdicts[key] = {"question": question.strip(), "response": texts[key].strip(), "reader": reader.name,
+                                 "result": verify_trace(reader, question, texts[key])}
+            except GradeError as exc:  # too long for the reader, ...: shown, and the analysis goes on
+                session.show_error(exc, f"Trace {key}: step verifier")
+    st.session_state["rt_verdicts"] = verdicts
+
+
+def _show_verdicts(keys: list[str]) -> None:
+    """The verifier's verdicts, first on the page, each with the model that read it and its measured accuracy."""
+    verdicts = st.session_state.get("rt_verdicts") or {}
+    keys = [k for k in keys if k in verdicts]
+    if not keys:
+        return
+    st.subheader("Step verifier: where does the trace first go wrong, if anywhere?")
+    for key, column in zip(keys, st.columns(len(keys), gap="medium")):
+        v, result = verdicts[key], verdicts[key]["result"]
+        with column, st.container(border=True, key=f"rt_verdict_{key}"):
+            st.markdown(f"**Trace {key}.** "
+                        + localization.verdict_line(result.suspect_step, result.step_probability, result.threshold))
+            if result.suspect_step is not None:
+                st.markdown(f"> {session.plain(result.step_texts[result.suspect_step - 1].strip()[:200])}")
+            st.caption(localization.reader_line(v["reader"], lm.name) + f" {result.seconds:.1f} s.")
+            text = str(st.session_state.get(f"rt_text_{key}") or "").strip()
+            if text != v["response"] or str(st.session_state.get("rt_question", "")).strip() != v["question"]:
+                st.caption("The text was edited after this verdict; press **Analyze traces** to update.")
+            with st.expander("Probability per step"):
+                st.dataframe(localization.probability_table(result.step_texts, result.step_probability),
+                             hide_index=True, key=f"rt_vprob_{key}",
+                             column_config={"P(first wrong)": st.column_config.NumberColumn(format="%.3f"),
+                                            "text": st.column_config.TextColumn(width="large")})
+    st.caption(localization.verifier_accuracy_line(verdicts[keys[0]]["reader"])
+               + " The GRADE step analysis below is the slower second view.")
+
+
 def _submit_or_refuse(action: str, keys: list[str], texts: dict[str, str], question: str | None = None) -> bool:
     try:
         _submit(action, keys, texts, question)
@@ -242,9 +296,11 @@ if st.button("Analyze traces", key="rt_analyze", type="primary", disabled=not fi
     changed = [k for k in filled if k not in before or before[k].response != current[k].strip()
                or before[k].question.strip() != question.strip()]
     if changed:
+        _verify(changed, current, question)
         _submit_or_refuse("analyze", changed, current)
 elif generate_clicked is not None:
     _submit_or_refuse("generate", [generate_clicked], {})
+_show_verdicts(filled)
 waiting.cancelled_notice("trace")
 waiting.elsewhere("trace")
 if waiting.pending("trace") is not None:
@@ -345,6 +401,7 @@ for trace in shown:
         if st.button(f"Re-run {trace.title} with these steps", key=f"rt_rerun_{key}",
                      disabled=waiting.pending() is not None):
             response = workflows.join_steps([str(s) for s in edited["step"].fillna("").tolist()])
+            _verify([key], {key: response}, trace.question)
             if _submit_or_refuse("rerun", [key], {key: response}, trace.question):
                 st.session_state[f"rt_pending_{key}"] = response
                 st.rerun()  # the job waits at the top of the page, under the Analyze button

@@ -286,6 +286,12 @@ with st.container(border=True, key="tr_trace"):
     if tr.is_cut_off(row["cut_off"]):
         st.warning(tr.cut_off_warning(row["correct"], token_limit), icon=":material/content_cut:")
     st.markdown(f"**Question.** {session.plain(str(row['question']))}")
+    reader = row["verifier_reader"] if "verifier_reader" in row else None
+    if not pd.isna(reader):  # the verifier ran on this trace (stores of format 3): its verdict first
+        st.markdown("**Step verifier.** " + localization.verdict_line(
+            row["verifier_suspect_step"], row["step_verifier_probability"], float(row["verifier_threshold"])))
+        st.caption(localization.reader_line(str(reader), model_name) + " "
+                   + localization.verifier_accuracy_line(str(reader)))
     signals = signals_of_row(row, token_rows)
     ranked = localization.ranked_table(list(row["step_texts"]), signals)
     suspect = int(ranked["step"].iloc[0])

@@ -7,6 +7,8 @@ embedded model); a model without them gets a sentence saying so rather than borr
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 
 from grade.steps.locate import DEFAULT_LOCATOR, LOCATORS, StepSignals, locate, measured_accuracy, ranked_steps
@@ -62,3 +64,76 @@ def ranked_table(step_texts, signals: StepSignals) -> pd.DataFrame:
         "step rank ratio": [float(values["rank_ratio"][k - 1]) for k in order],
         "max shock": [float(values["shock_max"][k - 1]) for k in order],
     })
+
+
+# ------------------------------------------------------------------------------------ the step verifier
+
+#: What a page says where the verifier finds no first wrong step (its suspect step is None).
+NO_STEP = "no step stands out"
+
+
+def _missing(value) -> bool:
+    return value is None or bool(pd.isna(value))
+
+
+def verdict_label(step) -> str:
+    """The verifier's suspect step in a table cell: "step k", or :data:`NO_STEP` where it is None / null."""
+    return NO_STEP if _missing(step) else f"step {int(step)}"
+
+
+def verdict_line(step, probability, threshold: float) -> str:
+    """The verifier's verdict on one trace in one Markdown sentence (``step`` 1-based or None; ``probability``
+    per step)."""
+    p = [float(x) for x in probability]
+    if _missing(step):
+        top = max(range(len(p)), key=lambda k: p[k]) if p else None
+        highest = f" (the highest: step {top + 1}, P = {p[top]:.2f})" if top is not None else ""
+        return f"**{NO_STEP.capitalize()}**: no step's probability of being the first wrong one passes {threshold:.2f}{highest}."
+    k = int(step)
+    return f"**Step {k} stands out**, P = {p[k - 1]:.2f}: the first step whose probability passes {threshold:.2f}."
+
+
+@functools.lru_cache(maxsize=8)
+def _verifier_info(reader: str) -> dict:
+    from grade.steps.verifier import shipped_verifier
+
+    verifier = shipped_verifier(reader)
+    return dict(verifier.info) if verifier is not None else {}
+
+
+def verifier_accuracy_line(reader: str) -> str:
+    """The measured accuracy of the verifier shipped for ``reader`` on real annotated traces, with the chance
+    rates, and today's suspect step's beside it (its ``measured``, written by the training script)."""
+    info = _verifier_info(_short(reader).lower())
+    m = info.get("measured") or {}
+    if not m.get("f1"):
+        return "This verifier's accuracy on annotated traces has not been measured; read it as a hint, not a finding."
+
+    def score(name: str) -> str:
+        s = m[name]
+        return f"{s['value']:.2f} [{s['low']:.2f}, {s['high']:.2f}] (chance {s['chance']:.2f})"
+
+    line = (f"Measured on real traces of {info.get('traces_model', 'another model')} whose first wrong step a reader "
+            f"marked ({m['n_wrong']} with an error, {m['n_correct']} correct, never trained on): F1 {score('f1')}, "
+            f"the first wrong step exactly in {m['wrong_exact']['value']:.0%}, \"{NO_STEP}\" on "
+            f"{m['none_acc']['value']:.0%} of the correct traces, the wrong step among its top three in {score('top3')}.")
+    today = m.get("locator_today")
+    if today:
+        line += (f" The suspect step below never says none: F1 {today['f1']['value']:.2f}, top-3 "
+                 f"{today['top3']['value']:.2f} on the same traces.")
+    return line
+
+
+def reader_line(reader: str, model: str) -> str:
+    """Which model read the trace for the verifier, where it is not the model the page analyses with."""
+    if _short(reader).lower() == _short(model).lower():
+        return f"Read by {reader}, one forward pass."
+    return (f"Read by {reader}, the verifier's reader (one forward pass), not by {_short(model)}: the shipped verifier "
+            "reads any model's trace text that way, as it was measured.")
+
+
+def probability_table(step_texts, probability) -> pd.DataFrame:
+    """The verifier's per-step probability beside each step (1-based)."""
+    return pd.DataFrame({"step": range(1, len(probability) + 1),
+                         "P(first wrong)": [float(p) for p in probability],
+                         "text": [str(t).strip()[:160] for t in step_texts]})

@@ -137,6 +137,15 @@ def model_registry() -> ModelRegistry:
     return shared_registry()
 
 
+def verifier_reader(lm: grade.LoadedModel) -> grade.LoadedModel | None:
+    """The model that reads traces of ``lm`` for the step verifier (:func:`grade.steps.verifier.load_reader`):
+    ``lm`` itself where it is the reader, else the reader from the shared model registry (loaded once for every
+    session); None where no verifier is shipped."""
+    from grade.steps.verifier import load_reader
+
+    return load_reader(lm, loader=lambda name, device, dtype: model_registry().get(ModelSpec(name, device, dtype)))
+
+
 def ray_backend():
     """The Ray Serve backend named by ``GRADE_BACKEND`` (:mod:`studio.ray_serve`), None to analyse in this process."""
     from .ray_serve import shared_backend

@@ -23,6 +23,7 @@ from grade.common.errors import GradeError
 from grade.verdict.measured import MIN_QUESTIONS as SMALL_SAMPLE
 from grade.traces import TraceSource, TraceStore, analyze_traces
 
+from .localization import verdict_label
 from .resources import user_data_dir
 from .tokens import TokenScores
 
@@ -38,12 +39,14 @@ SORT_KEYS = {
 CORRECTNESS = ("correct", "wrong", "unknown")
 #: The triage table's columns a person reads first, in this order (the page's main table: it fits its column);
 #: the rest of :func:`triage_table`'s columns go to a second table beside the trace id.
-FIRST_COLUMNS = ("trace", "correctness", "cut off", "suspect step", "error step", "GRADE_pos", "question")
+FIRST_COLUMNS = ("trace", "correctness", "cut off", "verifier", "suspect step", "error step", "GRADE_pos", "question")
 #: What each triage column means, shown as the header's help.
 COLUMN_HELP = {
     "trace": "doc_id:sample",
     "correctness": "The final answer against the gold answer (the source's metric, or re-scored)",
     "cut off": "Stopped at the token limit before an answer: its 'wrong' may only mean unfinished",
+    "verifier": "The step verifier's first wrong step, or 'no step stands out' (one forward pass of its reader; "
+                "blank: it did not run on this trace)",
     "suspect step": "Where the trace most plausibly goes wrong first (arithmetic check, else token surprisal)",
     "error step": "The known (given with the trace) or marked error step, 1-based",
     "GRADE_pos": "Mean rank ratio over steps and layers: higher is taken to mean wrong",
@@ -252,6 +255,10 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
     # only stores of generated traces know it; an all-blank column would only say nothing
     if "cut_off" in shown and shown["cut_off"].notna().any():
         columns["cut off"] = shown["cut_off"].astype("boolean")
+    # stores of format 3 where the verifier ran; a blank cell: not run, never "no step stands out"
+    if "verifier_reader" in shown and shown["verifier_reader"].notna().any():
+        columns["verifier"] = [None if pd.isna(reader) else verdict_label(step)
+                               for reader, step in zip(shown["verifier_reader"], shown["verifier_suspect_step"])]
     return pd.DataFrame({
         **columns,
         "suspect step": suspect,

@@ -246,6 +246,33 @@ def test_reasoning_trace_page_scores_the_reference_solution():
     assert (_metric(at, "GRADE_pos"), at.text_area(key="rt_text_B").value) == before
 
 
+def test_a_correct_real_trace_the_verifier_clears_says_no_step_stands_out():
+    """A correct trace Qwen wrote (test half of grade/datasets/real_step_errors, no wrong step marked, a trace the
+    shipped verifier clears: highest step probability 0.31 against its 0.87 threshold): the Reasoning trace page
+    says no step stands out, first, with the model that read it and the verifier's measured accuracy."""
+    from grade.steps.real_errors import annotated_traces
+
+    row = next(t for t in annotated_traces(["gsm8k_qwen.a.jsonl", "gsm8k_qwen.b.jsonl"]) if t.problem == "gsm8k-train-4126")
+    assert row.split == "test" and row.first_wrong is None
+    at = _app().run()
+    at.switch_page("pages/reasoning_trace.py").run()
+    _no_exception(at)
+    at.text_area(key="rt_question").input(row.question)
+    at.text_area(key="rt_text_A").input(row.trace)
+    at.text_area(key="rt_text_B").input("")
+    at.button(key="rt_analyze").click().run()
+    _no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    verdict = at.session_state["rt_verdicts"]["A"]
+    assert verdict["result"].suspect_step is None  # the premise: the verifier clears this trace
+    text = " ".join(m.value for m in at.markdown)
+    assert "**Trace A.** **No step stands out**" in text
+    captions = " ".join(c.value for c in at.caption)
+    assert "Read by smollm2-135m-instruct" in captions
+    assert "F1 0.28 [0.14, 0.40] (chance 0.09)" in captions and "top three" in captions
+    assert "Suspect step" in text  # the GRADE step analysis follows as the second view
+
+
 def test_a_generation_cut_off_by_its_length_is_flagged_not_just_wrong():
     """A chain of thought stopped by the token limit says so beside its verdict (and stops saying so once edited)."""
     at = _app().run()

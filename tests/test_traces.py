@@ -275,6 +275,56 @@ def test_an_old_store_without_cut_off_reads_as_not_known_and_takes_new_parts(tmp
     assert tr.cut_off_badge(pd.NA, 256) == tr.cut_off_badge(False) == ""
 
 
+def test_the_verifier_columns_round_trip_and_a_store_without_them_still_loads(tmp_path):
+    """Format 3 adds the step verifier's columns. The demo store's parts predate them: read as null (not run, never
+    "no step stands out"), and the store still takes new parts; a new row keeps "no step stands out" (a null
+    suspect step with a reader) apart from "not run" (no reader), in the store, --json and the Traces table."""
+    import pyarrow.parquet as pq
+
+    from grade.traces.analysis import verifier_columns
+    from grade.steps.verifier import VerifierResult
+    from studio import traces as tr
+
+    store = _demo_store(tmp_path)
+    assert store.meta()["format_version"] == 2
+    parts = sorted(store.traces_dir.glob("part-*.parquet"))
+    assert "verifier_reader" not in pq.read_schema(parts[0]).names  # the premise: parts of format 2
+    old = store.traces()
+    assert old["verifier_reader"].isna().all() and old["verifier_suspect_step"].isna().all()
+    assert str(old["verifier_suspect_step"].dtype) == "Int64"
+    assert all("verifier" not in row for row in summary_rows(old))
+    assert "verifier" not in tr.triage_table(old)
+
+    meta = store.meta()
+    store.prepare(meta["model"], meta["srank"], meta["source"])  # a format-2 store takes format-3 parts
+    base = pq.read_table(parts[0]).to_pylist()[0]
+    k = len(base["step_texts"])
+    none = VerifierResult([0.1] * k, None, list(range(1, k + 1)), 0.87, list(base["step_texts"]), 1.0, {})
+    found = VerifierResult([0.1, 0.95] + [0.2] * (k - 2), 2, list(range(1, k + 1)), 0.87, list(base["step_texts"]), 1.0, {})
+    rows = [dict(base, trace_id="none:0", doc_id="none", **verifier_columns(none, "smollm2-135m-instruct")),
+            dict(base, trace_id="found:0", doc_id="found", **verifier_columns(found, "smollm2-135m-instruct"))]
+    store.write([{"trace": r, "tokens": []} for r in rows])
+    frame = store.traces().set_index("trace_id")
+    assert frame.loc["none:0", "verifier_reader"] == "smollm2-135m-instruct"
+    assert pd.isna(frame.loc["none:0", "verifier_suspect_step"]) and pd.isna(frame.loc["none:0", "verifier_suspect_step_text"])
+    assert frame.loc["found:0", "verifier_suspect_step"] == 2
+    assert frame.loc["found:0", "verifier_suspect_step_text"] == base["step_texts"][1]
+    assert list(frame.loc["found:0", "step_verifier_probability"]) == pytest.approx(found.step_probability)
+    assert frame.loc["found:0", "verifier_threshold"] == pytest.approx(0.87)
+    assert frame.drop(["none:0", "found:0"])["verifier_reader"].isna().all()
+
+    summary = {r["doc_id"]: r for r in summary_rows(store.traces())}
+    assert summary["none"]["verifier"]["suspect_step"] is None and summary["found"]["verifier"]["suspect_step"] == 2
+    assert summary["none"]["verifier"]["reader"] == "smollm2-135m-instruct"
+    assert len(summary["found"]["verifier"]["step_probability"]) == k
+    assert sum("verifier" in r for r in summary.values()) == 2
+    json.dumps(list(summary.values()))  # --json prints them
+
+    shown = tr.triage_table(store.traces()).set_index("trace")["verifier"]
+    assert shown["none:0"] == "no step stands out" and shown["found:0"] == "step 2"
+    assert shown.drop(["none:0", "found:0"]).isna().all()  # not run: blank
+
+
 # ------------------------------------------------------------------------------ with the model
 
 
@@ -287,7 +337,11 @@ def test_command_on_an_lm_eval_gsm8k_file(gsm8k_trace_run):
     assert {t["doc_id"]: t["correct"] for t in printed["traces"]} == expected  # doc ids stay integers
     for t in printed["traces"]:
         assert set(t) == {"doc_id", "sample", "correct", "grade_pos", "n_steps", "peak_step", "suspect_step",
-                          "suspect_step_text", "locator", "step_ranking", "step_texts", "flagged_steps"}
+                          "suspect_step_text", "locator", "step_ranking", "step_texts", "flagged_steps", "verifier"}
+        verdict = t["verifier"]  # SmolLM2 is the shipped verifier's reader: it ran on every trace
+        assert verdict["reader"] == "smollm2-135m-instruct" and len(verdict["step_probability"]) >= t["n_steps"]
+        assert verdict["suspect_step"] is None or (
+            verdict["step_probability"][verdict["suspect_step"] - 1] > verdict["threshold"])
         assert 1 <= t["suspect_step"] <= t["n_steps"] and sorted(t["step_ranking"]) == list(range(1, t["n_steps"] + 1))
         assert t["suspect_step"] == t["step_ranking"][0] and t["suspect_step_text"] == t["step_texts"][t["suspect_step"] - 1]
         assert np.isfinite(t["grade_pos"]) and t["grade_pos"] > 0

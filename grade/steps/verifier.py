@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -464,14 +465,64 @@ class VerifierResult:
         return dict(self.__dict__)
 
 
+def _short(model: str) -> str:
+    return Path(str(model).rstrip("/")).name.lower()
+
+
+def shipped_readers() -> list[str]:
+    """The reader models a verifier is shipped for (package data), sorted."""
+    from importlib import resources
+
+    folder = resources.files("grade") / ASSET_DIR
+    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json")) if folder.is_dir() else []
+
+
 def shipped_verifier(model: str) -> StepVerifier | None:
     """The verifier shipped for ``model`` (package data), or None where there is none."""
     from importlib import resources
 
-    base = resources.files("grade") / ASSET_DIR / f"{Path(str(model).rstrip('/')).name.lower()}.json"
+    base = resources.files("grade") / ASSET_DIR / f"{_short(model)}.json"
     if not base.is_file():
         return None
     return StepVerifier.load(Path(str(base)))
+
+
+def verifier_reader(model: str) -> str | None:
+    """The model that reads traces of ``model`` for the step verifier: ``model`` itself where a verifier is
+    shipped for it, else the first shipped reader, None where none is shipped.
+
+    The one place this is decided. Another model's reader is no stand-in: the shipped verifier was trained and
+    measured with SmolLM2 reading the text Qwen wrote, so any trace text can be read that way."""
+    readers = shipped_readers()
+    return _short(model) if _short(model) in readers else (readers[0] if readers else None)
+
+
+_READERS: dict[tuple[str, str], object] = {}
+_READERS_LOCK = threading.Lock()
+
+
+def load_reader(lm, loader=None):
+    """The loaded reader model of :func:`verifier_reader` for traces of ``lm``, or None where no verifier is
+    shipped: ``lm`` itself where it is the reader in float32 (the precision the verifier was measured at), else
+    the reader loaded on ``lm``'s device in float32 by ``loader(name, device=, dtype=)`` (default
+    :func:`grade.load_model`, kept for the process: a CLI run or a Ray worker loads it once; the studio passes
+    its model registry's loader)."""
+    import torch
+
+    reader = verifier_reader(lm.name)
+    if reader is None:
+        return None
+    if _short(lm.name) == reader and lm.dtype == torch.float32:
+        return lm
+    if loader is not None:
+        return loader(reader, device=str(lm.device), dtype="float32")
+    from ..models.models import load_model
+
+    key = (reader, str(lm.device))
+    with _READERS_LOCK:
+        if key not in _READERS:
+            _READERS[key] = load_model(reader, device=str(lm.device), dtype="float32")
+        return _READERS[key]
 
 
 def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | None = None,

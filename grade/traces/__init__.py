@@ -31,6 +31,9 @@ step and layer, GRADE_pos (their mean), per-token epistemic shock (row sums of `
 and a ``suspect_step``: the step that :data:`grade.steps.locate.DEFAULT_LOCATOR` ranks first as where the trace
 goes wrong (the arithmetic / provenance check of :mod:`grade.steps.step_checks`, then surprisal), with the
 per-step signals behind it. How often each signal finds a known wrong step: ``python -m grade steperrors``.
+Where a step verifier is shipped (:mod:`grade.steps.verifier`; its reader, SmolLM2, reads any model's trace in
+one forward pass), each trace also gets the verifier's per-step probability and ``verifier_suspect_step``,
+which is null where no step stands out: the answer ``suspect_step`` cannot give.
 
 The **trace store** is a folder::
 

@@ -21,7 +21,8 @@ def json_doc_id(doc_id: str, fmt: str | None, int_ids: bool = False):
 
 
 def summary_rows(frame, fmt: str | None = None, int_ids: bool = False) -> list[dict]:
-    """The per-trace summary of ``python -m grade traces --json``; ``cut_off`` only where the store knows it."""
+    """The per-trace summary of ``python -m grade traces --json``; ``cut_off`` only where the store knows it,
+    ``verifier`` only where the step verifier ran (``suspect_step`` null there: no step stands out)."""
     rows = []
     for r in frame.itertuples(index=False):
         row = {"doc_id": json_doc_id(r.doc_id, fmt, int_ids), "sample": int(r.sample),
@@ -35,6 +36,13 @@ def summary_rows(frame, fmt: str | None = None, int_ids: bool = False) -> list[d
         cut = getattr(r, "cut_off", None)
         if not _missing(cut):  # only generated traces (labels, Inspect logs) know it
             row["cut_off"] = bool(cut)
+        reader = getattr(r, "verifier_reader", None)
+        if not _missing(reader):  # the verifier ran (stores of format 3); its suspect_step null = no step stands out
+            step = r.verifier_suspect_step
+            row["verifier"] = {"reader": reader, "suspect_step": None if _missing(step) else int(step),
+                               "suspect_step_text": None if _missing(step) else r.verifier_suspect_step_text,
+                               "threshold": float(r.verifier_threshold),
+                               "step_probability": [float(p) for p in r.step_verifier_probability]}
         rows.append(row)
     return rows
 

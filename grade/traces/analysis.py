@@ -44,9 +44,40 @@ def token_class(token: str) -> str:
     return "other"
 
 
-def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: float) -> tuple[dict, list[dict]]:
+def verifier_columns(verdict, reader: str | None) -> dict:
+    """The store's step-verifier columns of one trace (``verdict``: a
+    :class:`~grade.steps.verifier.VerifierResult`, or None where the verifier did not run: all null)."""
+    if verdict is None:
+        return {"verifier_reader": None, "verifier_suspect_step": None, "verifier_suspect_step_text": None,
+                "verifier_threshold": None, "step_verifier_probability": None}
+    step = verdict.suspect_step
+    return {"verifier_reader": reader, "verifier_suspect_step": step,
+            "verifier_suspect_step_text": None if step is None else verdict.step_texts[step - 1],
+            "verifier_threshold": float(verdict.threshold),
+            "step_verifier_probability": [float(p) for p in verdict.step_probability]}
+
+
+def verify_item(lm, item: TraceItem, response: str) -> dict:
+    """:func:`verifier_columns` of one trace: its reader (:func:`grade.steps.verifier.load_reader`) reads it,
+    one forward pass. A trace the verifier cannot read (too long for the reader, no reader shipped) keeps the
+    GRADE analysis and null verifier columns, with a warning: the slower analysis is not lost for the faster."""
+    from ..steps.verifier import load_reader, verify_trace
+
+    try:
+        reader = load_reader(lm)
+        if reader is None:
+            return verifier_columns(None, None)
+        return verifier_columns(verify_trace(reader, item.question, response), reader.name)
+    except GradeError as exc:
+        log.warning("no step verifier for trace %s: %s", item.trace_id, exc)
+        return verifier_columns(None, None)
+
+
+def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: float,
+                  verifier: dict | None = None) -> tuple[dict, list[dict]]:
     """The store's trace row and token rows of one analysed trace (``result``: a step-wise ``pos``
-    :class:`~grade.gradients.result.GradeResult` with token scores)."""
+    :class:`~grade.gradients.result.GradeResult` with token scores; ``verifier``: :func:`verifier_columns`,
+    default all null)."""
     start = result.response_start or 0
     steps = result.steps
     ratios = np.stack([s.rank_ratio for s in steps])  # (K, L)
@@ -99,6 +130,7 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
         "known_error_step": item.error_step,
         "known_error_kind": item.error_kind,
         "cut_off": item.cut_off,
+        **(verifier or verifier_columns(None, None)),
         "seconds": float(seconds),
         "format_version": FORMAT_VERSION,
         "package_version": __version__,
@@ -112,8 +144,9 @@ def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: f
     return row, tokens
 
 
-def analyze_trace_item(lm, item: TraceItem, *, srank: str = "paper") -> tuple[dict, list[dict]]:
-    """Step-wise GRADE_pos and token shock of one trace; returns (trace row, token rows)."""
+def analyze_trace_item(lm, item: TraceItem, *, srank: str = "paper", verify: bool = True) -> tuple[dict, list[dict]]:
+    """Step-wise GRADE_pos and token shock of one trace, and with ``verify`` the step verifier's verdict (a
+    forward pass, seconds beside the analysis's backward pass per step); returns (trace row, token rows)."""
     from ..gradients.analysis import analyze
     from ..batch.labeling import MAX_CHARS_PER_TOKEN
 
@@ -132,7 +165,9 @@ def analyze_trace_item(lm, item: TraceItem, *, srank: str = "paper") -> tuple[di
     seconds = time.perf_counter() - t
     start = result.response_start or 0
     display = [lm.tokenizer.decode([i], skip_special_tokens=False) for i in result.input_ids[start:]]
-    return trace_records(item, result, display, seconds)
+    # read with the GSM8K prompt whatever the item's task or prompt: the setting the verifier was measured in
+    verdict = verify_item(lm, item, response) if verify else None
+    return trace_records(item, result, display, seconds, verdict)
 
 
 def _analysed(lm, items: Iterable[TraceItem], srank: str, skipped: list) -> Iterable[tuple[TraceItem, dict | None]]:

@@ -16,7 +16,12 @@ from ..batch.parts import PartStore
 from ..common.errors import InputError
 from .sources import TraceItem
 
-FORMAT_VERSION = 2  # 2: step-error localization columns and token surprisal
+FORMAT_VERSION = 3  # 2: step-error localization columns and token surprisal; 3: the step verifier's verdict
+
+
+#: Stores a run may add parts to: format 3 only adds nullable columns (:data:`ADDED_COLUMNS`), read as null in a
+#: format-2 store's older parts; format 1 lacks the localization columns, so its stores are read, never resumed.
+RESUMABLE_FORMATS = (2, 3)
 
 
 #: Error kinds an analyst can mark (the last one catches the rest).
@@ -73,11 +78,23 @@ TRACE_SCHEMA = pa.schema(
         ("package_version", pa.string()),
         # added within format 2 (parts written before lack it; :meth:`TraceStore.traces` reads them as null)
         ("cut_off", pa.bool_()),  # generation stopped at its token limit, so "wrong" may mean unfinished; null: not known
+        # format 3: the step verifier (grade.steps.verifier), one forward pass of its reader model; every column
+        # null where it did not run (parts of format 2, no verifier shipped, or it failed on this trace)
+        ("verifier_reader", pa.string()),  # the model that read the trace for the verifier; null: it did not run
+        ("verifier_suspect_step", pa.int32()),  # 1-based; null with a reader: no step stands out
+        ("verifier_suspect_step_text", pa.string()),
+        ("verifier_threshold", pa.float64()),  # a step is suspect once its probability passes this
+        # (K_v,) per step of split_steps(response): K_v can exceed n_steps where a step too short to own a token
+        # was merged into the next for the GRADE analysis; the verifier keeps the annotators' steps
+        ("step_verifier_probability", pa.list_(pa.float64())),
     ]
 )
 
-#: Nullable columns appended to :data:`TRACE_SCHEMA` without a format bump: null in parts written before them.
-ADDED_COLUMNS = ("cut_off",)
+#: Nullable columns parts written before them lack (``cut_off`` came within format 2, the verifier's with
+#: format 3) -> the pandas dtype they are read as; :meth:`TraceStore.traces` reads them as null there.
+ADDED_COLUMNS = {"cut_off": "boolean", "verifier_reader": "object", "verifier_suspect_step": "Int64",
+                 "verifier_suspect_step_text": "object", "verifier_threshold": "float64",
+                 "step_verifier_probability": "object"}
 
 TOKEN_SCHEMA = pa.schema(
     [
@@ -121,8 +138,9 @@ def _with_added_columns(frame):
     (typed, so that concatenating old and new parts keeps true / false / null apart)."""
     import pandas as pd
 
-    for column in ADDED_COLUMNS:
-        frame[column] = frame[column].astype("boolean") if column in frame else pd.array([None] * len(frame), dtype="boolean")
+    for column, dtype in ADDED_COLUMNS.items():
+        frame[column] = frame[column].astype(dtype) if column in frame else \
+            pd.Series([None] * len(frame), dtype=dtype, index=frame.index)
     return frame
 
 
@@ -168,7 +186,7 @@ class TraceStore:
         wanted = {"model": model, "loss": "pos", "srank": srank, "source": source}
         if self.exists():
             have = self.meta()
-            if have.get("format_version", 1) != FORMAT_VERSION:
+            if have.get("format_version", 1) not in RESUMABLE_FORMATS:
                 raise InputError(f"{self.path} was written by an older version (format {have.get('format_version', 1)}, "
                                  f"now {FORMAT_VERSION}); it can still be opened, but new traces go to another --out")
             for key in ("model", "loss", "srank"):
@@ -220,8 +238,9 @@ class TraceStore:
         frames = [_with_added_columns(pq.read_table(p).to_pandas()) for p in parts]
         frame = pd.concat(frames, ignore_index=True) if frames else TRACE_SCHEMA.empty_table().to_pandas()
         frame = frame.drop_duplicates("trace_id", keep="last").reset_index(drop=True)
-        for column in ("correct", *ADDED_COLUMNS):
-            frame[column] = frame[column].astype("boolean")
+        frame["correct"] = frame["correct"].astype("boolean")
+        for column, dtype in ADDED_COLUMNS.items():
+            frame[column] = frame[column].astype(dtype)
         if annotated:
             notes = self.annotations()
             known = dict(zip(frame["trace_id"], zip(frame.get("known_error_step", [None] * len(frame)),
