@@ -104,7 +104,11 @@ def test_the_benchmarks_page_shows_qwens_selective_answering_without_loading_qwe
     for r in expected.selective:
         first.setdefault(r["dataset"], (r["n"], r["positives"]))
     wanted = small_sample_warning((d, n, pos) for d, (n, pos) in first.items())
-    assert wanted and wanted in [w.value for w in tab.warning]
+    shown = [w.value for w in tab.warning]
+    if wanted:  # a dataset scored on too few questions is flagged; with every one large enough, none is
+        assert wanted in shown
+    else:
+        assert min(n for n, _ in first.values()) >= 100 and not any(w.startswith("Small test sets") for w in shown)
     assert spec not in session.model_registry().loaded()
 
 
