@@ -306,10 +306,15 @@ def analysis_memory_bytes(lm: LoadedModel, n_tokens: int, n_response: int = 0, n
     if layer_by_layer is None:
         layer_by_layer = n_steps <= 1 and layer_by_layer_fits_better(lm, n_tokens, n_response, memory_mb)
     if layer_by_layer:
-        # inputs of every layer (and the hidden states, the same tensors); one layer's activations, its h and
-        # the lowest layer's; h in float64 and the QR's copy of it; n x n float64 factors.
+        # Per token: the inputs of every layer (and the hidden states) with slack; one layer's activations,
+        # its h and the lowest layer's; the float64 spectra of one layer (h, the QR's copies) and the
+        # allocator's slack, 8 x d_ff float64 values, fitted to Qwen2.5-1.5B at the caps (bench/RESULTS.md
+        # section 14). Per token pair: one layer's attention scores, probabilities and their gradients, and
+        # the n x n float64 factors of the spectra.
+        config = lm.model.config
+        heads = int(getattr(getattr(config, "get_text_config", lambda: config)(), "num_attention_heads", 0) or 16)
         held = n_tokens * ((lm.n_layers + 1) * 2 * width + 6 * d_ff * element + 8 * width + 2 * d_ff * element
-                           + 2 * d_ff * 8) + 6 * n_tokens**2 * 8
+                           + 8 * d_ff * 8) + n_tokens**2 * (4 * heads * 4 + 6 * 8)
         return held + logits
     activations = n_tokens * lm.n_layers * (6 * d_ff * element + 8 * width)
     deltas = n_tokens * _delta_bytes_per_token(lm)
