@@ -2,7 +2,8 @@
 :mod:`studio.queue`): :func:`grade.gradients.analysis.analysis_memory_bytes` (the model's shape, the token counts and the
 route: ``pre``, ``pos``, step-wise, a document in the prompt) applied to what a page asks, before anything runs.
 Every page that submits an analysis asks here; Home submitted its analyses with no figure before, so the budget
-never held them back. Measured against the embedded SmolLM2 only (bench notes); Qwen was not measured."""
+never held them back. Past ``Limits.analysis_memory_mb`` the analysis runs layer by layer and claims that route's
+figure (measured on Qwen at the caps: bench/RESULTS.md section 14)."""
 
 from __future__ import annotations
 
@@ -24,4 +25,6 @@ def home_memory_mb(lm, request: dict, limits) -> float:
 
     n_prompt = prompt_tokens(lm, request.get("question") or "", request.get("context"), limits)
     n_new = int(request.get("max_new_tokens") or limits.answer_tokens)
-    return max(analysis_memory_bytes(lm, n_prompt), analysis_memory_bytes(lm, n_prompt + n_new, n_new)) / 2**20
+    bound = limits.analysis_memory_mb  # the analysis runs layer by layer past it, and claims that route's memory
+    return max(analysis_memory_bytes(lm, n_prompt, memory_mb=bound),
+               analysis_memory_bytes(lm, n_prompt + n_new, n_new, memory_mb=bound)) / 2**20

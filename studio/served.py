@@ -59,6 +59,9 @@ class Limits:
     # A trace's analysis stops with a message (steps done of all) past this many seconds; 0: no time bound.
     trace_seconds: float = 300
     step_memory_mb: int = DEFAULT_STEP_MEMORY_MB  # Δ a step-wise analysis holds at once (grade.analyze's bound)
+    # Past this estimate an exact analysis runs layer by layer (grade.analyze's memory_mb): a cap-size Qwen request
+    # then peaks under 3 GB above the loaded model instead of 16.9 GB (bench/RESULTS.md section 14).
+    analysis_memory_mb: int = 1024
     upload_mb: int = 200  # one uploaded file
     upload_rows: int = 1_000_000  # rows of an uploaded feature file, read from its Parquet metadata first
     upload_decoded_mb: int = 4000  # an uploaded feature file decoded (Parquet metadata), before it is read

@@ -275,7 +275,7 @@ def analyze_question(
         say("Generating the answer and computing GRADE features (pos loss) ...")
         t = time.perf_counter()
         result = grade.analyze(lm, question, context=context, task=task, loss="pos", generate=True, srank=srank,
-                               keep_hidden=True, max_new_tokens=max_new_tokens)
+                               keep_hidden=True, max_new_tokens=max_new_tokens, memory_mb=limits.analysis_memory_mb)
         answer = result.response or ""
         seconds["analysis_s"] = time.perf_counter() - t
     else:
@@ -285,7 +285,7 @@ def analyze_question(
         # cache instead of reading the prompt again: on a CPU a pass over a short prompt costs about as much
         # as the whole answer (bench/home_speed.py).
         result = grade.analyze(lm, question, context=context, task=task, loss="pre", srank=srank, keep_hidden=True,
-                               keep_prompt_pass=True)
+                               keep_prompt_pass=True, memory_mb=limits.analysis_memory_mb)
         seconds["analysis_s"] = time.perf_counter() - t
         say("Generating the model's answer ...")
         t = time.perf_counter()

@@ -21,7 +21,8 @@ def test_home_claims_grow_with_the_document_and_the_answer(smollm):
     small = home_memory_mb(smollm, ask, LOCAL_LIMITS)
     n = prompt_tokens(smollm, ask["question"], None, LOCAL_LIMITS)
     assert small == pytest.approx(analysis_memory_bytes(smollm, n + 16, 16) / 2**20)
-    assert home_memory_mb(smollm, {**ask, "context": "Paris is in France. " * 200}, LOCAL_LIMITS) > 2 * small
+    # (past LOCAL_LIMITS.analysis_memory_mb the document's analysis runs layer by layer and claims that route's less)
+    assert home_memory_mb(smollm, {**ask, "context": "Paris is in France. " * 200}, LOCAL_LIMITS) > 1.5 * small
     assert home_memory_mb(smollm, {**ask, "max_new_tokens": 256}, LOCAL_LIMITS) > small
     huge = {**ask, "context": "x " * 10**6}  # cut just past its cap before tokenising
     assert home_memory_mb(smollm, huge, LOCAL_LIMITS) < 10 * home_memory_mb(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -105,13 +106,23 @@ def forward_with_capture(
     captures with activation recomputation and keeps ``h hᵀ`` instead of h (see :mod:`grade.gradients.capture`).
     ``keep_cache`` also returns the pass's key/value cache (still attached to the autograd graph).
     """
+    with captured_forward(lm, input_ids, keep_hidden, logits_from, low_memory=low_memory,
+                          keep_cache=keep_cache) as passed:
+        return passed
+
+
+@contextmanager
+def captured_forward(lm: LoadedModel, input_ids: list[int], keep_hidden: bool, logits_from: int, *,
+                     low_memory: bool = False, keep_cache: bool = False, per_layer=None):
+    """:func:`forward_with_capture` whose hooks stay on until the block ends: with ``per_layer`` (the layer by
+    layer route of :func:`grade.gradients.capture.capture_mlp`) the backward pass must run inside it."""
     ids = torch.tensor([input_ids], device=lm.device)
     first = logits_from if logits_from > 0 and _accepts_logits_to_keep(lm.model) else 0
     extra = {"logits_to_keep": len(input_ids) - first} if first else {}
-    with capture_mlp(lm.model, recompute=low_memory, grams=low_memory) as capture:
+    with capture_mlp(lm.model, recompute=low_memory, grams=low_memory, per_layer=per_layer) as capture:
         out = lm.model(input_ids=ids, use_cache=keep_cache, output_hidden_states=keep_hidden, **extra)
-    return (capture, out.logits[0], first, (out.hidden_states if keep_hidden else None),
-            output_cache(out) if keep_cache else None)
+        yield (capture, out.logits[0], first, (out.hidden_states if keep_hidden else None),
+               output_cache(out) if keep_cache else None)
 
 
 def activation_grads(losses: torch.Tensor, outputs: list[torch.Tensor], batched: bool | None = None) -> list[torch.Tensor]:
@@ -178,6 +189,26 @@ def _full_rank_row_sums(deltas: list[torch.Tensor], exact: dict) -> np.ndarray:
     return rows
 
 
+class _LayerSpectra:
+    """The exact route's per-layer numbers, filled one layer at a time (in any order: the streamed pass hands
+    layers over as its backward pass reaches them). Call with (layer, h (n, d_ff), Δ (n, d_model))."""
+
+    def __init__(self, n_layers: int, n: int, kinds):
+        self.kinds = kinds
+        self.srank_h, self.srank_g = np.zeros(n_layers), np.zeros(n_layers)
+        self.eig_h, self.eig_g, self.rows = np.zeros((n_layers, n)), np.zeros((n_layers, n)), np.zeros((n_layers, n))
+
+    def __call__(self, layer: int, h: torch.Tensor, delta: torch.Tensor) -> None:
+        check_cancelled()  # a float64 eigen-decomposition per layer: the longest stretch without a check
+        check_finite(h, f"layer {layer} activation h")
+        check_finite(delta, f"layer {layer} gradient Δ")
+        spec = layer_spectrum(h, delta)
+        self.srank_h[layer] = stable_rank(spec.eig_h, self.kinds[0])
+        self.srank_g[layer] = stable_rank(spec.eig_g, self.kinds[1])
+        self.eig_h[layer], self.eig_g[layer], self.rows[layer] = \
+            spec.eig_h.numpy(), spec.eig_g.numpy(), spec.row_sums_g.numpy()
+
+
 def layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds, spectra: bool,
                    row_sums: bool = False):
     """Per-layer (srank_h, srank_g, ratio) and, with ``spectra``, eigenvalues and row sums (with
@@ -187,22 +218,15 @@ def layer_features(hidden: list[torch.Tensor], deltas: list[torch.Tensor], kinds
     """
     n_layers = len(hidden)
     kind_h, kind_g = kinds
-    if spectra:  # (the fast route checks through its grams' traces, without a sync per layer)
-        for layer, (h, d) in enumerate(zip(hidden, deltas)):
-            check_finite(h, f"layer {layer} activation h")
-            check_finite(d, f"layer {layer} gradient Δ")
     srank_h = np.zeros(n_layers)
     srank_g = np.zeros(n_layers)
     eig_h = eig_g = rows = None
     if spectra:
-        n = hidden[0].shape[0]
-        eig_h, eig_g, rows = np.zeros((n_layers, n)), np.zeros((n_layers, n)), np.zeros((n_layers, n))
+        spectra_of = _LayerSpectra(n_layers, hidden[0].shape[0], kinds)
         for layer in range(n_layers):
-            check_cancelled()  # a float64 eigen-decomposition per layer: the longest stretch without a check
-            spec = layer_spectrum(hidden[layer], deltas[layer])
-            srank_h[layer] = stable_rank(spec.eig_h, kind_h)
-            srank_g[layer] = stable_rank(spec.eig_g, kind_g)
-            eig_h[layer], eig_g[layer], rows[layer] = spec.eig_h.numpy(), spec.eig_g.numpy(), spec.row_sums_g.numpy()
+            spectra_of(layer, hidden[layer], deltas[layer])
+        srank_h, srank_g, eig_h, eig_g, rows = spectra_of.srank_h, spectra_of.srank_g, spectra_of.eig_h, \
+            spectra_of.eig_g, spectra_of.rows
     else:
         checked = stable_ranks_checked(hidden, deltas, kind_h, kind_g)  # per-layer lists: no stacked copies
         srank_h[:], srank_g[:] = checked.srank_h, checked.srank_g
@@ -254,28 +278,57 @@ def _delta_bytes_per_token(lm: LoadedModel) -> int:
     return width * lm.n_layers * torch.finfo(lm.dtype).bits // 8
 
 
-def analysis_memory_bytes(lm: LoadedModel, n_tokens: int, n_response: int = 0, n_steps: int = 0,
-                          step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB) -> int:
-    """A rough estimate of the memory one analysis holds at its peak beyond the model's weights: what a queue
-    claims for it against an operator's budget (``studio.queue``). Counted per token: the activations a
-    backward pass keeps (about 5 d_ff + 8 d_model values per layer for a gated MLP and attention), h of
-    every layer, the logits of the response in three copies (float32), and Δ: one pass's, or under
-    step-wise ``pos`` the largest step group that ``step_memory_mb`` allows (at least one step's). Checked
-    against measured peaks in bench/RESULTS.md (section 8), not exact."""
+def _shape(lm: LoadedModel) -> tuple[int, int, int, int]:
+    """(bytes of one token's d_model values in one layer, d_ff, vocabulary, bytes per element)."""
     config = lm.model.config
     text_config = getattr(config, "get_text_config", lambda: config)()
-    width = _delta_bytes_per_token(lm) // lm.n_layers  # bytes of one token's d_model values in one layer
+    width = _delta_bytes_per_token(lm) // lm.n_layers
     element = torch.finfo(lm.dtype).bits // 8
     d_ff = int(getattr(text_config, "intermediate_size", None) or getattr(text_config, "n_inner", None)
                or 4 * width // element)
     vocab = int(getattr(text_config, "vocab_size", 0) or len(lm.tokenizer))
-    activations = n_tokens * lm.n_layers * (6 * d_ff * element + 8 * width)
+    return width, d_ff, vocab, element
+
+
+def analysis_memory_bytes(lm: LoadedModel, n_tokens: int, n_response: int = 0, n_steps: int = 0,
+                          step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB, memory_mb: float | None = None,
+                          layer_by_layer: bool | None = None) -> int:
+    """A rough estimate of the memory one analysis holds at its peak beyond the model's weights: what a queue
+    claims for it against an operator's budget (``studio.queue``). Counted per token: the activations a
+    backward pass keeps (about 5 d_ff + 8 d_model values per layer for a gated MLP and attention), h of
+    every layer, the logits of the response in three copies (float32), and Δ: one pass's, or under
+    step-wise ``pos`` the largest step group that ``step_memory_mb`` allows (at least one step's).
+    ``layer_by_layer`` (default: as :func:`analyze` with ``memory_mb`` chooses): the exact route computed
+    layer by layer holds the layers' inputs and one layer's activations, h and float64 spectra instead.
+    Checked against measured peaks in bench/RESULTS.md (sections 8 and 14), not exact."""
+    width, d_ff, vocab, element = _shape(lm)
     logits = 3 * max(n_response, 1) * vocab * 4
+    if layer_by_layer is None:
+        layer_by_layer = n_steps <= 1 and layer_by_layer_fits_better(lm, n_tokens, n_response, memory_mb)
+    if layer_by_layer:
+        # Per token: the inputs of every layer (and the hidden states) with slack; one layer's activations,
+        # its h and the lowest layer's; the float64 spectra of one layer (h, the QR's copies) and the
+        # allocator's slack, 8 x d_ff float64 values, fitted to Qwen2.5-1.5B at the caps (bench/RESULTS.md
+        # section 14). Per token pair: one layer's attention scores, probabilities and their gradients, and
+        # the n x n float64 factors of the spectra.
+        config = lm.model.config
+        heads = int(getattr(getattr(config, "get_text_config", lambda: config)(), "num_attention_heads", 0) or 16)
+        held = n_tokens * ((lm.n_layers + 1) * 2 * width + 6 * d_ff * element + 8 * width + 2 * d_ff * element
+                           + 8 * d_ff * 8) + n_tokens**2 * (4 * heads * 4 + 6 * 8)
+        return held + logits
+    activations = n_tokens * lm.n_layers * (6 * d_ff * element + 8 * width)
     deltas = n_tokens * _delta_bytes_per_token(lm)
     if n_steps > 1:
         held = n_steps * deltas
         deltas = held if step_memory_mb is None else max(deltas, min(held, int(step_memory_mb * 2**20)))
     return activations + logits + deltas
+
+
+def layer_by_layer_fits_better(lm: LoadedModel, n_tokens: int, n_response: int, memory_mb: float | None) -> bool:
+    """Whether an exact analysis of one loss runs layer by layer: where the whole pass would hold more than
+    ``memory_mb`` (``None``: no bound, never)."""
+    return memory_mb is not None and analysis_memory_bytes(
+        lm, n_tokens, n_response, layer_by_layer=False) > memory_mb * 2**20
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -355,15 +408,20 @@ def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, resp
 
 
 def _one_loss_pass(lm: LoadedModel, inputs: _Inputs, loss: LossKind, kinds, *, spectra: bool, keep_hidden: bool,
-                   low_memory: bool, row_sums: bool, keep_cache: bool, timings: dict) -> _Features:
-    """``pre``, or ``pos`` of the whole response: one forward pass, one loss, one backward pass, spectra."""
+                   low_memory: bool, layer_by_layer: bool, row_sums: bool, keep_cache: bool,
+                   timings: dict) -> _Features:
+    """``pre``, or ``pos`` of the whole response: one forward pass, one loss, one backward pass, spectra
+    (with ``layer_by_layer``, in the backward pass: see :func:`grade.gradients.capture.capture_mlp`)."""
     input_ids, n_prompt = inputs.input_ids, len(inputs.prompt_ids)
     check_cancelled()
     t = time.perf_counter()
-    with torch.enable_grad():
-        logits_from = len(input_ids) - 1 if loss == "pre" else n_prompt - 1
-        capture, logits, first, hidden_states, cache = forward_with_capture(
-            lm, input_ids, keep_hidden, logits_from, low_memory=low_memory, keep_cache=keep_cache)
+    # Layer by layer (bounded memory, one more forward pass): the exact spectra, computed as the backward
+    # pass reaches each layer.
+    by_layer = _LayerSpectra(lm.n_layers, len(input_ids), kinds) if layer_by_layer else None
+    logits_from = len(input_ids) - 1 if loss == "pre" else n_prompt - 1
+    with torch.enable_grad(), captured_forward(lm, input_ids, keep_hidden, logits_from, low_memory=low_memory,
+                                               keep_cache=keep_cache, per_layer=by_layer) as passed:
+        capture, logits, first, hidden_states, cache = passed
         last_logits = logits[-1].detach() if keep_cache else None
         timings["forward_s"] = time.perf_counter() - t
         # logits[i] belongs to position first + i; shifting the ids and spans by `first` keeps the losses' indexing.
@@ -380,15 +438,27 @@ def _one_loss_pass(lm: LoadedModel, inputs: _Inputs, loss: LossKind, kinds, *, s
             surprisal[n_prompt:] = token_surprisal(logits, ids, n_prompt - first, len(input_ids) - first).cpu().numpy()
         check_cancelled()
         t = time.perf_counter()
-        deltas = [d[0] for d in activation_grads(value, capture.outputs)]  # (n, d_model) per layer
+        if by_layer is not None:  # Δ of every layer reaches by_layer through its hook; only the lowest is asked for
+            torch.autograd.grad(value, capture.outputs[0])
+            if any(h is not None for h in capture.hidden) or any(d is not None for d in capture.deltas):
+                raise NumericalError("a layer's activations and gradient did not meet in the backward pass")
+        else:
+            deltas = [d[0] for d in activation_grads(value, capture.outputs)]  # (n, d_model) per layer
         timings["backward_s"] = time.perf_counter() - t
-    hidden = [h[0] for h in capture.hidden] if not low_memory else None  # (n, d_ff) per layer
-    grams, hidden_width = capture.grams, capture.hidden_width
-    del capture, logits
+        hidden = [h[0] for h in capture.hidden] if not (low_memory or by_layer) else None  # (n, d_ff) per layer
+        grams, hidden_width = capture.grams, capture.hidden_width
+        del capture, logits, passed
 
     t = time.perf_counter()
     token_scores = eig_h = eig_g = None
-    if low_memory:
+    if by_layer is not None:  # spectra were computed in the backward pass (its seconds count there)
+        srank_h, srank_g, eig_h, eig_g, rows = by_layer.srank_h, by_layer.srank_g, by_layer.eig_h, by_layer.eig_g, \
+            by_layer.rows
+        ratio = rank_ratios(srank_g, srank_h)
+        if loss == "pos":
+            token_scores = np.full_like(rows, np.nan)
+            token_scores[:, n_prompt:] = rows[:, n_prompt:]
+    elif low_memory:
         srank_h, srank_g, ratio = _fast_features_from_grams(grams, deltas, kinds, hidden_width,
                                                             lambda layers: _hidden_of_layers(lm, input_ids, layers))
     else:
@@ -539,6 +609,7 @@ def analyze(
     token_scores: bool | None = None,
     step_memory_mb: float | None = DEFAULT_STEP_MEMORY_MB,
     keep_prompt_pass: bool = False,
+    memory_mb: float | None = None,
 ) -> GradeResult:
     """GRADE features of one question.
 
@@ -574,6 +645,9 @@ def analyze(
     step_memory_mb : step-wise ``pos`` sharing a pass holds every step's Δ, (K, n, d_model) per layer;
         with a bound, the steps are computed in groups whose Δ fit it (:func:`step_pieces`: each group one
         forward pass over its prefix), with the same features up to rounding. ``None``: one group.
+    memory_mb : a bound (MB) on what the analysis holds beyond the model: where the whole pass's estimate
+        (:func:`analysis_memory_bytes`) is over it, the exact route runs layer by layer (one more forward
+        pass; the same numbers up to rounding). ``None``: the whole pass.
     keep_prompt_pass : under ``pre``, keep the forward pass's key/value cache, last logits and last hidden
         states as ``result.prompt_pass`` (:class:`grade.models.generation.PromptPass`, not saved with the result), so
         that a pass over an answer (the detectors') need not run the prompt again. Implies ``keep_hidden``.
@@ -609,8 +683,11 @@ def analyze(
         if low_memory is None:  # below a few hundred tokens activations are small and launches dominate
             low_memory = torch.device(lm.device).type == "cuda" and len(inputs.input_ids) >= LOW_MEMORY_MIN_TOKENS
         keep_cache = keep_prompt_pass and loss == "pre"
+        n_response = len(inputs.response_ids) if loss == "pos" else 0
         features = _one_loss_pass(lm, inputs, loss, kinds, spectra=spectra, keep_hidden=keep_hidden or keep_cache,
-                                  low_memory=low_memory and not spectra and not steps and not row_sums, row_sums=row_sums,
-                                  keep_cache=keep_cache, timings=timings)
+                                  low_memory=low_memory and not spectra and not steps and not row_sums,
+                                  layer_by_layer=spectra and layer_by_layer_fits_better(
+                                      lm, len(inputs.input_ids), n_response, memory_mb),
+                                  row_sums=row_sums, keep_cache=keep_cache, timings=timings)
     timings["total_s"] = time.perf_counter() - t0
     return _assemble_result(lm, inputs, features, loss=loss, srank=srank, task=task, context=context, timings=timings)

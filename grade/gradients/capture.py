@@ -13,17 +13,24 @@ Two options cut the memory of long inputs (GPU use), both exact:
   projection). Costs a second pass of those two products (~10-25% more time for a GRADE pass).
 * ``grams``: the hook forms ``C_h = h hᵀ`` (n x n, float32) at once and drops h (n x d_ff), which is
   what the fast path needs; exact spectra need h itself.
+
+A third, ``per_layer``, bounds the memory of the exact route: every decoder layer keeps only its input
+(d_model values per token) for the backward pass and runs again there, one layer at a time; h is not kept
+from the forward pass but taken from that re-run, and handed with the layer's Δ to ``per_layer(index, h,
+Δ)`` as soon as both exist, then dropped. What is held at once is then the layers' inputs and Δ (2 x d_model
+values per token and layer) and one layer's activations, instead of every layer's activations and h (4 x
+d_ff + ~8 x d_model values per token and layer). Costs one more forward pass.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
-from ..models.architectures import down_projections
+from ..models.architectures import decoder_layers, down_projections
 from ..models.models import model_lock
 
 @dataclass
@@ -38,6 +45,7 @@ class MLPCapture:
     outputs: list[torch.Tensor | None] = field(default_factory=list)
     grams: list[torch.Tensor | None] = field(default_factory=list)
     hidden_width: int | None = None  # d_ff
+    deltas: list[torch.Tensor | None] = field(default_factory=list)  # with ``per_layer``: Δ until its h comes
 
     def complete(self) -> bool:
         features = self.grams if any(g is not None for g in self.grams) else self.hidden
@@ -119,18 +127,87 @@ def _recompute_forward(mlp: torch.nn.Module):
     return undo
 
 
+def _cache_free(kwargs: dict) -> dict:
+    """A decoder layer's keyword arguments for its re-run: without the key/value cache, which the first run
+    filled and a re-run would fill twice (the prompt's pass starts from an empty cache, so attention over
+    the layer's own keys is the same computation)."""
+    from transformers.cache_utils import Cache
+
+    return {k: (None if isinstance(v, Cache) else v) for k, v in kwargs.items()}
+
+
+def _recompute_layer(layer: torch.nn.Module):
+    """Make a decoder layer keep only its input for the backward pass, which runs it again (non-reentrant
+    ``torch.utils.checkpoint``: the graph stays whole, so Δ of the MLP outputs made inside still comes out
+    of ``autograd.grad``); returns an undo function."""
+    from torch.utils.checkpoint import checkpoint
+
+    had_own = "forward" in layer.__dict__
+    previous = layer.__dict__.get("forward")
+    original = layer.forward
+
+    def forward(hidden_states, *args, **kwargs):
+        if not (torch.is_grad_enabled() and hidden_states.requires_grad):  # below the graph's start
+            return original(hidden_states, *args, **kwargs)
+        runs = []
+
+        def run(x):
+            runs.append(None)
+            return original(x, *args, **(kwargs if len(runs) == 1 else _cache_free(kwargs)))
+
+        return checkpoint(run, hidden_states, use_reentrant=False)
+
+    layer.forward = forward
+
+    def undo():
+        if had_own:
+            layer.forward = previous
+        else:
+            del layer.forward
+
+    return undo
+
+
 @contextmanager
-def capture_mlp(model: torch.nn.Module, *, recompute: bool = False, grams: bool = False) -> Iterator[MLPCapture]:
+def capture_mlp(model: torch.nn.Module, *, recompute: bool = False, grams: bool = False,
+                per_layer: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None) -> Iterator[MLPCapture]:
     """Context manager: hooks every down projection of ``model`` while the block runs.
 
-    Holds the model's lock for the whole block, so captures from two threads cannot mix. ``recompute``
-    and ``grams`` trade a little time for memory (see the module docstring).
+    Holds the model's lock for the whole block, so captures from two threads cannot mix. ``recompute``,
+    ``grams`` and ``per_layer`` trade time for memory (see the module docstring); with ``per_layer`` the
+    backward pass must run inside the block, and ``capture.hidden`` stays empty.
     """
     from .stable_rank import gram_matrix  # spectra does not import capture; kept local to stay that way
 
     modules = down_projections(model)
     n_layers = len(modules)
-    capture = MLPCapture(hidden=[None] * n_layers, outputs=[None] * n_layers, grams=[None] * n_layers)
+    capture = MLPCapture(hidden=[None] * n_layers, outputs=[None] * n_layers, grams=[None] * n_layers,
+                         deltas=[None] * n_layers)
+
+    def hand_over(index: int):
+        if capture.hidden[index] is not None and capture.deltas[index] is not None:
+            h, delta = capture.hidden[index], capture.deltas[index]
+            capture.hidden[index] = capture.deltas[index] = None
+            per_layer(index, h[0], delta.reshape(delta.shape[-2:]))
+
+    def make_pre_hook(index: int):
+        def pre_hook(module, args):
+            h = args[0].detach()
+            h = h.unsqueeze(0) if h.dim() == 2 else h
+            # The forward's h is kept only where the layer will not run again (the lowest: nothing below it
+            # needs a gradient); the others' h comes from their re-run in the backward pass.
+            if capture.outputs[index] is not None or not args[0].requires_grad:
+                capture.hidden[index] = h
+                hand_over(index)
+
+        return pre_hook
+
+    def make_delta_hook(index: int):
+        def delta_hook(grad):
+            capture.deltas[index] = grad.detach()
+            hand_over(index)
+
+        return delta_hook
 
     def make_hook(index: int):
         def hook(module, args, output):
@@ -142,13 +219,15 @@ def capture_mlp(model: torch.nn.Module, *, recompute: bool = False, grams: bool 
             capture.hidden_width = h.shape[-1]
             if grams:
                 capture.grams[index] = gram_matrix(h[0])
-            else:
+            elif per_layer is None:
                 capture.hidden[index] = h
             if not output.requires_grad:
                 # Parameters are frozen, so the lowest MLP output is where the graph must start;
                 # everything above depends on it through the residual stream.
                 output = output.detach().requires_grad_(True)
             capture.outputs[index] = output
+            if per_layer is not None:
+                output.register_hook(make_delta_hook(index))
             return output
 
         return hook
@@ -156,6 +235,9 @@ def capture_mlp(model: torch.nn.Module, *, recompute: bool = False, grams: bool 
     with model_lock(model):
         handles = [m.register_forward_hook(make_hook(i)) for i, m in enumerate(modules)]
         undo = [_recompute_forward(m) for m in _mlp_blocks(model, modules)] if recompute else []
+        if per_layer is not None:
+            handles += [m.register_forward_pre_hook(make_pre_hook(i)) for i, m in enumerate(modules)]
+            undo += [_recompute_layer(layer) for layer in decoder_layers(model)]
         try:
             yield capture
         finally:

@@ -88,15 +88,20 @@ def layout_for(model: torch.nn.Module) -> MLPLayout:
         ) from None
 
 
-def down_projections(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The down projection module of every decoder layer, bottom to top."""
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every decoder layer, bottom to top."""
     layout = layout_for(model)
     for path in layout.layers:
         try:
-            layers = _get_path(model, path)
+            return list(_get_path(model, path))
         except AttributeError:
             continue
-        return [_get_path(layer, layout.down_proj) for layer in layers]
     raise UnsupportedArchitectureError(
         f"{model.config.model_type!r} model has none of the expected layer lists {layout.layers}"
     )
+
+
+def down_projections(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The down projection module of every decoder layer, bottom to top."""
+    down_proj = layout_for(model).down_proj
+    return [_get_path(layer, down_proj) for layer in decoder_layers(model)]
