@@ -322,7 +322,7 @@ def _feature_source() -> pd.DataFrame | None:
         import hashlib
         import tempfile
 
-        from grade.gradients.analysis import analysis_memory_bytes
+        from grade.gradients.memory import analysis_memory_bytes
         from grade.batch.features import features_of_rows, read_labelled
         from grade.gradients.losses import split_steps
 

@@ -137,7 +137,7 @@ def _trace_key(question: str, response: str, gold: list[str], private: bool) -> 
 
 def _memory_mb(question: str, responses: list[str]) -> float:
     """What the queue counts this job as holding (the longest trace's estimate): the operator's budget."""
-    from grade.gradients.analysis import analysis_memory_bytes
+    from grade.gradients.memory import analysis_memory_bytes
     from grade.gradients.losses import split_steps
 
     limits, largest = session.limits(), 0

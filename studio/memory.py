@@ -21,7 +21,7 @@ def prompt_tokens(lm, question: str, context: str | None, limits) -> int:
 def home_memory_mb(lm, request: dict, limits) -> float:
     """Home's analysis of ``request`` (question, context, max_new_tokens): the larger of its two routes, ``pre``
     over the prompt and ``pos`` over the prompt and the generated answer (its longest allowed length)."""
-    from grade.gradients.analysis import analysis_memory_bytes
+    from grade.gradients.memory import analysis_memory_bytes
 
     n_prompt = prompt_tokens(lm, request.get("question") or "", request.get("context"), limits)
     n_new = int(request.get("max_new_tokens") or limits.answer_tokens)

@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from grade.gradients.analysis import DEFAULT_STEP_MEMORY_MB
+from grade.gradients.memory import DEFAULT_STEP_MEMORY_MB
 from grade.common.errors import InputError, ModelLoadError
 
 SERVED_ENV = "GRADE_SERVED"

@@ -11,7 +11,7 @@ import pytest
 
 import grade
 import grade.tasks.prompts
-from grade.gradients.analysis import _delta_bytes_per_token, step_pieces
+from grade.gradients.memory import _delta_bytes_per_token, step_pieces
 from grade.models.cancel import Cancelled, cancellable, check_cancelled
 
 

@@ -88,7 +88,7 @@ def test_the_lm_head_reads_only_the_positions_whose_loss_is_taken(smollm, one_to
 
 
 def test_the_memory_claim_follows_the_route_the_analysis_takes(smollm):
-    from grade.gradients.analysis import analysis_memory_bytes, layer_by_layer_fits_better
+    from grade.gradients.memory import analysis_memory_bytes, layer_by_layer_fits_better
 
     n = 1800
     whole = analysis_memory_bytes(smollm, n, layer_by_layer=False)

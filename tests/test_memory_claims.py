@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow  # the embedded model
 
 
 def test_home_claims_grow_with_the_document_and_the_answer(smollm):
-    from grade.gradients.analysis import analysis_memory_bytes
+    from grade.gradients.memory import analysis_memory_bytes
     from studio.memory import home_memory_mb, prompt_tokens
     from studio.served import LOCAL_LIMITS
 
