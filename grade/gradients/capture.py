@@ -104,8 +104,6 @@ def _recompute_forward(mlp: torch.nn.Module):
     """
     from torch.utils.checkpoint import checkpoint
 
-    had_own = "forward" in mlp.__dict__
-    previous = mlp.__dict__.get("forward")
     original = mlp.forward
     gated = type(mlp).__name__ in GATED_MLPS
 
@@ -116,13 +114,21 @@ def _recompute_forward(mlp: torch.nn.Module):
             return mlp.down_proj(_GateUpRecomputed.apply(x, mlp))
         return checkpoint(original, x, *args, use_reentrant=False, **kwargs)
 
-    mlp.forward = forward
+    return _replace_forward(mlp, forward)
+
+
+def _replace_forward(module: torch.nn.Module, forward) -> Callable[[], None]:
+    """Set ``module.forward`` to ``forward`` on the instance; returns the function that puts back what was there
+    (the instance's own forward where it had one, else the class's)."""
+    had_own = "forward" in module.__dict__
+    previous = module.__dict__.get("forward")
+    module.forward = forward
 
     def undo():
         if had_own:
-            mlp.forward = previous
+            module.forward = previous
         else:
-            del mlp.forward
+            del module.forward
 
     return undo
 
@@ -142,8 +148,6 @@ def _recompute_layer(layer: torch.nn.Module):
     of ``autograd.grad``); returns an undo function."""
     from torch.utils.checkpoint import checkpoint
 
-    had_own = "forward" in layer.__dict__
-    previous = layer.__dict__.get("forward")
     original = layer.forward
 
     def forward(hidden_states, *args, **kwargs):
@@ -157,15 +161,7 @@ def _recompute_layer(layer: torch.nn.Module):
 
         return checkpoint(run, hidden_states, use_reentrant=False)
 
-    layer.forward = forward
-
-    def undo():
-        if had_own:
-            layer.forward = previous
-        else:
-            del layer.forward
-
-    return undo
+    return _replace_forward(layer, forward)
 
 
 @contextmanager
