@@ -35,7 +35,9 @@ MAX_CHARS = 800
 
 
 def chosen_rows(model: str, n_wrong: int, n_correct: int) -> list[dict]:
-    rows = [json.loads(line) for path in sorted(READ.glob("gsm8k_qwen.*.jsonl")) for line in path.open()]
+    from grade.steps.real_errors import annotation_files, annotation_rows
+
+    rows = [r for name in annotation_files(READ) if name.startswith("gsm8k_qwen.") for r in annotation_rows(name, READ)]
     rows = [r for r in rows if r["model"] == model and r["split"] == "test" and r["confidence"] == "high"
             and len(r["trace"]) <= MAX_CHARS]
     rows.sort(key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())

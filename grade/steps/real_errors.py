@@ -46,21 +46,39 @@ class LabelledTrace:
     task: str = "gsm8k"  # the prompt style the model answered under (grade.tasks.prompts)
 
 
+def _folder(folder=None):
+    from pathlib import Path
+
+    return Path(str(resources.files("grade") / ANNOTATED_DIR)) if folder is None else Path(folder)
+
+
+def annotation_rows(name: str, folder=None) -> list[dict]:
+    """The rows of one annotation file by its name (``gsm8k_qwen.a.jsonl``), stored as such or xz-compressed
+    (``.jsonl.xz``, as the package keeps them: the tracked tree travels to GPU machines)."""
+    import lzma
+
+    base = _folder(folder)
+    path = base / name if (base / name).is_file() else base / f"{name}.xz"
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def annotation_files(folder=None) -> list[str]:
+    """The annotation files' names (``*.jsonl``, compressed or not), sorted."""
+    base = _folder(folder)
+    return sorted({p.name.removesuffix(".xz") for p in [*base.glob("*.jsonl"), *base.glob("*.jsonl.xz")]})
+
+
 def annotated_traces(files: Sequence[str] | None = None, folder=None) -> list[LabelledTrace]:
-    """The annotated traces of ``files`` (names in the folder; default every ``*.jsonl``), in file order.
+    """The annotated traces of ``files`` (names in the folder; default every annotation file), in file order.
 
     folder : default the package's :data:`ANNOTATED_DIR`; a path reads another copy of the same format.
     """
-    from pathlib import Path
-
-    base = Path(str(resources.files("grade") / ANNOTATED_DIR)) if folder is None else Path(folder)
-    names = sorted(p.name for p in base.glob("*.jsonl")) if files is None else list(files)
+    names = annotation_files(folder) if files is None else list(files)
     out = []
     for name in names:
-        for line in (base / name).read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        for row in annotation_rows(name, folder):
             first = row.get("first_wrong_step")
             if first is not None and not 0 <= int(first) < len(split_steps(row["trace"])):
                 raise ValueError(f"{name}: {row['id']} marks step {first} of {len(split_steps(row['trace']))}")
