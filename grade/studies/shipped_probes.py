@@ -26,6 +26,14 @@ BENCHMARK_NAMES = {"hotpotqa": "hotpotqa_closed", "hotpotqa_context": "hotpotqa"
 METHOD, DETECTOR_METHOD = PROBE_METHODS[0], DETECTOR_ITSELF
 
 
+def _metrics(y: np.ndarray, p: np.ndarray, threshold: float, n_boot: int, ci: float, seed: int) -> dict:
+    """AUROC with its interval and accuracy at ``threshold`` with its interval (both stratified bootstraps)."""
+    m = heldout_metrics(y, p, threshold, n_boot=n_boot, ci=ci, seed=seed)
+    m["acc_lo"], m["acc_hi"] = bootstrap_ci(y, p, lambda t, s: float(((s >= threshold) == t).mean()),
+                                            n_boot=n_boot, ci=ci, seed=seed)
+    return m
+
+
 def seen_questions(info, loss: str, labels_dirs: list[Path], features_dir: Path, *, max_unanswerable: int,
                    datasets: tuple[str, ...] | None = None) -> set[tuple[str, str]] | None:
     """(dataset, id) of the rows ``info``'s probe trained or early-stopped on (its train and validation parts),
@@ -64,10 +72,7 @@ def score_unseen(probe, seen: set[tuple[str, str]], store_frames: dict, *, n_boo
             continue
         y = rows["label"].to_numpy().astype(int)
         p = np.asarray(probe.predict_proba(probe_inputs(rows, probe.inputs)))[:, 1]
-        m = heldout_metrics(y, p, probe.threshold, n_boot=n_boot, ci=ci, seed=seed)
-        m["acc_lo"], m["acc_hi"] = bootstrap_ci(y, p, lambda t, s: float(((s >= probe.threshold) == t).mean()),
-                                                n_boot=n_boot, ci=ci, seed=seed)
-        out[BENCHMARK_NAMES.get(store_name, store_name)] = m
+        out[BENCHMARK_NAMES.get(store_name, store_name)] = _metrics(y, p, probe.threshold, n_boot, ci, seed)
     return out
 
 
@@ -109,9 +114,5 @@ def score_detector_unseen(detector, seen: dict[str, set[str]], tables: dict, *, 
         if len(y) == 0 or len(np.unique(y)) < 2:
             continue
         p = detector.predict_proba(X[keep], [dataset] * len(y))[:, 1]
-        threshold = float(detector.metadata.get("threshold", 0.5))
-        m = heldout_metrics(y, p, threshold, n_boot=n_boot, ci=ci, seed=seed)
-        m["acc_lo"], m["acc_hi"] = bootstrap_ci(y, p, lambda t, s: float(((s >= threshold) == t).mean()),
-                                                n_boot=n_boot, ci=ci, seed=seed)
-        out[dataset] = m
+        out[dataset] = _metrics(y, p, float(detector.metadata.get("threshold", 0.5)), n_boot, ci, seed)
     return out
