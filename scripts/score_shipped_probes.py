@@ -103,9 +103,7 @@ def write(path: Path, rows: list[dict]) -> None:
 def score_detectors(model: str, data_root: Path) -> list[dict]:
     """Every shipped detector of ``model`` on the labelled questions outside the capped run's train and
     validation rows it was built from; the tables read from ``data_root``'s benchmark caches."""
-    import os
-
-    from grade.commands.benchmark import config_from_args, repository_runs
+    from grade.commands.benchmark import DATA_FOLDERS, config_from_args, repository_runs
     from grade.commands.cli import build_parser
     from grade.studies.benchmark import build_tables
     from grade.studies.shipped_probes import DETECTOR_METHOD, detector_seen, score_detector_unseen
@@ -115,15 +113,15 @@ def score_detectors(model: str, data_root: Path) -> list[dict]:
     cap = extra.index("--max-per-class")
     end = next(i for i in range(cap + 1, len(extra)) if extra[i].startswith("--"))
     every = extra[:cap + 1] + ["1000000"] + extra[end:]  # the same run with every labelled question
-    cwd = os.getcwd()
-    os.chdir(data_root)  # the runs name their caches relative to the repository
-    try:
-        def tables(run_args):
-            args = build_parser().parse_args(["benchmark", "--model", model, *run_args, "--offline", "--variants", "none"])
-            return build_tables(config_from_args(args), None, lambda line: None).tables
-        capped, everything = tables(extra), tables(every)
-    finally:
-        os.chdir(cwd)
+    # the label files are the checkout's (tracked); only the caches come from data_root
+    cache = ["--cache-dir", str(Path(data_root) / DATA_FOLDERS["benchmark"])]
+
+    def tables(run_args):
+        args = build_parser().parse_args(["benchmark", "--model", model, *run_args, *cache, "--offline",
+                                          "--variants", "none"])
+        return build_tables(config_from_args(args), None, lambda line: None).tables
+
+    capped, everything = tables(extra), tables(every)
     rows = []
     for path in detectors_for(model):
         detector = Detector.load(path)

@@ -21,6 +21,7 @@ def test_shipped_probe_numbers_regenerate(benchmark_caches, tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "-pre: split found again" in done.stdout
+    assert "instruct-pos: split found again" in done.stdout  # the general GRADE_pos probe, on the stores from history
     fresh = pd.read_csv(out).sort_values(["method", "dataset"]).reset_index(drop=True)
     committed = pd.read_csv(ROOT / "results" / MODEL / "shipped_probes.csv").sort_values(["method", "dataset"])
     pd.testing.assert_frame_equal(fresh, committed.reset_index(drop=True))
