@@ -48,13 +48,6 @@ def chosen_rows(model: str, n_wrong: int, n_correct: int) -> list[dict]:
     return wrong + right
 
 
-def trace_line(r: dict) -> dict:
-    wrong_at = r["first_wrong_step"]
-    return {"doc_id": r["id"], "question": r["question"], "response": r["trace"], "answers": r["answers"],
-            "correct": bool(r["final_correct"]), "task": "gsm8k",
-            "error_step": None if wrong_at is None else wrong_at + 1, "error_kind": r["kind"]}
-
-
 def check_steps(frame, rows: list[dict]) -> None:
     """Refuse a store whose steps are not the reader's (see the module docstring)."""
     by_id = {r["id"]: r for r in rows}
@@ -79,6 +72,7 @@ def main() -> int:
                         "(default runs/demo_traces/<model>)")
     args, passed_on = parser.parse_known_args()  # the rest goes to `grade traces` (where and how the model runs)
 
+    from grade.steps.real_errors import trace_line
     from grade.traces import TraceStore
 
     work = args.work or ROOT / "runs" / "demo_traces" / args.model

@@ -1,6 +1,7 @@
 """Per-step features of every trace the step verifier learns from or is scored on, cached per trace.
 
     python scripts/step_verifier_features.py --reader smollm2-135m-instruct [--threads 1] [--only annotated]
+    python scripts/step_verifier_features.py --reader qwen2.5-coder-1.5b-instruct --device cuda   # on a GPU
 
 Order: round robin over annotated dev, annotated test and injected errors in the model's own traces (a run cut
 short leaves comparable parts of each), then injected errors in reference solutions; each trace's
@@ -39,6 +40,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reader", default="smollm2-135m-instruct")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", help="float32: the precision the verifier is measured and used at")
     p.add_argument("--n-reference", type=int, default=150)
     p.add_argument("--test-first", action="store_true", help="every annotated test trace first")
     p.add_argument("--only", choices=("annotated", "train"), default=None)
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
         order = [t for t in order if t.source == "annotated"]
     elif args.only == "train":
         order = [t for t in order if t.source != "annotated"]
-    lm = grade.load_model(args.reader)
+    lm = grade.load_model(args.reader, device=args.device, dtype=args.dtype)
     t0 = time.perf_counter()
     for i, t in enumerate(order):
         cached_features(lm, t.question, t.trace, folder, task=t.task)

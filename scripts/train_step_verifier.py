@@ -6,8 +6,8 @@ Every variant is scored on the annotated **dev** traces out of fold (5 folds by 
 never saw that fold's problems, not even with an injected error), its threshold chosen there to maximise the
 first-error F1. The variant with the best dev F1 is then trained on every training trace and the whole dev
 half, and every variant and baseline is scored once on the annotated **test** half (never used before).
-Writes ``results/step_errors/<traces model>/verifier.json`` and ``verifier.md``; with ``--ship`` the chosen
-verifier goes to ``grade/assets/step_verifier/<reader>.{json,safetensors}`` with its provenance and numbers.
+Writes ``results/step_errors/<traces model>/verifier_<reader>[_<tag>].json`` and ``.md``; ``--files`` keeps the
+annotated traces of some annotation files only (dev and test alike). With ``--ship`` the chosen verifier goes to ``grade/assets/step_verifier/<reader>.{json,safetensors}`` with its provenance and numbers.
 """
 
 from __future__ import annotations
@@ -154,12 +154,19 @@ def main(argv=None) -> int:
     p.add_argument("--reader", default="smollm2-135m-instruct")
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--ship", action="store_true")
+    p.add_argument("--files", nargs="+", default=None, metavar="NAME",
+                   help="annotation files whose traces form dev and test (e.g. gsm8k_qwen.a gsm8k_qwen.b; default all)")
+    p.add_argument("--tag", default="", help="added to the results' file names (a variant's run)")
     p.add_argument("--machine", default=None)
     p.add_argument("--more-annotations", default=None,
                    help="a folder of annotation files for the model-free check's table (e.g. files not yet copied here)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     rows, have = load(args.reader)
+    if args.files:
+        wanted = {f.split(".jsonl")[0] for f in args.files}
+        rows = [r for r in rows if r["source"] != "annotated" or r["file"].split(".jsonl")[0] in wanted]
+        have = [r for r in have if r["source"] != "annotated" or r["file"].split(".jsonl")[0] in wanted]
     dev = [r for r in have if r["source"] == "annotated" and r["split"] == "dev"]
     test = [r for r in have if r["source"] == "annotated" and r["split"] == "test"]
     test_problems = {r["problem"] for r in rows if r["source"] == "annotated" and r["split"] == "test"}
@@ -216,7 +223,7 @@ def main(argv=None) -> int:
                   for split in ("dev", "test")}
     machine = args.machine or f"{platform.processor() or platform.machine()} ({platform.node()})"
     results = {
-        "reader": args.reader, "traces_model": TRACES_MODEL, "machine": machine,
+        "reader": args.reader, "traces_model": TRACES_MODEL, "machine": machine, "files": args.files or "all",
         "counts": {"dev": len(dev), "test": len(test), "injected": len(train),
                    "injected_by_source": {s: sum(r["source"] == s for r in train)
                                           for s in ("injected own", "injected reference")}},
@@ -227,7 +234,8 @@ def main(argv=None) -> int:
         "seconds": time.perf_counter() - t0,
     }
     out = ROOT / "results/step_errors" / TRACES_MODEL
-    (out / "verifier.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    name = f"verifier_{args.reader}" + (f"_{args.tag}" if args.tag else "")
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     md = [f"## Step verifier: reader {args.reader}, traces of {TRACES_MODEL} (`scripts/train_step_verifier.py`)", "",
           *table(dev_results, "dev half, out of fold (5 folds by problem id)", best),
           *table(test_results, "test half (scored once, threshold from dev)", best)]
@@ -242,7 +250,7 @@ def main(argv=None) -> int:
     for split, per in everywhere.items():
         md += table(per, f"model-free check alone (none where it finds nothing), every annotated {split} trace per file")
     md.append(f"Machine: {machine}.")
-    (out / "verifier.md").write_text("\n".join(md) + "\n")
+    (out / f"{name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     if args.ship:
         measured = {k: test_results[best][k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}

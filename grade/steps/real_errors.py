@@ -140,3 +140,12 @@ def training_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dic
             out.append(LabelledTrace(f"ref:{row['id']}:{kind.split()[0]}", str(row["id"]), row["question"], new, step,
                                      kind, "injected reference", "train"))
     return out
+
+
+def trace_line(row: dict) -> dict:
+    """One annotation row as a line of the project's trace JSONL (``python -m grade traces --samples``): the first
+    wrong step as the 1-based ``error_step``, its kind as ``error_kind``; the prompt style from the row's dataset."""
+    wrong_at = row["first_wrong_step"]
+    return {"doc_id": row["id"], "question": row["question"], "response": row["trace"], "answers": row["answers"],
+            "correct": bool(row["final_correct"]), "task": row.get("dataset", "gsm8k"),
+            "error_step": None if wrong_at is None else wrong_at + 1, "error_kind": row["kind"]}
