@@ -45,6 +45,8 @@ def main(argv=None) -> int:
     p.add_argument("--n-reference", type=int, default=150)
     p.add_argument("--test-first", action="store_true", help="every annotated test trace first")
     p.add_argument("--only", choices=("annotated", "train"), default=None)
+    p.add_argument("--files", nargs="+", default=None, metavar="NAME",
+                   help="annotated traces of these annotation files only (e.g. gsm8k_qwen.a gsm8k_qwen.b)")
     args = p.parse_args(argv)
     import torch
 
@@ -63,6 +65,8 @@ def main(argv=None) -> int:
     order += [t for t in train if t.source == "injected reference"]
     if args.test_first:  # the scored half before more training traces, when time is short
         order = [t for t in order if t.split == "test"] + [t for t in order if t.split != "test"]
+    if args.files:
+        order = [t for t in order if t.source != "annotated" or t.file.split(".jsonl")[0] in args.files]
     if args.only == "annotated":
         order = [t for t in order if t.source == "annotated"]
     elif args.only == "train":
