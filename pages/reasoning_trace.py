@@ -150,6 +150,15 @@ def _memory_mb(question: str, responses: list[str]) -> float:
     return largest / 2**20
 
 
+def _generation_memory_mb(question: str, max_new_tokens: int) -> float:
+    """What the queue counts a generation as holding: the operator's budget holds it back like an analysis."""
+    from grade.gradients.memory import generation_memory_bytes
+
+    limits = session.limits()
+    n_prompt = len(lm.tokenizer(question[: limits.question_chars + 1])["input_ids"]) + 64  # + the template
+    return generation_memory_bytes(lm, n_prompt, max_new_tokens) / 2**20
+
+
 def _submit(action: str, keys: list[str], texts: dict[str, str], question: str | None = None) -> None:
     """One job in the model's queue for this click: generate trace ``keys[0]``, or analyse the traces ``texts``
     (those found in the shared cache are taken from it)."""
@@ -165,7 +174,8 @@ def _submit(action: str, keys: list[str], texts: dict[str, str], question: str |
             progress(f"Generating up to {tokens_wanted} tokens ...")
             return workflows.generate_trace(lm, question, max_new_tokens=tokens_wanted, limits=limits)
 
-        waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys}, kind="generate")
+        waiting.submit("trace", job_key, compute, request={"action": action, "keys": keys}, kind="generate",
+                       memory_mb=_generation_memory_mb(question, tokens_wanted))
         return
     found, todo = {}, {}
     # the keys are made here: the job runs in a queue worker, where the session cannot be read

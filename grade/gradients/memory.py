@@ -112,3 +112,20 @@ def layer_by_layer_fits_better(lm: LoadedModel, n_tokens: int, n_response: int, 
 
 # ---------------------------------------------------------------------------------------------------
 # analyze() in stages: prepare the inputs, then either one loss's pass or the step-wise passes, then the result
+
+
+def generation_memory_bytes(lm: LoadedModel, n_prompt: int, n_new: int) -> int:
+    """A rough estimate of the memory one generation holds beyond the weights (no gradients): the key/value cache
+    of every layer over prompt and answer, the prefill's largest layer activations over the prompt (the gated
+    MLP's 3 x d_ff and ~8 x d_model values per token, one layer at a time) and its attention scores, and the
+    last position's logits (``generate`` keeps one position's; three float32 copies for the sampler)."""
+    width, d_ff, vocab, element = _shape(lm)
+    config = lm.model.config
+    text = getattr(config, "get_text_config", lambda: config)()
+    heads = int(getattr(text, "num_attention_heads", 0) or 16)
+    kv_heads = int(getattr(text, "num_key_value_heads", 0) or heads)
+    kv_width = width * kv_heads // heads  # bytes of one token's keys (or values) in one layer
+    n_total = n_prompt + n_new
+    cache = 2 * lm.n_layers * kv_width * n_total
+    prefill = n_prompt * (3 * d_ff * element + 8 * width) + n_prompt**2 * heads * 4
+    return cache + prefill + 3 * vocab * 4
