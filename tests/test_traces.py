@@ -368,6 +368,30 @@ def test_command_on_an_lm_eval_gsm8k_file(gsm8k_trace_run):
 
 
 @pytest.mark.slow
+def test_no_verifier_leaves_its_columns_null_and_the_grade_analysis_the_same(gsm8k_trace_run, tmp_path, capsys):
+    """``--no-verifier``: the GRADE analysis only (the reader is not run); the rows match the verified run's."""
+    import torch
+
+    from tests.conftest import GSM8K_SAMPLES
+
+    threads = torch.get_num_threads()
+    try:
+        code = main(["traces", "--samples", str(GSM8K_SAMPLES), "--out", str(tmp_path / "plain"), "--json", "--quiet",
+                     "--threads", "1", "--limit", "2", "--no-verifier"])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed["traces"]) == 2 and all("verifier" not in t for t in printed["traces"])
+    plain = TraceStore(tmp_path / "plain").traces().set_index("trace_id")
+    assert plain["verifier_reader"].isna().all() and plain["step_verifier_probability"].isna().all()
+    verified = TraceStore(gsm8k_trace_run[0]).traces().set_index("trace_id").loc[plain.index]
+    assert verified["verifier_reader"].notna().all()
+    np.testing.assert_allclose(plain["grade_pos"], verified["grade_pos"], rtol=1e-6)
+    assert list(plain["suspect_step"]) == list(verified["suspect_step"])
+
+
+@pytest.mark.slow
 def test_stored_token_shock_equals_the_exact_route(gsm8k_trace_run, smollm):
     """Token scores come from C_g = ΔΔᵀ on certified full-rank layers; the exact route (SVD, projector) gives
     the same row sums, so the Reasoning trace page and the store agree."""

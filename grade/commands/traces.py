@@ -48,6 +48,8 @@ def register(sub) -> None:
     src.add_argument("--max-new-tokens", type=int_range(1, 8192), default=None, help="with --generate: trace length (default: per task)")
     p.add_argument("--srank", choices=("paper", "sum", "squared"), default="paper")
     p.add_argument("--out", required=True, help="trace store folder")
+    p.add_argument("--no-verifier", action="store_true",
+                   help="skip the step verifier (its columns stay null): the GRADE analysis only")
     p.add_argument("--chunk-size", type=positive_int, default=8, help="traces per Parquet part (work lost at most on a kill)")
     add_threads_argument(p)
     p.add_argument("--json", action="store_true", help='print {"n": ..., "traces": [...]} instead of tables')
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         if model is None:  # a trace file is read, and refused, before the model loads
             model, cluster = model_for_engine(args, say)
         report = analyze_traces(model, source, args.out, srank=args.srank, chunk_size=args.chunk_size,
-                                progress=not args.quiet, backend=args.engine, cluster=cluster)
+                                progress=not args.quiet, backend=args.engine, cluster=cluster,
+                                verify=not args.no_verifier)
     elif not store.exists():
         raise InputError(f"{args.out} is not a trace store yet: give --samples FILE or --dataset ... --generate N")
 

@@ -170,10 +170,11 @@ def analyze_trace_item(lm, item: TraceItem, *, srank: str = "paper", verify: boo
     return trace_records(item, result, display, seconds, verdict)
 
 
-def _analysed(lm, items: Iterable[TraceItem], srank: str, skipped: list) -> Iterable[tuple[TraceItem, dict | None]]:
+def _analysed(lm, items: Iterable[TraceItem], srank: str, skipped: list,
+              verify: bool = True) -> Iterable[tuple[TraceItem, dict | None]]:
     for item in items:
         try:
-            row, tokens = analyze_trace_item(lm, item, srank=srank)
+            row, tokens = analyze_trace_item(lm, item, srank=srank, verify=verify)
         except GradeError as exc:  # one bad trace (too long for the model, empty) must not stop a run
             log.warning("skipped trace %s: %s", item.trace_id, exc)
             skipped.append((item.trace_id, str(exc)))
@@ -187,8 +188,9 @@ class TraceWork:
     """Ray work: step-wise analyses of a chunk of traces (see :mod:`grade.batch.ray_backend`)."""
 
     srank: str = "paper"
+    verify: bool = True
 
     def process(self, lm, items: list[TraceItem]) -> dict:
         skipped: list[tuple[str, str]] = []
-        results = [r for _, r in _analysed(lm, items, self.srank, skipped) if r is not None]
+        results = [r for _, r in _analysed(lm, items, self.srank, skipped, self.verify) if r is not None]
         return {"results": results, "skipped": skipped}

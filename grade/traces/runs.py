@@ -17,12 +17,14 @@ ProgressCallback = Callable[[int, int, str], None]  # (traces done, traces to do
 
 def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "paper", chunk_size: int = 8,
                    progress: bool = False, callback: ProgressCallback | None = None, backend: str = "local",
-                   cluster=None):
+                   cluster=None, verify: bool = True):
     """Analyse the traces of ``source`` not yet in the store ``out``, in this process
     (:func:`grade.batch.run_local`, ``backend="local"``) or on the workers of a Ray cluster
     (:func:`grade.batch.run_on_ray`, ``backend="ray"``, ``cluster``: :class:`grade.batch.ClusterOptions`):
     same store, same rows. ``lm``: a loaded model or a :class:`grade.models.models.ModelSpec` (loaded here, or by every
     Ray worker).
+
+    ``verify=False`` leaves the step verifier's columns null (its reader is not loaded or run).
 
     Every ``chunk_size`` traces a part is written; an exception (Ctrl-C, or one raised by ``callback``
     to stop the run) still writes the traces finished before it. ``callback(done, total, trace id)`` follows
@@ -37,11 +39,11 @@ def analyze_traces(lm, source: TraceSource, out: str | Path, *, srank: str = "pa
     if backend == "ray":
         from ..batch.ray_backend import ClusterOptions, run_on_ray
 
-        return run_on_ray(source.items, TraceWork(srank), TraceStoreSink(store), lm, cluster or ClusterOptions(),
+        return run_on_ray(source.items, TraceWork(srank, verify), TraceStoreSink(store), lm, cluster or ClusterOptions(),
                           chunk_size=chunk_size, progress=progress, callback=callback)
 
     def work(todo, report):
-        for item, result in _analysed(lm, todo, srank, report.skipped):
+        for item, result in _analysed(lm, todo, srank, report.skipped, verify):
             if result is not None:
                 report.busy_seconds += result["trace"]["seconds"]
             yield item.trace_id, result
