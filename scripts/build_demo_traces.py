@@ -28,6 +28,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grade.steps.real_errors import trace_line  # noqa: E402  (one place: scripts/annotated_traces_jsonl.py too)
+
 READ = ROOT / "grade" / "datasets" / "real_step_errors"
 #: Characters of a trace at most: the analysis cost grows with the steps and tokens (minutes per trace on a CPU),
 #: and the same bound for both groups keeps length from telling them apart by construction.
@@ -72,7 +76,6 @@ def main() -> int:
                         "(default runs/demo_traces/<model>)")
     args, passed_on = parser.parse_known_args()  # the rest goes to `grade traces` (where and how the model runs)
 
-    from grade.steps.real_errors import trace_line
     from grade.traces import TraceStore
 
     work = args.work or ROOT / "runs" / "demo_traces" / args.model
