@@ -43,6 +43,19 @@ def test_a_long_trace_reports_its_steps_as_it_goes(smollm, one_torch_thread):
     assert len(lines) >= 3, lines
 
 
+def test_one_step_group_holding_every_step_still_reports_each_step(smollm, one_torch_thread):
+    """With a budget large enough for one group, progress went 0 -> done; it now counts the steps of the group."""
+    from studio.served import LOCAL_LIMITS
+    from studio.workflows import analyze_trace
+
+    lines: list[str] = []
+    result = analyze_trace(smollm, QUESTION, trace(6), title="Trace A", progress=lines.append,
+                           limits=dataclasses.replace(LOCAL_LIMITS, step_memory_mb=10_000))
+    assert result.result.timings["step_pieces"] == 1  # the premise: one group
+    done = [int(line.split(": ")[1].split("/")[0]) for line in lines if "/6 steps" in line]
+    assert done == sorted(done) and set(done) >= {0, 1, 2, 3, 4, 5, 6}, lines
+
+
 def test_a_trace_past_the_time_bound_stops_with_one_message(smollm, one_torch_thread):
     from studio.served import LOCAL_LIMITS
     from studio.workflows import analyze_trace

@@ -371,11 +371,12 @@ def _one_loss_pass(lm: LoadedModel, inputs: _Inputs, loss: LossKind, kinds, *, s
 
 
 def _step_group(lm: LoadedModel, input_ids: list[int], spans: list[Step], kinds, *, spectra: bool, keep_hidden: bool,
-                row_sums: bool, surprisal: np.ndarray, timings: dict):
+                row_sums: bool, surprisal: np.ndarray, timings: dict, done: int = 0, total: int | None = None):
     """One group of consecutive steps: a forward pass over the prefix ending with the group's last step, one
     backward pass per step, its steps' features. Same values as the whole sequence's pass (causal
     attention: a prefix's activations are the full sequence's). Fills ``surprisal`` for the group's tokens;
-    returns (StepResult per step, hidden states of the pass or None)."""
+    returns (StepResult per step, hidden states of the pass or None). Reports each step as its features are done
+    (``done`` steps before the group, of ``total``): one group may hold every step of a trace."""
     end = spans[-1].end
     t = time.perf_counter()
     with torch.enable_grad():
@@ -412,6 +413,8 @@ def _step_group(lm: LoadedModel, input_ids: list[int], spans: list[Step], kinds,
                                                          row_sums)
         scores = rows[:, step.start : step.end] if rows is not None else np.full((n_layers, step.end - step.start), np.nan)
         results.append(StepResult(step.text, step.start, step.end, float(losses[k].detach()), sh, sg, ratio, scores, eh, eg))
+        if total is not None and k + 1 < len(spans):  # the group's last step is reported by the caller
+            report(done + k + 1, total, "steps")
     timings["spectra_s"] += time.perf_counter() - t
     return results, hidden_states
 
@@ -432,7 +435,7 @@ def _stepwise_passes(lm: LoadedModel, inputs: _Inputs, kinds, *, spectra: bool, 
         check_cancelled()
         results, states = _step_group(lm, input_ids, [spans[k] for k in group], kinds, spectra=spectra,
                                       keep_hidden=keep_hidden and i == 0, row_sums=row_sums, surprisal=surprisal,
-                                      timings=timings)
+                                      timings=timings, done=len(steps), total=len(spans))
         steps += results
         hidden_states = states if states is not None else hidden_states
         report(len(steps), len(spans), "steps")
