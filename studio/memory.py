@@ -1,5 +1,5 @@
 """What an analysis claims of the operator's memory budget when it is queued (``GRADE_QUEUE_MEMORY_MB``,
-:mod:`studio.queue`): :func:`grade.gradients.analysis.analysis_memory_bytes` (the model's shape, the token counts and the
+:mod:`studio.queue`): :func:`grade.gradients.memory.analysis_memory_bytes` (the model's shape, the token counts and the
 route: ``pre``, ``pos``, step-wise, a document in the prompt) applied to what a page asks, before anything runs.
 Every page that submits an analysis asks here; Home submitted its analyses with no figure before, so the budget
 never held them back. Past ``Limits.analysis_memory_mb`` the analysis runs layer by layer and claims that route's

@@ -10,7 +10,7 @@ minutes, one waiting 141 s for an analysis of seconds). Here every analysis is a
 * **an operator cap on the total**: at most ``GRADE_MAX_RUNNING`` analyses run at once over all models
   (default: the number of workers of one model), and, with ``GRADE_QUEUE_MEMORY_MB`` set, a job starts only
   while the memory its running neighbours claim plus its own claim fit in it (a job's claim: what the page
-  estimates for it, :func:`grade.gradients.analysis.analysis_memory_bytes`; one that could never fit is refused in one
+  estimates for it, :func:`grade.gradients.memory.analysis_memory_bytes`; one that could never fit is refused in one
   line); the queue keeps its order, so a large job at the head waits rather than be overtaken;
 * **bounded**: at most ``GRADE_QUEUE_MAX`` jobs wait per model (default 32); more are refused in one line;
 * **one per user**: a user (a browser session, or a logged-in user) holds at most one ticket that is waiting or
