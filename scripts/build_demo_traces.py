@@ -76,6 +76,8 @@ def main() -> int:
                         "(default runs/demo_traces/<model>)")
     args, passed_on = parser.parse_known_args()  # the rest goes to `grade traces` (where and how the model runs)
 
+    import pyarrow.parquet as pq
+
     from grade.traces import TraceStore
 
     work = args.work or ROOT / "runs" / "demo_traces" / args.model
@@ -96,13 +98,14 @@ def main() -> int:
     meta = source.meta()
     demo.prepare(meta["model"], meta["srank"],
                  {**meta["source"], "file": "grade/datasets/real_step_errors, test split (demo)"})
-    tokens = source.tokens()
+    # rows as pyarrow gives them: nullable integer columns stay None (pandas rows would turn them into NaN floats)
+    traces = [r for part in sorted(source.traces_dir.glob("part-*.parquet")) for r in pq.read_table(part).to_pylist()]
+    tokens = [r for part in sorted(source.tokens_dir.glob("part-*.parquet")) for r in pq.read_table(part).to_pylist()]
     order = {r["id"]: i for i, r in enumerate(rows)}
-    frame = frame.sort_values("doc_id", key=lambda ids: ids.map(order))
-    results = [{"trace": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in t.items()},
-                "tokens": tokens[tokens["trace_id"] == t["trace_id"]].to_dict("records")} for _, t in frame.iterrows()]
+    traces.sort(key=lambda t: order[t["doc_id"]])
+    results = [{"trace": t, "tokens": [k for k in tokens if k["trace_id"] == t["trace_id"]]} for t in traces]
     demo.write(results)
-    wrong = int((frame["correct"] == False).sum())  # noqa: E712
+    wrong = sum(t["correct"] is False for t in traces)
     print(f"{len(results)} traces ({wrong} wrong, {len(results) - wrong} correct) -> {target}")
     print(json.dumps({str(p.relative_to(target)): p.stat().st_size for p in target.rglob("*") if p.is_file()}))
     return 0

@@ -248,8 +248,6 @@ def test_the_demo_stores_aggregates_say_why_an_auroc_is_missing_or_how_few_trace
         assert bool(small) == (n < MIN_QUESTIONS), warnings
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30, left open: the demo store still holds only wrong traces; rebuild "
-                   "it with scripts/build_demo_traces.py (Qwen on every trace) and remove this mark")
 def test_the_demo_store_holds_wrong_and_correct_traces_so_its_auroc_is_a_number(monkeypatch, tmp_path):
     row, _ = _demo_ranking(monkeypatch, tmp_path)
     assert 0 < int(row["wrong"]) < int(row["n"]) and 0.0 <= row["auroc"] <= 1.0
