@@ -155,8 +155,9 @@ if not st.session_state.get(STORE):
     st.stop()
 if Path(st.session_state[STORE]).parent == tr.stores_dir() / "demo":
     # what the traces are is the store's own line below (its source), so this stays true when the store is rebuilt
-    st.caption("This is the **demo store**: a few GSM8K traces analysed ahead of time whose wrong steps are known, so "
-               "the aggregates below show how often the suspect step finds them. Open your own store above.")
+    st.caption("This is the **demo store**: a few GSM8K traces, wrong and correct, analysed ahead of time and read "
+               "step by step, so the aggregates below show how well each signal separates them and how often the "
+               "suspect step finds the known wrong step. Open your own store above.")
 
 store = TraceStore(st.session_state[STORE])
 
