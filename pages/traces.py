@@ -52,8 +52,8 @@ with open_tab:
             except GradeError as exc:
                 session.show_error(exc, "Store not opened")
     if st.button("Open the demo store", key="tr_open_demo",
-                 help="Qwen2.5-Coder-1.5B's own GSM8K traces with an arithmetic slip and reference solutions with an "
-                      "injected error, analysed on a GPU; their wrong steps are known"):
+                 help="Qwen2.5-Coder-1.5B's own GSM8K traces, wrong and correct, read step by step by an annotator "
+                      "(their first wrong steps are known) and analysed ahead of time"):
         demo = tr.demo_store(session.selected_model_name())
         if demo is not None:
             _open(demo)

@@ -634,7 +634,7 @@ def test_page_analyses_a_samples_file_in_the_background(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_page_opens_on_the_demo_store_with_the_suspect_step_and_its_measured_accuracy(tmp_path, monkeypatch):
-    """A first visit shows something: the shipped demo store (Qwen's traces, analysed on a GPU; no model needed to
+    """A first visit shows something: the shipped demo store (Qwen's traces, analysed ahead of time; no model needed to
     read it), the suspect step beside the peak step, and how often each view finds the wrong step."""
     import studio.traces
 
