@@ -50,8 +50,7 @@ def step_pieces(ends: list[int], bytes_per_token: int, budget_bytes: int | None)
 
 def _delta_bytes_per_token(lm: LoadedModel) -> int:
     """Bytes of Δ for one token over every layer (the MLP output width times the layers, in the model's dtype)."""
-    config = lm.model.config
-    text_config = getattr(config, "get_text_config", lambda: config)()
+    text_config = _text_config(lm)
     width = next(int(v) for v in (getattr(text_config, name, None) for name in ("hidden_size", "n_embd", "d_model"))
                  if v)
     return width * lm.n_layers * torch.finfo(lm.dtype).bits // 8
@@ -59,14 +58,25 @@ def _delta_bytes_per_token(lm: LoadedModel) -> int:
 
 def _shape(lm: LoadedModel) -> tuple[int, int, int, int]:
     """(bytes of one token's d_model values in one layer, d_ff, vocabulary, bytes per element)."""
-    config = lm.model.config
-    text_config = getattr(config, "get_text_config", lambda: config)()
+    text_config = _text_config(lm)
     width = _delta_bytes_per_token(lm) // lm.n_layers
     element = torch.finfo(lm.dtype).bits // 8
     d_ff = int(getattr(text_config, "intermediate_size", None) or getattr(text_config, "n_inner", None)
                or 4 * width // element)
     vocab = int(getattr(text_config, "vocab_size", 0) or len(lm.tokenizer))
     return width, d_ff, vocab, element
+
+
+def _text_config(lm: LoadedModel):
+    config = lm.model.config
+    return getattr(config, "get_text_config", lambda: config)()
+
+
+def _heads(lm: LoadedModel) -> tuple[int, int]:
+    """(attention heads, key/value heads) of the text model (16 where the config does not say)."""
+    text_config = _text_config(lm)
+    heads = int(getattr(text_config, "num_attention_heads", 0) or 16)
+    return heads, int(getattr(text_config, "num_key_value_heads", 0) or heads)
 
 
 def analysis_memory_bytes(lm: LoadedModel, n_tokens: int, n_response: int = 0, n_steps: int = 0,
@@ -90,8 +100,7 @@ def analysis_memory_bytes(lm: LoadedModel, n_tokens: int, n_response: int = 0, n
         # allocator's slack, 8 x d_ff float64 values, fitted to Qwen2.5-1.5B at the caps (bench/RESULTS.md
         # section 14). Per token pair: one layer's attention scores, probabilities and their gradients, and
         # the n x n float64 factors of the spectra.
-        config = lm.model.config
-        heads = int(getattr(getattr(config, "get_text_config", lambda: config)(), "num_attention_heads", 0) or 16)
+        heads, _ = _heads(lm)
         held = n_tokens * ((lm.n_layers + 1) * 2 * width + 6 * d_ff * element + 8 * width + 2 * d_ff * element
                            + 8 * d_ff * 8) + n_tokens**2 * (4 * heads * 4 + 6 * 8)
         return held + logits
@@ -110,20 +119,13 @@ def layer_by_layer_fits_better(lm: LoadedModel, n_tokens: int, n_response: int, 
         lm, n_tokens, n_response, layer_by_layer=False) > memory_mb * 2**20
 
 
-# ---------------------------------------------------------------------------------------------------
-# analyze() in stages: prepare the inputs, then either one loss's pass or the step-wise passes, then the result
-
-
 def generation_memory_bytes(lm: LoadedModel, n_prompt: int, n_new: int) -> int:
     """A rough estimate of the memory one generation holds beyond the weights (no gradients): the key/value cache
     of every layer over prompt and answer, the prefill's largest layer activations over the prompt (the gated
     MLP's 3 x d_ff and ~8 x d_model values per token, one layer at a time) and its attention scores, and the
     last position's logits (``generate`` keeps one position's; three float32 copies for the sampler)."""
     width, d_ff, vocab, element = _shape(lm)
-    config = lm.model.config
-    text = getattr(config, "get_text_config", lambda: config)()
-    heads = int(getattr(text, "num_attention_heads", 0) or 16)
-    kv_heads = int(getattr(text, "num_key_value_heads", 0) or heads)
+    heads, kv_heads = _heads(lm)
     kv_width = width * kv_heads // heads  # bytes of one token's keys (or values) in one layer
     n_total = n_prompt + n_new
     cache = 2 * lm.n_layers * kv_width * n_total
