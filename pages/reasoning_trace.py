@@ -14,6 +14,7 @@ from grade.common.errors import GradeError, InputError
 from grade.tasks.tasks import answer_format
 from studio import figures, localization, session, tokens, waiting, workflows
 from studio.analysis_cache import shipped_trace
+from studio.memory import prompt_tokens
 from studio.resources import load_questions, trace_examples
 
 TRACES = ("A", "B")
@@ -141,10 +142,10 @@ def _memory_mb(question: str, responses: list[str]) -> float:
     from grade.gradients.losses import split_steps
 
     limits, largest = session.limits(), 0
+    n_prompt = prompt_tokens(lm, question, None, limits)
     for response in responses:
         text = response.strip()[: limits.trace_chars + 1]  # an over-long trace is refused by the job, unread
         n_response = len(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
-        n_prompt = len(lm.tokenizer(question[: limits.question_chars + 1])["input_ids"]) + 64  # + the template
         largest = max(largest, analysis_memory_bytes(lm, n_prompt + n_response, n_response, len(split_steps(text)),
                                                      limits.step_memory_mb))
     return largest / 2**20
@@ -154,9 +155,7 @@ def _generation_memory_mb(question: str, max_new_tokens: int) -> float:
     """What the queue counts a generation as holding: the operator's budget holds it back like an analysis."""
     from grade.gradients.memory import generation_memory_bytes
 
-    limits = session.limits()
-    n_prompt = len(lm.tokenizer(question[: limits.question_chars + 1])["input_ids"]) + 64  # + the template
-    return generation_memory_bytes(lm, n_prompt, max_new_tokens) / 2**20
+    return generation_memory_bytes(lm, prompt_tokens(lm, question, None, session.limits()), max_new_tokens) / 2**20
 
 
 def _submit(action: str, keys: list[str], texts: dict[str, str], question: str | None = None) -> None:

@@ -7,7 +7,8 @@ never saw that fold's problems, not even with an injected error), its threshold 
 first-error F1. The variant with the best dev F1 is then trained on every training trace and the whole dev
 half, and every variant and baseline is scored once on the annotated **test** half (never used before).
 Writes ``results/step_errors/<traces model>/verifier_<reader>[_<tag>].json`` and ``.md``; ``--files`` keeps the
-annotated traces of some annotation files only (dev and test alike). With ``--ship`` the chosen verifier goes to ``grade/assets/step_verifier/<reader>.{json,safetensors}`` with its provenance and numbers.
+annotated traces of some annotation files only (dev and test alike). With ``--ship`` the chosen verifier goes to
+``grade/assets/step_verifier/<reader>.{json,safetensors}`` with its provenance and numbers.
 """
 
 from __future__ import annotations
