@@ -185,6 +185,23 @@ def test_two_sessions_queue_one_after_the_other_with_their_own_results(monkeypat
 
     watcher = threading.Thread(target=watch)
     watcher.start()
+    # "at once" made certain: the first analysis to run starts only once the other session's waits behind it (two
+    # AppTest reruns started together did not always overlap on a loaded machine, and then nobody waited)
+    from studio import workflows
+
+    original, started = workflows.analyze_question, []
+
+    def first_waits_for_the_second(*args, **kwargs):
+        started.append(1)
+        deadline = time.monotonic() + 120
+        while len(started) == 1 and time.monotonic() < deadline:
+            with queue._cond:
+                if any(queue._waiting.values()):
+                    break
+            time.sleep(0.05)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(workflows, "analyze_question", first_waits_for_the_second)
     before = queue.peak_running
     threads = [threading.Thread(target=lambda at=at: at.button(key="analyze").click().run()) for at in apps]
     for thread in threads:
