@@ -165,8 +165,12 @@ def test_two_sessions_queue_one_after_the_other_with_their_own_results(monkeypat
     second waits at position 1 while the first runs, and each session gets its own question's answer."""
     from studio import session
 
+    import studio.queue
+
     session._settings.cache_clear()
     session.analysis_cache.clear()
+    # a queue of its own: jobs or measured durations left by earlier tests in this process must not decide who waits
+    monkeypatch.setattr(studio.queue, "_shared", AnalysisQueue(workers=1))
     queue = session.analysis_queue()
     questions = ["What is the capital of France?", "Who wrote the novel Pride and Prejudice?"]
     apps = [_app(monkeypatch).run() for _ in questions]
