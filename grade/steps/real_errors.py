@@ -5,7 +5,8 @@
   problem id) and ``first_wrong_step`` (0-based, None = every step correct).
 * :func:`training_traces`: what the verifier may learn from at scale, never a problem of an annotated test
   row: one injected error (:func:`grade.steps.step_errors.inject`) in each of the model's own correct traces
-  (annotated-correct dev traces and majority replies of problems it solved) and in GSM8K reference solutions.
+  (annotated-correct dev traces and majority replies of problems it solved) and in GSM8K reference solutions;
+  :func:`own_traces`: the model's own replies as written, labelled by completions (:mod:`grade.steps.rollouts`).
 
 :class:`LabelledTrace` is the one row type; its ``first_wrong`` is 0-based in ``split_steps(trace)``.
 """
@@ -44,6 +45,7 @@ class LabelledTrace:
     file: str = ""
     confidence: str = "high"
     task: str = "gsm8k"  # the prompt style the model answered under (grade.tasks.prompts)
+    final_correct: bool | None = None  # whether the final answer matches the gold one (None: not known)
 
 
 def _folder(folder=None):
@@ -84,7 +86,8 @@ def annotated_traces(files: Sequence[str] | None = None, folder=None) -> list[La
                 raise ValueError(f"{name}: {row['id']} marks step {first} of {len(split_steps(row['trace']))}")
             out.append(LabelledTrace(f"{name.split('.')[0]}:{row['id']}", row["id"], row["question"], row["trace"],
                                      None if first is None else int(first), row.get("kind"), "annotated",
-                                     row["split"], name, row.get("confidence", "high"), row.get("dataset", "gsm8k")))
+                                     row["split"], name, row.get("confidence", "high"), row.get("dataset", "gsm8k"),
+                                     row.get("final_correct")))
     return out
 
 
@@ -140,6 +143,17 @@ def training_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dic
             out.append(LabelledTrace(f"ref:{row['id']}:{kind.split()[0]}", str(row["id"]), row["question"], new, step,
                                      kind, "injected reference", "train"))
     return out
+
+
+def own_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dict]) -> list[LabelledTrace]:
+    """The model's own replies as written (the majority reply of each labelled question; source ``own``, split
+    ``train``), never of a problem of an annotated test row. ``first_wrong`` is None here: a reply whose answer
+    was labelled right is taken as correct, the others get theirs from completions
+    (:mod:`grade.steps.rollouts`)."""
+    banned = held_out_problems(annotated)
+    return [LabelledTrace(f"own:{r['id']}", str(r["id"]), r["question"], r["majority"].strip(), None, None, "own",
+                          "train", task=r.get("task", "gsm8k"))
+            for r in label_rows if r.get("majority", "").strip() and str(r["id"]) not in banned]
 
 
 def trace_line(row: dict) -> dict:
