@@ -290,9 +290,10 @@ with st.container(border=True, key="tr_trace"):
     reader = row["verifier_reader"] if "verifier_reader" in row else None
     if not pd.isna(reader):  # the verifier ran on this trace (stores of format 3): its verdict first
         st.markdown("**Step verifier.** " + localization.verdict_line(
-            row["verifier_suspect_step"], row["step_verifier_probability"], float(row["verifier_threshold"])))
+            row["verifier_suspect_step"], row["step_verifier_probability"], float(row["verifier_threshold"]),
+            row["correct"]))
         st.caption(localization.reader_line(str(reader), model_name) + " "
-                   + localization.verifier_accuracy_line(str(reader)))
+                   + localization.verifier_accuracy_line(str(reader), final_known=not pd.isna(row["correct"])))
     signals = signals_of_row(row, token_rows)
     ranked = localization.ranked_table(list(row["step_texts"]), signals)
     suspect = int(ranked["step"].iloc[0])

@@ -1,6 +1,16 @@
 """Train and score the step verifier on the cached features of ``scripts/step_verifier_features.py``.
 
     python scripts/train_step_verifier.py --reader smollm2-135m-instruct [--ship]
+    python scripts/train_step_verifier.py --reader qwen2.5-coder-1.5b-instruct --compact [--ship]
+
+``--compact`` reads the projected features a GPU run brought back (scripts/verifier_gpu.sh,
+scripts/compact_verifier_features.py) instead of the per-trace cache, and ships the verifier unprojected (it
+reads raw hidden states). The model's own replies as written (source ``own``) are labelled here: a reply whose
+answer was labelled right is correct, the others by their completions (``data/step_rollouts``,
+grade.steps.rollouts.rollout_first_wrong) where usable, else left out.
+
+Every variant is also scored with the trace's final answer known (StepVerifier.suspect's ``final_correct``: an
+evaluation run grades its traces), its two thresholds chosen on dev as well.
 
 Every variant is scored on the annotated **dev** traces out of fold (5 folds by problem id; a fold's model
 never saw that fold's problems, not even with an injected error), its threshold chosen there to maximise the
@@ -29,6 +39,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from grade.steps.locate import check_scores  # noqa: E402
 from grade.steps.verifier import (SCALARS, StepVerifier, TraceFeatures,  # noqa: E402
@@ -49,19 +60,66 @@ VARIANTS = {
     "hidden(0.75,1.0) without the check, injected+dev": (dict(layers=(3, 5), n_components=32, C=0.1,
                                                               scalars=NO_CHECK), "all"),
     "scalars only (check + surprisal), cumulative, injected+dev": (dict(layers=(), C=0.1), "all"),
+    "hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (completions, no return)": (
+        dict(layers=(3, 5), n_components=32, C=0.1, target="first"), "all+own:no_return"),
+    "hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (completions, first zero)": (
+        dict(layers=(3, 5), n_components=32, C=0.1, target="first"), "all+own:first_zero"),
+    "hidden(0.75,1.0)+scalars, cumulative, injected+dev+own (completions, no return)": (
+        dict(layers=(3, 5), n_components=32, C=0.1), "all+own:no_return"),
+    "hidden(0.75,1.0)+scalars, cumulative, dev+own (completions, no return)": (
+        dict(layers=(3, 5), n_components=32, C=0.1), "dev+own:no_return"),
+    "hidden(0.5,0.75,1.0)+scalars, first-step target, 64 components, injected+dev+own (no return)": (
+        dict(layers=(1, 3, 5), n_components=64, C=0.1, target="first"), "all+own:no_return"),
 }
 
 
-def load(reader: str):
+def load(reader: str, compact: bool = False):
     folder = ROOT / "data/step_verifier" / reader
     rows = [json.loads(line) for line in (folder / "traces.jsonl").read_text().splitlines()]
+    if compact:
+        from compact_verifier_features import load_compact
+
+        stored = load_compact(folder / "compact")
     have = []
     for r in rows:
+        if compact:
+            if r["key"] in stored:
+                r["features"] = stored[r["key"]]
+                have.append(r)
+            continue
         path = folder / f"{r['key']}.npz"
         if path.is_file():
             r["features"] = TraceFeatures.load(path)
             have.append(r)
     return rows, have
+
+
+def label_own(rows: list[dict], rollouts_path: Path) -> dict[str, list[dict]]:
+    """{rule: the ``own`` rows labelled by it}: label-1 replies correct, the others by usable completions."""
+    import lzma
+
+    from grade.steps.rollouts import LABEL_RULES, rollout_first_wrong
+
+    labels = {str(r["id"]): r.get("label") for r in
+              map(json.loads, lzma.open(ROOT / "data/labels" / TRACES_MODEL / "gsm8k.jsonl.xz", "rt"))}
+    rollouts = {}
+    if rollouts_path.is_file():
+        rollouts = {r["id"]: r["successes"] for r in map(json.loads, lzma.open(rollouts_path, "rt"))}
+    annotated = {r["key"] for r in rows if r["source"] == "annotated"}  # the same reply, marked by a reader
+    out = {}
+    for rule in LABEL_RULES:
+        kept = []
+        for r in rows:
+            if r["source"] != "own" or r["key"] in annotated:
+                continue
+            if labels.get(r["problem"]) == 1:
+                kept.append({**r, "first_wrong": None})
+            elif r["problem"] in rollouts:
+                usable, first = rollout_first_wrong(rollouts[r["problem"]], rule)
+                if usable:
+                    kept.append({**r, "first_wrong": first})
+        out[rule] = kept
+    return out
 
 
 def fold_of(problem: str, n: int = 5) -> int:
@@ -75,17 +133,25 @@ def fit(settings: dict, rows: list[dict], dev_weight: float = 2.0) -> StepVerifi
     return StepVerifier(**settings).fit([r["features"] for r in rows], [r["first_wrong"] for r in rows], weights)
 
 
+OWN: dict[str, list[dict]] = {}  # rule -> labelled own rows (main fills it)
+
+
 def training_rows(sources: str, train: list[dict], dev: list[dict]) -> list[dict]:
-    return {"all": train + dev, "injected": train, "dev": dev}[sources]
+    base, _, rule = sources.partition("+own:")
+    rows = {"all": train + dev, "injected": train, "dev": dev}[base]
+    return rows + OWN.get(rule, []) if rule else rows
 
 
 def predictions(verifier: StepVerifier, rows: list[dict]) -> list[np.ndarray]:
     return [verifier.predict_proba(r["features"]) for r in rows]
 
 
-def score(verifier: StepVerifier, probs: list[np.ndarray], rows: list[dict], n_boot: int) -> dict:
-    return first_error_metrics([verifier.suspect(p) for p in probs], [verifier.step_scores(p) for p in probs],
-                               [r["first_wrong"] for r in rows], n_boot=n_boot)
+def score(verifier: StepVerifier, probs: list[np.ndarray], rows: list[dict], n_boot: int, known: bool = False) -> dict:
+    """The field's scores; ``known``: with each trace's final answer known (its annotated ``final_correct``)."""
+    return first_error_metrics([verifier.suspect(p, final_correct=r.get("final_correct") if known else None)
+                                for p, r in zip(probs, rows)], [verifier.step_scores(p) for p in probs],
+                               [r["first_wrong"] for r in rows], n_boot=n_boot,
+                               final_correct=[r.get("final_correct") for r in rows] if known else None)
 
 
 def baselines(rows: list[dict], n_boot: int) -> dict:
@@ -159,11 +225,18 @@ def main(argv=None) -> int:
                    help="annotation files whose traces form dev and test (e.g. gsm8k_qwen.a gsm8k_qwen.b; default all)")
     p.add_argument("--tag", default="", help="added to the results' file names (a variant's run)")
     p.add_argument("--machine", default=None)
+    p.add_argument("--compact", action="store_true", help="features from data/step_verifier/<reader>/compact")
+    p.add_argument("--rollouts", type=Path, default=ROOT / "data/step_rollouts" / TRACES_MODEL / "gsm8k.jsonl.xz")
+    p.add_argument("--only", nargs="+", default=None, metavar="VARIANT", help="these variants only (a quick look)")
     p.add_argument("--more-annotations", default=None,
                    help="a folder of annotation files for the model-free check's table (e.g. files not yet copied here)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    rows, have = load(args.reader)
+    rows, have = load(args.reader, args.compact)
+    OWN.update(label_own(have, args.rollouts))
+    variants = {n: v for n, v in VARIANTS.items() if not args.only or n in args.only}
+    if not any(OWN.values()):
+        variants = {n: v for n, v in variants.items() if "+own:" not in v[1]}
     if args.files:
         wanted = {f.split(".jsonl")[0] for f in args.files}
         rows = [r for r in rows if r["source"] != "annotated" or r["file"].split(".jsonl")[0] in wanted]
@@ -171,12 +244,14 @@ def main(argv=None) -> int:
     dev = [r for r in have if r["source"] == "annotated" and r["split"] == "dev"]
     test = [r for r in have if r["source"] == "annotated" and r["split"] == "test"]
     test_problems = {r["problem"] for r in rows if r["source"] == "annotated" and r["split"] == "test"}
-    train = [r for r in have if r["source"] != "annotated"]
-    if any(r["problem"] in test_problems for r in train + dev):
+    train = [r for r in have if r["source"] not in ("annotated", "own")]
+    if any(r["problem"] in test_problems for r in train + dev + [o for own in OWN.values() for o in own]):
         raise SystemExit("a training trace shares a problem with an annotated test row")
-    print(f"features: {len(have)} of {len(rows)} traces; dev {len(dev)}, test {len(test)}, injected {len(train)}")
-    dev_results, thresholds = {}, {}
-    for name, (settings, sources) in VARIANTS.items():
+    print(f"features: {len(have)} of {len(rows)} traces; dev {len(dev)}, test {len(test)}, injected {len(train)}; "
+          + ", ".join(f"own by {rule}: {len(o)} ({sum(r['first_wrong'] is not None for r in o)} with an error)"
+                      for rule, o in OWN.items()))
+    dev_results, dev_known, thresholds = {}, {}, {}
+    for name, (settings, sources) in variants.items():
         probs: list = [None] * len(dev)
         for k in range(5):
             held = {r["problem"] for r in dev if fold_of(r["problem"]) == k}
@@ -186,21 +261,27 @@ def main(argv=None) -> int:
             for i, r in enumerate(dev):
                 if r["problem"] in held:
                     probs[i] = verifier.predict_proba(r["features"])
-        chosen = verifier.choose_threshold(probs, [r["first_wrong"] for r in dev])
-        thresholds[name] = chosen["threshold"]
+        chosen = verifier.choose_threshold(probs, [r["first_wrong"] for r in dev], [r.get("final_correct") for r in dev])
+        thresholds[name] = {k: getattr(verifier, k) for k in ("threshold", "threshold_right")}
         dev_results[name] = score(verifier, probs, dev, args.n_boot)
+        dev_known[name] = score(verifier, probs, dev, args.n_boot, known=True)
         print(f"dev {name}: F1 {dev_results[name]['f1']['value']:.3f} exact "
               f"{dev_results[name]['wrong_exact']['value']:.3f} none {dev_results[name]['none_acc']['value']:.3f} "
-              f"top1 {dev_results[name]['top1']['value']:.3f} tau {chosen['threshold']:.3f}", flush=True)
+              f"top1 {dev_results[name]['top1']['value']:.3f} tau {chosen['threshold']:.3f}; final answer known: "
+              f"F1 {dev_known[name]['f1']['value']:.3f} exact {dev_known[name]['wrong_exact']['value']:.3f} "
+              f"none {dev_known[name]['none_acc']['value']:.3f}", flush=True)
     dev_results.update(baselines(dev, args.n_boot))
-    best = max(VARIANTS, key=lambda n: dev_results[n]["f1"]["value"])
-    # the test half, once: every variant trained on everything it may see, its dev threshold kept
-    test_results, final = {}, {}
-    for name, (settings, sources) in VARIANTS.items():
+    best = max(variants, key=lambda n: dev_results[n]["f1"]["value"])
+    # the test half, once: every variant trained on everything it may see, its dev thresholds kept
+    test_results, test_known, final = {}, {}, {}
+    for name, (settings, sources) in variants.items():
         verifier = fit(settings, training_rows(sources, train, dev))
-        verifier.threshold = thresholds[name]
+        for k, v in thresholds[name].items():
+            setattr(verifier, k, v)
         final[name] = verifier
-        test_results[name] = score(verifier, predictions(verifier, test), test, args.n_boot)
+        test_probs = predictions(verifier, test)
+        test_results[name] = score(verifier, test_probs, test, args.n_boot)
+        test_known[name] = score(verifier, test_probs, test, args.n_boot, known=True)
     test_results.update(baselines(test, args.n_boot))
     # per kind of error and per annotation file, the chosen verifier and the default locator
     chosen = final[best]
@@ -228,10 +309,13 @@ def main(argv=None) -> int:
         "counts": {"dev": len(dev), "test": len(test), "injected": len(train),
                    "injected_by_source": {s: sum(r["source"] == s for r in train)
                                           for s in ("injected own", "injected reference")}},
+        "own_labelled": {rule: {"traces": len(o), "with_error": sum(r["first_wrong"] is not None for r in o)}
+                         for rule, o in OWN.items()},
         "chosen": best, "thresholds": thresholds, "dev_out_of_fold": dev_results, "test": test_results,
+        "dev_out_of_fold_final_answer_known": dev_known, "test_final_answer_known": test_known,
         "test_per_kind": per_kind, "test_per_file": per_file, "check_alone_every_annotated_trace": everywhere,
         "variants": {n: {"settings": {**s, "scalars": list(s.get("scalars", SCALARS))}, "training": src}
-                     for n, (s, src) in VARIANTS.items()},
+                     for n, (s, src) in variants.items()},
         "seconds": time.perf_counter() - t0,
     }
     out = ROOT / "results/step_errors" / TRACES_MODEL
@@ -239,7 +323,9 @@ def main(argv=None) -> int:
     (out / f"{name}.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     md = [f"## Step verifier: reader {args.reader}, traces of {TRACES_MODEL} (`scripts/train_step_verifier.py`)", "",
           *table(dev_results, "dev half, out of fold (5 folds by problem id)", best),
-          *table(test_results, "test half (scored once, threshold from dev)", best)]
+          *table(test_results, "test half (scored once, threshold from dev)", best),
+          *table(dev_known, "dev half, out of fold, final answer known (a wrong one: some step is wrong)", best),
+          *table(test_known, "test half, final answer known (thresholds from dev)", best)]
     md += ["### test half per kind of error (erroneous traces only: exact / top-1 / top-3)", "",
            "| kind | n | verifier exact | verifier top-1 | verifier top-3 | check+surprisal top-1 | check+surprisal top-3 |",
            "|---|---|---|---|---|---|---|"]
@@ -254,16 +340,28 @@ def main(argv=None) -> int:
     (out / f"{name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     if args.ship:
+        files = ", ".join(args.files) if args.files else "every annotation file"
         measured = {k: test_results[best][k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}
         measured.update(n_wrong=test_results[best]["n_wrong"], n_correct=test_results[best]["n_correct"],
-                        data="annotated test half of grade/datasets/real_step_errors (gsm8k_qwen.a/b)",
+                        data=f"annotated test half of grade/datasets/real_step_errors ({files})",
                         locator_today={k: test_results["check+surprisal (the suspect_step today; never says none)"][k]
                                        for k in ("f1", "top1", "top3")})
+        known = {k: test_known[best][k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}
+        known.update(n_wrong=test_known[best]["n_wrong"], n_correct=test_known[best]["n_correct"],
+                     data=measured["data"] + ", the final answer's correctness known")
         chosen.info = {"variant": best, "reader": args.reader, "traces_model": TRACES_MODEL,
-                       "trained_on": {"annotated dev traces": len(dev), **results["counts"]["injected_by_source"]},
+                       "trained_on": {"annotated dev traces": len(dev), **results["counts"]["injected_by_source"],
+                                      **({"own replies labelled by completions": len(OWN[variants[best][1].partition("+own:")[2]])}
+                                         if "+own:" in variants[best][1] else {})},
                        "never_trained_on": "any problem of an annotated test row",
                        "threshold_from": "annotated dev half, out of fold, maximising the first-error F1",
-                       "measured": measured, "machine": machine}
+                       "measured": measured, "measured_final_known": known, "machine": machine}
+        if args.compact:  # fitted on projected states: ship the same verifier reading raw ones
+            from compact_verifier_features import unproject
+
+            info = chosen.info
+            chosen = unproject(chosen, ROOT / "data/step_verifier" / args.reader / "compact" / "basis.npz")
+            chosen.info = info
         meta, weights = chosen.save(ROOT / "grade/assets/step_verifier" / args.reader)
         print(f"shipped {meta} ({weights.stat().st_size / 1e6:.2f} MB)")
     return 0

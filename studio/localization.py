@@ -81,10 +81,14 @@ def verdict_label(step) -> str:
     return NO_STEP if _missing(step) else f"step {int(step)}"
 
 
-def verdict_line(step, probability, threshold: float) -> str:
+def verdict_line(step, probability, threshold: float, final_correct=None) -> str:
     """The verifier's verdict on one trace in one Markdown sentence (``step`` 1-based or None; ``probability``
-    per step)."""
+    per step; ``final_correct``: the final answer's known correctness, None / null where not known)."""
     p = [float(x) for x in probability]
+    if final_correct is not None and not pd.isna(final_correct) and not bool(final_correct) and not _missing(step):
+        k = int(step)
+        return (f"**Step {k} stands out**, P = {p[k - 1]:.2f}: the final answer is wrong, so some step is, and this "
+                "one is the verifier's most likely first wrong step.")
     if _missing(step):
         top = max(range(len(p)), key=lambda k: p[k]) if p else None
         highest = f" (the highest: step {top + 1}, P = {p[top]:.2f})" if top is not None else ""
@@ -101,11 +105,12 @@ def _verifier_info(reader: str) -> dict:
     return dict(verifier.info) if verifier is not None else {}
 
 
-def verifier_accuracy_line(reader: str) -> str:
+def verifier_accuracy_line(reader: str, final_known: bool = False) -> str:
     """The measured accuracy of the verifier shipped for ``reader`` on real annotated traces, with the chance
-    rates, and today's suspect step's beside it (its ``measured``, written by the training script)."""
+    rates, and today's suspect step's beside it (its ``measured``, written by the training script);
+    ``final_known``: the numbers of its rule for traces whose final answer's correctness is known, where measured."""
     info = _verifier_info(_short(reader).lower())
-    m = info.get("measured") or {}
+    m = (final_known and info.get("measured_final_known")) or info.get("measured") or {}
     if not m.get("f1"):
         return "This verifier's accuracy on annotated traces has not been measured; read it as a hint, not a finding."
 
@@ -113,8 +118,9 @@ def verifier_accuracy_line(reader: str) -> str:
         s = m[name]
         return f"{s['value']:.2f} [{s['low']:.2f}, {s['high']:.2f}] (chance {s['chance']:.2f})"
 
+    known = " with the final answer's correctness known" if m is info.get("measured_final_known") else ""
     line = (f"Measured on real traces of {info.get('traces_model', 'another model')} whose first wrong step a reader "
-            f"marked ({m['n_wrong']} with an error, {m['n_correct']} correct, never trained on): F1 {score('f1')}, "
+            f"marked ({m['n_wrong']} with an error, {m['n_correct']} correct, never trained on){known}: F1 {score('f1')}, "
             f"the first wrong step exactly in {m['wrong_exact']['value']:.0%}, \"{NO_STEP}\" on "
             f"{m['none_acc']['value']:.0%} of the correct traces, the wrong step among its top three in {score('top3')}.")
     today = m.get("locator_today")

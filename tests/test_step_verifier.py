@@ -137,3 +137,101 @@ def test_trace_features_file_round_trip(features, tmp_path):
     g = TraceFeatures.load(tmp_path / "f.npz")
     assert np.array_equal(g.scalars, f.scalars) and g.findings == f.findings
     np.testing.assert_allclose(g.hidden, f.hidden, rtol=1e-3, atol=1e-2)  # float16 on disk
+
+
+def test_a_known_final_answer_decides_none_or_a_step(small, features):
+    verifier = StepVerifier(layers=(), C=1.0).fit(features, [t.first_wrong for t in small])
+    verifier.threshold, verifier.threshold_right = 0.5, 0.8
+    p = np.array([0.1, 0.6, 0.4, 0.3])
+    assert verifier.suspect(p) == 1  # unknown: the first over 0.5
+    assert verifier.suspect(p, final_correct=True) is None  # right: nothing passes 0.8
+    low = np.array([0.1, 0.2, 0.15])
+    assert verifier.suspect(low) is None
+    assert verifier.suspect(low, final_correct=False) == int(np.argmax(verifier.step_scores(low)))  # wrong: a step
+    # chosen on traces with their final answers: the known rule never does worse there than the unknown one
+    probs = [p, low, np.array([0.7, 0.9])]
+    chosen = verifier.choose_threshold(probs, [1, 1, None], [False, False, True])
+    assert chosen["known"]["f1"] >= chosen["f1"]
+    assert verifier.suspect(probs[2], final_correct=True) is None
+
+
+def test_known_final_threshold_survives_a_round_trip(small, features, tmp_path):
+    verifier = StepVerifier(layers=(3,), n_components=2).fit(features, [t.first_wrong for t in small])
+    verifier.threshold, verifier.threshold_right = 0.4, 0.9
+    verifier.save(tmp_path / "v")
+    again = StepVerifier.load(tmp_path / "v")
+    assert (again.threshold, again.threshold_right) == (0.4, 0.9)
+
+
+def test_reader_on_a_cpu_is_the_small_one():
+    from grade.steps.verifier import CPU_READER, shipped_readers, verifier_reader
+
+    if CPU_READER not in shipped_readers():
+        pytest.skip("no CPU reader shipped")
+    assert verifier_reader("qwen2.5-coder-1.5b-instruct", "cpu") == CPU_READER
+    assert verifier_reader("gemma-3-270m", "cuda:0") == CPU_READER  # no verifier of its own
+    if "qwen2.5-coder-1.5b-instruct" in shipped_readers():
+        assert verifier_reader("Qwen/qwen2.5-coder-1.5b-instruct", "cuda:0") == "qwen2.5-coder-1.5b-instruct"
+
+
+def test_compacted_features_give_the_same_verifier(smollm, small, features, tmp_path):
+    """scripts/compact_verifier_features.py: a verifier fitted on the projected states, unprojected, predicts on raw
+    states what it predicted on projected ones (up to the float16 of the projected store)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from compact_verifier_features import compact, load_compact, unproject
+    from grade.steps.verifier import trace_key
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    rows = []
+    for t, f in zip(small, features):
+        key = trace_key("smollm2-135m-instruct", t.question, t.trace, t.task)
+        f.save(folder / f"{key}.npz")
+        rows.append({"key": key, "source": "annotated", "split": "dev"})
+    (folder / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    compact(folder, tmp_path / "compact", [3, 5], 6)
+    stored = load_compact(tmp_path / "compact")
+    keys = [r["key"] for r in rows]
+    projected = StepVerifier(layers=(3, 5), n_components=4).fit([stored[k] for k in keys],
+                                                               [t.first_wrong for t in small])
+    raw = unproject(projected, tmp_path / "compact" / "basis.npz")
+    assert raw.components_.shape == (4, 2 * smollm.model.config.hidden_size)
+    for k, f in zip(keys, features):
+        np.testing.assert_allclose(raw.predict_proba(f), projected.predict_proba(stored[k]), atol=2e-3)
+
+
+def test_completion_label_rules():
+    from grade.steps.rollouts import first_without_success, no_return_step, rollout_first_wrong
+
+    assert first_without_success([3, 0, 2, 0]) == 1 and first_without_success([1, 2]) is None
+    assert no_return_step([3, 0, 2, 0, 0]) == 3  # the model recovers after step 1, not after step 3
+    assert no_return_step([3, 0, 2]) is None  # a prefix that still reaches the answer: nothing wrong yet
+    assert rollout_first_wrong([0, 0, 0]) == (False, None)  # never solved: says nothing about the steps
+    assert rollout_first_wrong([2, 1, 0, 0]) == (True, 2)
+
+
+def test_completions_of_a_real_trace(smollm, one_torch_thread):
+    """grade.steps.rollouts: one continuation per step of a real reply, counted against the gold answer."""
+    from grade.steps.rollouts import rollout_labels
+
+    rows = [json.loads(line) for line in lzma.open(ROOT / "data/labels/qwen2.5-coder-1.5b-instruct/gsm8k.jsonl.xz", "rt")]
+    row = next(r for r in rows if r.get("label") == 1 and len(split_steps(r["majority"])) <= 8)
+    trace = {"id": row["id"], "question": row["question"], "trace": row["majority"].strip(),
+             "answers": row["answers"], "task": "gsm8k"}
+    got = []
+    labels = rollout_labels(smollm, [trace], n=1, max_new_tokens=8, prompts_per_batch=4, on_label=got.append)
+    assert got == labels and len(labels) == 1
+    k = len(split_steps(trace["trace"]))
+    assert len(labels[0].successes) == k and all(s in (0, 1) for s in labels[0].successes)
+    assert labels[0].successes[-1] == 1  # the whole correct reply, continued by nothing or a few tokens, is right
+
+
+def test_chance_with_the_final_answer_known():
+    # two erroneous traces of 4 steps (one ends wrong), one correct: the blind rule that reads the final answer
+    m = first_error_metrics([0, 1, None], [np.zeros(4)] * 3, [0, 2, None], n_boot=50,
+                            final_correct=[False, True, True])
+    assert m["wrong_exact"]["chance"] == pytest.approx(0.5 * 0.25)
+    assert m["none_acc"]["chance"] == 1.0
+    assert m["f1"]["chance"] == pytest.approx(2 * 0.125 / 1.125)

@@ -212,25 +212,29 @@ class StepVerifier:
     target : ``cumulative`` (p_k = P(error by step k); ranking by its rise) or ``first`` (p_k = P(step k is the
         first wrong step); ranking by p_k), see :func:`step_targets`.
     C : inverse L2 strength of the logistic regression.
-    threshold : the suspect step is the first with p_k > threshold (:meth:`choose_threshold` sets it).
+    threshold : the suspect step is the first with p_k > threshold (:meth:`choose_threshold` sets it);
+        threshold_right : the same where the trace's final answer is known to be right (:meth:`suspect`).
 
     Fitted attributes (all numpy, saved as safetensors): ``h_mean_`` (H,), ``h_scale_`` (H,), ``components_``
     (P, H), ``s_mean_`` (S,), ``s_scale_`` (S,), ``coef_`` (P + S,), ``intercept_``.
     """
 
     def __init__(self, layers: Sequence[int] = (3, 5), n_components: int = 32, scalars: Sequence[str] = SCALARS,
-                 target: str = "cumulative", C: float = 0.1, threshold: float = 0.5):
+                 target: str = "cumulative", C: float = 0.1, threshold: float = 0.5,
+                 threshold_right: float | None = None):
         self.layers = tuple(int(i) for i in layers)
         self.n_components = int(n_components)
         self.scalars = tuple(scalars)
         self.target = target
         self.C = float(C)
         self.threshold = float(threshold)
+        self.threshold_right = float(threshold if threshold_right is None else threshold_right)
         self.info: dict = {}
 
     def get_params(self) -> dict:
         return {"layers": list(self.layers), "n_components": self.n_components, "scalars": list(self.scalars),
-                "target": self.target, "C": self.C, "threshold": self.threshold}
+                "target": self.target, "C": self.C, "threshold": self.threshold,
+                "threshold_right": self.threshold_right}
 
     def _raw(self, f: TraceFeatures) -> tuple[np.ndarray, np.ndarray]:
         hidden = f.hidden[:, list(self.layers)].reshape(f.n_steps, -1) if self.layers else np.zeros((f.n_steps, 0))
@@ -298,26 +302,47 @@ class StepVerifier:
         target) or p_k itself (first)."""
         return np.diff(p, prepend=0.0) if self.target == "cumulative" else np.asarray(p)
 
-    def suspect(self, p: np.ndarray, threshold: float | None = None) -> int | None:
-        """0-based first step with p_k > threshold, or None (no wrong step)."""
-        tau = self.threshold if threshold is None else threshold
+    def suspect(self, p: np.ndarray, threshold: float | None = None, final_correct: bool | None = None) -> int | None:
+        """0-based first step with p_k > threshold, or None (no wrong step).
+
+        final_correct : whether the trace's final answer matches the gold one, where that is known (an evaluation
+        run's traces). Known wrong: some step is wrong, so the most suspect step (:meth:`step_scores`); known
+        right: the first over ``threshold_right`` (the final answer of most such traces is right because every
+        step is), else None. Unknown, or ``threshold`` given: the first over ``threshold``.
+        """
+        if final_correct is False and threshold is None:
+            return int(np.argmax(self.step_scores(np.asarray(p))))
+        tau = threshold if threshold is not None else self.threshold_right if final_correct else self.threshold
         over = np.flatnonzero(np.asarray(p) > tau)
         return int(over[0]) if over.size else None
 
-    def choose_threshold(self, probs: Sequence[np.ndarray], first_wrong: Sequence[int | None]) -> dict:
+    @staticmethod
+    def _best(candidates: np.ndarray, score) -> float:
+        """The candidate threshold of the highest ``score(tau)`` (first on ties), moved midway to the next one:
+        the rule chosen, not a value on a training trace's edge."""
+        values = [score(tau) for tau in candidates]
+        i = int(np.argmax(values))
+        return float((candidates[i] + candidates[i + 1]) / 2) if i + 1 < len(candidates) else float(candidates[i])
+
+    def choose_threshold(self, probs: Sequence[np.ndarray], first_wrong: Sequence[int | None],
+                         final_correct: Sequence[bool | None] | None = None) -> dict:
         """Set ``threshold`` to the value that maximises the first-error F1 (:func:`first_error_f1`) over these
-        (dev) traces; returns {"threshold", "f1", "wrong_exact", "none_acc"} there."""
-        candidates = np.unique(np.concatenate([np.asarray(p) for p in probs]))
-        best = None
-        for tau in np.concatenate([candidates, [1.0]]):
-            m = first_error_f1([self.suspect(p, tau) for p in probs], first_wrong)
-            if best is None or m["f1"] > best["f1"] + 1e-12:
-                best = {"threshold": float(tau), **m}
-        # midway to the next candidate: the rule chosen, not a value on a training trace's edge
-        above = candidates[candidates > best["threshold"]]
-        if above.size:
-            best["threshold"] = float((best["threshold"] + above[0]) / 2)
-        self.threshold = best["threshold"]
+        (dev) traces; with ``final_correct`` (per trace) also ``threshold_right``, the best F1 where the final
+        answers are known. Returns {"threshold", "f1", "wrong_exact", "none_acc"} of the unknown-answer rule and,
+        with ``final_correct``, ``known``: the same of the known-answer rule."""
+        candidates = np.unique(np.concatenate([np.asarray(p) for p in probs] + [np.array([1.0])]))
+        self.threshold = self._best(candidates, lambda tau: first_error_f1(
+            [self.suspect(p, tau) for p in probs], first_wrong)["f1"])
+        best = {"threshold": self.threshold, **first_error_f1([self.suspect(p) for p in probs], first_wrong)}
+        if final_correct is not None:
+            def known(tau=None):
+                if tau is not None:
+                    self.threshold_right = tau
+                return first_error_f1([self.suspect(p, final_correct=c) for p, c in zip(probs, final_correct)],
+                                      first_wrong)
+
+            self.threshold_right = self._best(candidates, lambda tau: known(tau)["f1"])
+            best["known"] = {"threshold_right": self.threshold_right, **known()}
         return best
 
     # ---- files: JSON (settings, provenance, measured numbers) + safetensors (arrays)
@@ -362,6 +387,7 @@ class StepVerifier:
             raise InputError(f"{weights} does not belong to {meta_path.name} (checksum mismatch)")
         t = load_file(str(weights))
         params = {k: meta[k] for k in ("layers", "n_components", "scalars", "target", "C", "threshold")}
+        params.update({k: meta[k] for k in ("threshold_right",) if k in meta})
         verifier = cls(**params)
         verifier.h_mean_, verifier.h_scale_ = t["h_mean"].astype(np.float64), t["h_scale"].astype(np.float64)
         verifier.components_ = t["components"].astype(np.float64)
@@ -399,12 +425,15 @@ def chance_f1(mean_inverse_steps: float) -> tuple[float, float]:
 
 
 def first_error_metrics(predicted: Sequence[int | None], scores: Sequence[np.ndarray], first_wrong: Sequence[int | None],
-                        *, n_boot: int = 1000, seed: int = 0) -> dict:
+                        *, n_boot: int = 1000, seed: int = 0,
+                        final_correct: Sequence[bool | None] | None = None) -> dict:
     """The field's scores with 95 % bootstrap intervals (erroneous and correct traces resampled apart) and
     chance rates.
 
     predicted : 0-based suspect step or None per trace; scores : (K,) ranking scores per trace (higher = more
-    suspect; top-1 / top-3 ignore the threshold); first_wrong : 0-based or None.
+    suspect; top-1 / top-3 ignore the threshold); first_wrong : 0-based or None; final_correct : where the
+    predictions used each trace's known final answer, the chance rates are those of the trace-blind rule that uses
+    it too ("none" where the answer is right, a uniformly random step where it is wrong).
     Returns {"n_wrong", "n_correct", "steps_mean", "f1", "wrong_exact", "none_acc", "top1", "top3"}, each score
     {"value", "low", "high", "chance"}.
     """
@@ -436,6 +465,10 @@ def first_error_metrics(predicted: Sequence[int | None], scores: Sequence[np.nda
     f1_chance, q = chance_f1(inv) if len(k) else (float("nan"), float("nan"))
     chance = {"wrong_exact": (1 - q) * inv, "none_acc": q, "top1": inv,
               "top3": float(np.mean(np.minimum(3, k) / k)) if len(k) else float("nan"), "f1": f1_chance}
+    if final_correct is not None and len(k) and ok:
+        a = float(np.mean([(final_correct[i] is False) / len(scores[i]) for i in wrong]))
+        b = float(np.mean([final_correct[i] is not False for i in ok]))
+        chance.update(wrong_exact=a, none_acc=b, f1=f1(a, b))
     out: dict = {"n_wrong": len(wrong), "n_correct": len(ok), "steps_mean": float(k.mean()) if len(k) else None}
     for name, v in values.items():
         out[name] = {"value": float(v), "low": float(np.nanpercentile(boots[name], 2.5)),
@@ -450,7 +483,8 @@ class VerifierResult:
     step_probability : (K,) p_k per step (0-based list); suspect_step : 1-based first step with p_k over the
     threshold, None = no wrong step found; ranking : 1-based steps, most suspect first; measured : the
     verifier's accuracy on the annotated test traces as shipped (F1, exact first step, none accuracy, top-1,
-    top-3 with intervals and chance), or {} where not measured.
+    top-3 with intervals and chance), or {} where not measured; final_correct : the final answer's known
+    correctness the verdict used (None: unknown), which also picks the measured numbers shown.
     """
 
     step_probability: list[float]
@@ -460,6 +494,7 @@ class VerifierResult:
     step_texts: list[str]
     seconds: float
     measured: dict
+    final_correct: bool | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -487,14 +522,24 @@ def shipped_verifier(model: str) -> StepVerifier | None:
     return StepVerifier.load(Path(str(base)))
 
 
-def verifier_reader(model: str) -> str | None:
-    """The model that reads traces of ``model`` for the step verifier: ``model`` itself where a verifier is
-    shipped for it, else the first shipped reader, None where none is shipped.
+#: The reader on a CPU, whatever model wrote the trace: there the verifier's answer must come within seconds
+#: (bench/step_verifier.py times it), which a 135M reader's forward pass gives and a 1.5B one's does not.
+CPU_READER = "smollm2-135m-instruct"
 
-    The one place this is decided. Another model's reader is no stand-in: the shipped verifier was trained and
-    measured with SmolLM2 reading the text Qwen wrote, so any trace text can be read that way."""
+
+def verifier_reader(model: str, device: str = "cpu") -> str | None:
+    """The model that reads traces of ``model`` on ``device`` for the step verifier: on a GPU ``model`` itself
+    where a verifier is shipped for it; else :data:`CPU_READER`; None where no verifier is shipped.
+
+    The one place this is decided. Another model's reader is no stand-in of the model's own: each shipped
+    verifier was trained and measured with its reader reading the text Qwen wrote, and carries its own numbers."""
     readers = shipped_readers()
-    return _short(model) if _short(model) in readers else (readers[0] if readers else None)
+    if not readers:
+        return None
+    own = _short(model)
+    if own in readers and (str(device).split(":")[0] != "cpu" or own == CPU_READER):
+        return own
+    return CPU_READER if CPU_READER in readers else readers[0]
 
 
 _READERS: dict[tuple[str, str], object] = {}
@@ -509,7 +554,7 @@ def load_reader(lm, loader=None):
     its model registry's loader)."""
     import torch
 
-    reader = verifier_reader(lm.name)
+    reader = verifier_reader(lm.name, str(lm.device))
     if reader is None:
         return None
     if _short(lm.name) == reader and lm.dtype == torch.float32:
@@ -526,10 +571,12 @@ def load_reader(lm, loader=None):
 
 
 def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | None = None,
-                 task: str = DEFAULT_TASK) -> VerifierResult:
+                 task: str = DEFAULT_TASK, final_correct: bool | None = None) -> VerifierResult:
     """Read ``response`` with ``lm`` (one forward pass) and name its first wrong step, or none.
 
     verifier : default the one shipped for ``lm.name`` (:func:`shipped_verifier`).
+    final_correct : whether the response's final answer is right, where a gold answer says so (see
+        :meth:`StepVerifier.suspect`); None: unknown.
     """
     import time
 
@@ -542,9 +589,13 @@ def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | N
     response = response.strip()
     features = step_features(lm, question, response, task=task)
     p = verifier.predict_proba(features)
-    suspect = verifier.suspect(p)
+    suspect = verifier.suspect(p, final_correct=final_correct)
     scores = verifier.step_scores(p)
     ranking = [int(k) + 1 for k in sorted(range(len(scores)), key=lambda k: (-scores[k], k))]
     texts = [response[a:b] for a, b in split_steps(response)]
+    threshold = {None: verifier.threshold, True: verifier.threshold_right, False: 0.0}[final_correct]
+    measured = dict(verifier.info.get("measured", {}))
+    if final_correct is not None and "measured_final_known" in verifier.info:
+        measured = dict(verifier.info["measured_final_known"])
     return VerifierResult([float(x) for x in p], None if suspect is None else suspect + 1, ranking,
-                          verifier.threshold, texts, time.perf_counter() - t, dict(verifier.info.get("measured", {})))
+                          threshold, texts, time.perf_counter() - t, measured, final_correct)

@@ -67,7 +67,9 @@ def verify_item(lm, item: TraceItem, response: str) -> dict:
         reader = load_reader(lm)
         if reader is None:
             return verifier_columns(None, None)
-        return verifier_columns(verify_trace(reader, item.question, response), reader.name)
+        # the run's own grading says whether the final answer is right: a wrong one means some step is wrong
+        return verifier_columns(verify_trace(reader, item.question, response, task=item.task,
+                                             final_correct=item.correct), reader.name)
     except GradeError as exc:
         log.warning("no step verifier for trace %s: %s", item.trace_id, exc)
         return verifier_columns(None, None)
