@@ -288,12 +288,14 @@ with st.container(border=True, key="tr_trace"):
         st.warning(tr.cut_off_warning(row["correct"], token_limit), icon=":material/content_cut:")
     st.markdown(f"**Question.** {session.plain(str(row['question']))}")
     reader = row["verifier_reader"] if "verifier_reader" in row else None
+    # what the verifier knew of the final answer (grade.traces.analysis.verify_item): nothing where the reply was cut
+    final_known = None if tr.is_cut_off(row["cut_off"]) else row["correct"]
     if not pd.isna(reader):  # the verifier ran on this trace (stores of format 3): its verdict first
         st.markdown("**Step verifier.** " + localization.verdict_line(
             row["verifier_suspect_step"], row["step_verifier_probability"], float(row["verifier_threshold"]),
-            row["correct"]))
+            final_known))
         st.caption(localization.reader_line(str(reader), model_name) + " "
-                   + localization.verifier_accuracy_line(str(reader), final_known=not pd.isna(row["correct"])))
+                   + localization.verifier_accuracy_line(str(reader), final_known=not pd.isna(final_known)))
     signals = signals_of_row(row, token_rows)
     ranked = localization.ranked_table(list(row["step_texts"]), signals)
     suspect = int(ranked["step"].iloc[0])

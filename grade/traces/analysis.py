@@ -67,9 +67,11 @@ def verify_item(lm, item: TraceItem, response: str) -> dict:
         reader = load_reader(lm)
         if reader is None:
             return verifier_columns(None, None)
-        # the run's own grading says whether the final answer is right: a wrong one means some step is wrong
-        return verifier_columns(verify_trace(reader, item.question, response, task=item.task,
-                                             final_correct=item.correct), reader.name)
+        # the run's own grading says whether the final answer is right: a wrong one means some step is wrong,
+        # unless the reply was cut at its token limit before any answer (then nothing is known)
+        final = None if item.cut_off else item.correct
+        return verifier_columns(verify_trace(reader, item.question, response, task=item.task, final_correct=final),
+                                reader.name)
     except GradeError as exc:
         log.warning("no step verifier for trace %s: %s", item.trace_id, exc)
         return verifier_columns(None, None)
