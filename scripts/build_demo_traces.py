@@ -15,6 +15,12 @@ copied, with their token rows, to ``grade/assets/demo_traces/<model>/`` (package
 The store's steps must be the reader's steps, or the known error step would point at another sentence: every trace
 is checked (same step count, and the marked step's text is the reader's ``first_wrong_text``) before anything is
 copied.
+
+    python scripts/build_demo_traces.py --verifier-only
+
+reads the shipped demo store's traces with the step verifier shipped now (``grade.traces.analysis.verify_item``,
+on this machine's CPU, as ``grade traces`` would) and writes its columns back, the GRADE analysis untouched: a new
+verifier does not need minutes of step-wise analysis per trace again.
 """
 
 from __future__ import annotations
@@ -74,11 +80,17 @@ def main() -> int:
     parser.add_argument("--correct", type=int, default=8)
     parser.add_argument("--work", type=Path, default=None, help="where the JSONL and the analysed store go "
                         "(default runs/demo_traces/<model>)")
+    parser.add_argument("--verifier-only", action="store_true",
+                        help="the shipped store's step-verifier columns again, with the verifier shipped now")
     args, passed_on = parser.parse_known_args()  # the rest goes to `grade traces` (where and how the model runs)
 
     import pyarrow.parquet as pq
 
     from grade.traces import TraceStore
+
+    target = ROOT / "grade" / "assets" / "demo_traces" / args.model
+    if args.verifier_only:
+        return reverify(target, args.model)
 
     work = args.work or ROOT / "runs" / "demo_traces" / args.model
     work.mkdir(parents=True, exist_ok=True)
@@ -92,22 +104,57 @@ def main() -> int:
     source = TraceStore(analysed)
     frame = source.traces(annotated=False)
     check_steps(frame, rows)
-    target = ROOT / "grade" / "assets" / "demo_traces" / args.model
-    shutil.rmtree(target, ignore_errors=True)
-    demo = TraceStore(target)
-    meta = source.meta()
-    demo.prepare(meta["model"], meta["srank"],
-                 {**meta["source"], "file": "grade/datasets/real_step_errors, test split (demo)"})
-    # rows as pyarrow gives them: nullable integer columns stay None (pandas rows would turn them into NaN floats)
-    traces = [r for part in sorted(source.traces_dir.glob("part-*.parquet")) for r in pq.read_table(part).to_pylist()]
-    tokens = [r for part in sorted(source.tokens_dir.glob("part-*.parquet")) for r in pq.read_table(part).to_pylist()]
+    traces, tokens = store_rows(source)
     order = {r["id"]: i for i, r in enumerate(rows)}
     traces.sort(key=lambda t: order[t["doc_id"]])
-    results = [{"trace": t, "tokens": [k for k in tokens if k["trace_id"] == t["trace_id"]]} for t in traces]
-    demo.write(results)
+    copy_store(source.meta(), traces, tokens, target)
+    return 0
+
+
+def store_rows(store) -> tuple[list[dict], list[dict]]:
+    """A store's trace and token rows as pyarrow gives them: nullable integer columns stay None (pandas rows
+    would turn them into NaN floats)."""
+    import pyarrow.parquet as pq
+
+    traces = [r for part in sorted(store.traces_dir.glob("part-*.parquet")) for r in pq.read_table(part).to_pylist()]
+    tokens = [r for part in sorted(store.tokens_dir.glob("part-*.parquet")) for r in pq.read_table(part).to_pylist()]
+    return traces, tokens
+
+
+def copy_store(meta: dict, traces: list[dict], tokens: list[dict], target: Path) -> None:
+    """Write ``traces`` (in this order) with their token rows as the demo store ``target``, replacing it."""
+    from grade.traces import TraceStore
+
+    if target.exists():
+        shutil.rmtree(target)
+    demo = TraceStore(target)
+    demo.prepare(meta["model"], meta["srank"], {**meta["source"], "file": "grade/datasets/real_step_errors, test split (demo)"})
+    demo.write([{"trace": t, "tokens": [k for k in tokens if k["trace_id"] == t["trace_id"]]} for t in traces])
     wrong = sum(t["correct"] is False for t in traces)
-    print(f"{len(results)} traces ({wrong} wrong, {len(results) - wrong} correct) -> {target}")
+    print(f"{len(traces)} traces ({wrong} wrong, {len(traces) - wrong} correct) -> {target}")
     print(json.dumps({str(p.relative_to(target)): p.stat().st_size for p in target.rglob("*") if p.is_file()}))
+
+
+def reverify(target: Path, model: str) -> int:
+    """The step-verifier columns of the demo store ``target`` again (see the module docstring)."""
+    import tempfile
+
+    import grade
+    from grade.traces import TraceStore
+    from grade.traces.analysis import verify_item
+    from grade.traces.sources import TraceItem
+
+    with tempfile.TemporaryDirectory() as tmp:  # read it whole before the same folder is written again
+        shutil.copytree(target, Path(tmp) / "store")
+        source = TraceStore(Path(tmp) / "store")
+        meta = source.meta()
+        traces, tokens = store_rows(source)
+    lm = grade.load_model(meta.get("model") or model, device="cpu", dtype="float32")
+    for t in traces:
+        item = TraceItem(t["doc_id"], t["sample"], t["question"], t["response"], t["correct"], t["task"])
+        t.update(verify_item(lm, item, t["response"]))
+        print(f"{t['trace_id']}: {t['verifier_reader']} -> {t['verifier_suspect_step']}", flush=True)
+    copy_store(meta, traces, tokens, target)
     return 0
 
 
