@@ -13,6 +13,7 @@ rank ratios between the routes, side by side:
 the served queue's workers do) and reports that process's peak above the loaded model.
 
     python -m bench.analysis_memory [--model qwen2.5-coder-1.5b-instruct] [--routes pre pos] [--concurrent 2]
+    python -m bench.analysis_memory --routes --concurrent 3     # only the concurrent requests
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def _run(model: str, route: str, memory_mb: float | None, concurrent: int = 1) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=MODEL)
-    parser.add_argument("--routes", nargs="+", default=["pre", "pos"], choices=["pre", "pos"])
+    parser.add_argument("--routes", nargs="*", default=["pre", "pos"], choices=["pre", "pos"],
+                        help="whole pass vs layer by layer for each; none (a bare --routes): only --concurrent")
     parser.add_argument("--concurrent", type=int, default=0, help="then N cap-size pre requests at once (0: none)")
     parser.add_argument("--child", choices=["pre", "pos"], help=argparse.SUPPRESS)
     parser.add_argument("--memory-mb", default="none", help=argparse.SUPPRESS)
@@ -118,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         together = _run(args.model, "pre", bound, args.concurrent)
         print(f"{args.concurrent} cap-size pre requests at once: {together['peak_above_model_mb']:,.0f} MB above the "
               f"model in {together['seconds']:.0f} s", flush=True)
-    write_json(args.out / "analysis_memory.json", {"machine": machine(), "bound_mb": bound, "routes": rows,
-                                                   "concurrent": together})
+    # a concurrent-only run keeps the routes' file of an earlier run
+    name = "analysis_memory.json" if rows else f"analysis_memory_concurrent_{args.concurrent}.json"
+    write_json(args.out / name, {"machine": machine(), "bound_mb": bound, "routes": rows, "concurrent": together})
     return 0
 
 
