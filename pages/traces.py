@@ -215,7 +215,9 @@ table = tr.triage_table(frame, correctness=correctness, grade_range=grade_range,
 st.caption(f"{len(table)} of {len(frame)} traces. Select a row (or pick a trace below) to open it.")
 columns = {c: st.column_config.Column(help=h) for c, h in tr.COLUMN_HELP.items()}
 columns.update({c: st.column_config.NumberColumn(format="%.4f", help=tr.COLUMN_HELP[c]) for c in ("GRADE_pos", "peak shock")})
-columns["question"] = st.column_config.TextColumn(width="large", help=tr.COLUMN_HELP["question"])
+# medium, not large: with a large question column the triage table ran 36 px past the 978 px main column of the
+# browser test (tests/test_browser_pictures.py) and scrolled sideways; the whole question shows once a trace is opened
+columns["question"] = st.column_config.TextColumn(width="medium", help=tr.COLUMN_HELP["question"])
 event = st.dataframe(table, key="tr_table", hide_index=True, width="stretch", on_select="rerun",
                      selection_mode="single-row", column_config=columns,
                      column_order=[c for c in tr.FIRST_COLUMNS if c in table.columns])
