@@ -75,7 +75,8 @@ def known_stores(folder: Path | None = None) -> list[Path]:
 
 def demo_store(model: str | None = None) -> Path | None:
     """A writable copy (annotations are saved into a store) of the demo store shipped for ``model``, else of
-    the first one shipped; None where none is. The copy lives under :func:`stores_dir` and is made once."""
+    the first one shipped; None where none is. The copy lives under :func:`stores_dir`; it is made once and made
+    again when the shipped store changes (its meta.json, which records when it was built)."""
     from importlib import resources
 
     shipped = Path(str(resources.files("grade") / "assets" / "demo_traces"))
@@ -87,9 +88,14 @@ def demo_store(model: str | None = None) -> Path | None:
     name = (model or "").split("/")[-1]
     name = name if name in names else names[0]
     copy = stores_dir() / "demo" / name
-    if not (copy / "meta.json").is_file():
+    source = shipped / name
+    if not (copy / "meta.json").is_file() or (copy / "meta.json").read_bytes() != (source / "meta.json").read_bytes():
+        # none yet, or made from an older shipped store (a new verifier, say): the shipped rows replace the copy's,
+        # the user's annotations (annotations.json, written only into the copy) stay
         copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(shipped / name, copy, dirs_exist_ok=True)
+        for part in ("traces", "tokens"):
+            shutil.rmtree(copy / part, ignore_errors=True)
+        shutil.copytree(source, copy, dirs_exist_ok=True)
     return copy
 
 

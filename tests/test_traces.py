@@ -696,3 +696,33 @@ def test_the_demo_stores_traces_are_test_split_rows_wrong_and_correct_with_the_r
     frame.at[0, "step_texts"] = ["x"] * rows[0]["n_steps"]
     with pytest.raises(SystemExit, match=rows[0]["id"]):
         build.check_steps(frame, rows)
+
+
+def test_a_demo_copy_made_from_an_older_shipped_store_is_made_again_keeping_annotations(tmp_path, monkeypatch):
+    """A copy of the demo store made before the package shipped a new one (a new verifier's columns, say) would show
+    the old rows forever: it is replaced by the shipped rows, and the analyst's annotations in it stay."""
+    import studio.traces
+
+    monkeypatch.setattr(studio.traces, "stores_dir", lambda: tmp_path / "stores")
+    copy = studio.traces.demo_store("qwen2.5-coder-1.5b-instruct")
+    store = TraceStore(copy)
+    shipped = store.traces()
+    first = shipped["trace_id"].iloc[0]
+    store.annotate(first, error_step=2, kind="other", note="mine")
+    # an older copy: another build time, and a stale part beside the current ones
+    meta = json.loads((copy / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps({**meta, "created": "2000-01-01T00:00:00"}))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    part = next((copy / "traces").glob("part-*.parquet"))
+    table = pq.read_table(part)
+    column = table.schema.get_field_index("verifier_threshold")
+    pq.write_table(table.set_column(column, table.schema.field(column), pa.array([0.87] * len(table))), part)
+    assert (TraceStore(copy).traces()["verifier_threshold"] == 0.87).all()  # the premise: the old copy's rows
+    again = studio.traces.demo_store("qwen2.5-coder-1.5b-instruct")
+    assert again == copy
+    fresh = TraceStore(copy).traces()
+    assert len(fresh) == len(shipped)
+    assert list(fresh["verifier_threshold"]) == list(shipped["verifier_threshold"])
+    assert TraceStore(copy).annotations()[first]["note"] == "mine"
