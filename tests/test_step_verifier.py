@@ -235,3 +235,20 @@ def test_chance_with_the_final_answer_known():
     assert m["wrong_exact"]["chance"] == pytest.approx(0.5 * 0.25)
     assert m["none_acc"]["chance"] == 1.0
     assert m["f1"]["chance"] == pytest.approx(2 * 0.125 / 1.125)
+
+
+def test_a_run_that_grades_its_traces_tells_the_verifier(smollm, small, one_torch_thread):
+    """grade.traces.analysis.verify_item: a trace graded wrong always gets a suspect step; one cut at its token limit
+    is read as if its final answer were not known (wrong may mean unfinished)."""
+    from grade.traces.analysis import verify_item
+    from grade.traces.sources import TraceItem
+
+    t = next(x for x in small if x.first_wrong is None)
+    base = dict(doc_id="d", sample=0, question=t.question, response=t.trace, task="gsm8k")
+    wrong = verify_item(smollm, TraceItem(correct=False, **base), t.trace)
+    unknown = verify_item(smollm, TraceItem(correct=None, **base), t.trace)
+    cut = verify_item(smollm, TraceItem(correct=False, cut_off=True, **base), t.trace)
+    assert wrong["verifier_suspect_step"] is not None
+    assert wrong["step_verifier_probability"] == unknown["step_verifier_probability"]  # the same reading
+    assert cut["verifier_suspect_step"] == unknown["verifier_suspect_step"]
+    assert cut["verifier_threshold"] == unknown["verifier_threshold"]
