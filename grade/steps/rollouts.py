@@ -78,54 +78,42 @@ def rollout_first_wrong(successes: Sequence[int], rule: str = "no_return") -> tu
     return True, LABEL_RULES[rule](successes)
 
 
-def prefix_prompts(tokenizer, question: str, trace: str, task: str) -> list[list[int]]:
-    """Token ids of the prompt followed by the trace up to the end of each step (one list per step)."""
+def prefix_prompts(tokenizer, question: str, trace: str, task: str) -> list[tuple[str, list[int]]]:
+    """Per step: the trace up to the end of that step, and the token ids of the prompt followed by it."""
     from ..models.generation import encode_prompt
     from ..tasks.prompts import format_prompt
 
     prompt = encode_prompt(tokenizer, format_prompt(tokenizer, question, task=task))
-    return [prompt + tokenizer(trace[:end], add_special_tokens=False)["input_ids"] for _, end in split_steps(trace)]
+    prefixes = [trace[:end] for _, end in split_steps(trace)]
+    return [(text, prompt + tokenizer(text, add_special_tokens=False)["input_ids"]) for text in prefixes]
 
 
 def rollout_labels(lm, traces: Iterable[dict], *, n: int = 8, max_new_tokens: int = 320, prompts_per_batch: int = 64,
                    seed: int = 0, on_label: Callable[[RolloutLabel], None] | None = None) -> list[RolloutLabel]:
     """Completion labels of ``traces`` (dicts with ``id``, ``question``, ``trace``, ``answers``, ``task`` and
-    optionally ``problem``), ``n`` continuations per step, ``prompts_per_batch`` prefixes decoded together
-    (``prompts_per_batch * n`` rows). ``on_label`` is called as soon as a trace is complete (a run can stop any
-    time and resume from what it wrote)."""
+    optionally ``problem``), ``n`` continuations per step, ``prompts_per_batch`` prefixes of one task decoded
+    together (``prompts_per_batch * n`` rows). ``on_label`` is called as soon as a trace is complete (a run can
+    stop any time and resume from what it wrote)."""
     from ..models.generation import generate, settings_for_task
     from ..models.sampling import sample_seed
     from ..tasks.question_sets import Question
     from ..tasks.tasks import is_correct
 
-    pending: list[tuple[dict, int, list[int]]] = []
-    for t in traces:
-        for k, ids in enumerate(prefix_prompts(lm.tokenizer, t["question"], t["trace"], t["task"])):
-            pending.append((t, k, ids))
-    counts: dict[str, list[int]] = {}
-    steps_left: dict[str, int] = {}
-    for t, k, _ in pending:
-        counts.setdefault(t["id"], [0] * len(split_steps(t["trace"])))
-        steps_left[t["id"]] = steps_left.get(t["id"], 0) + 1
+    traces = list(traces)
+    prefixes = {t["id"]: prefix_prompts(lm.tokenizer, t["question"], t["trace"], t["task"]) for t in traces}
+    counts = {t["id"]: [0] * len(prefixes[t["id"]]) for t in traces}
+    steps_left = {t["id"]: len(prefixes[t["id"]]) for t in traces}
     out: list[RolloutLabel] = []
-    by_task: dict[str, object] = {}
-    for start in range(0, len(pending), prompts_per_batch):
-        chunk = pending[start:start + prompts_per_batch]
-        task = chunk[0][0]["task"]
-        if any(t["task"] != task for t, _, _ in chunk):  # one stop rule per batch: split mixed chunks
-            groups = [[c for c in chunk if c[0]["task"] == name] for name in dict.fromkeys(c[0]["task"] for c in chunk)]
-        else:
-            groups = [chunk]
-        for group in groups:
-            task = group[0][0]["task"]
-            settings = by_task.setdefault(task, settings_for_task(task, max_new_tokens, temperature=TEMPERATURE,
-                                                                  top_p=TOP_P))
-            seeds = [[sample_seed(seed, t["id"], k * n + i) for i in range(n)] for t, k, _ in group]
-            replies = generate(lm, [ids for _, _, ids in group], settings, seeds)
-            for (t, k, _), rows in zip(group, replies):
-                end = split_steps(t["trace"])[k][1]
+    for task in dict.fromkeys(t["task"] for t in traces):  # one stop rule per batch: a task's prefixes together
+        settings = settings_for_task(task, max_new_tokens, temperature=TEMPERATURE, top_p=TOP_P)
+        pending = [(t, k, text, ids) for t in traces if t["task"] == task for k, (text, ids) in enumerate(prefixes[t["id"]])]
+        for start in range(0, len(pending), prompts_per_batch):
+            group = pending[start:start + prompts_per_batch]
+            seeds = [[sample_seed(seed, t["id"], k * n + i) for i in range(n)] for t, k, _, _ in group]
+            replies = generate(lm, [ids for _, _, _, ids in group], settings, seeds)
+            for (t, k, text, _), rows in zip(group, replies):
                 question = Question(id=t["id"], question=t["question"], answers=list(t["answers"]), task=task)
-                counts[t["id"]][k] = sum(bool(is_correct(question, t["trace"][:end] + g.text, "strict")) for g in rows)
+                counts[t["id"]][k] = sum(bool(is_correct(question, text + g.text, "strict")) for g in rows)
                 steps_left[t["id"]] -= 1
                 if steps_left[t["id"]] == 0:
                     label = RolloutLabel(t["id"], str(t.get("problem", t["id"])), t["question"], t["trace"], task,
