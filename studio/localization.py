@@ -85,7 +85,7 @@ def verdict_line(step, probability, threshold: float, final_correct=None) -> str
     """The verifier's verdict on one trace in one Markdown sentence (``step`` 1-based or None; ``probability``
     per step; ``final_correct``: the final answer's known correctness, None / null where not known)."""
     p = [float(x) for x in probability]
-    if final_correct is not None and not pd.isna(final_correct) and not bool(final_correct) and not _missing(step):
+    if not _missing(final_correct) and not bool(final_correct) and not _missing(step):
         k = int(step)
         return (f"**Step {k} stands out**, P = {p[k - 1]:.2f}: the final answer is wrong, so some step is, and this "
                 "one is the verifier's most likely first wrong step.")
