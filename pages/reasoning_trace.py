@@ -389,7 +389,8 @@ if len(shown) > 1 or len(shown[0].result.steps) > 1:
     st.caption("**What this chart can show:** how the step rank ratio (mean over layers) moves from step to step, "
                "on one scale for both traces. **What it cannot show:** which step is wrong. Its peak is not an error "
                "mark: for a wrong trace and its corrected twin it can peak on the correct one. "
-               + localization.accuracy_line(lm.name, "peak step (step rank ratio)")
+               + localization.accuracy_line(lm.name, "peak step (step rank ratio)") + " "
+               + localization.grade_in_verifier_line(lm.name)
                + " Use the suspect step above for where a trace goes wrong.")
 columns = st.columns(len(shown), gap="medium")
 for trace, column in zip(shown, columns):

@@ -3,6 +3,10 @@
     python scripts/train_step_verifier.py --reader smollm2-135m-instruct [--ship]
     python scripts/train_step_verifier.py --reader qwen2.5-coder-1.5b-instruct --compact [--ship]
 
+``--grade-features FILE`` adds six variants with GRADE's step features (rank ratios and epistemic shock per step,
+``scripts/step_grade_features.py`` on a GPU: ``scripts/grade_features_gpu.sh``) beside the verifier's own, scored
+on the same traces; such a run ships nothing (the studio's verifier reads one forward pass).
+
 ``--compact`` reads the projected features a GPU run brought back (scripts/verifier_gpu.sh,
 scripts/compact_verifier_features.py) instead of the per-trace cache, and ships the verifier unprojected (it
 reads raw hidden states). The model's own replies as written (source ``own``) are labelled here: a reply whose
@@ -29,6 +33,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 
 # one BLAS thread: on a shared 2-core machine threaded BLAS is many times slower, not faster
@@ -70,6 +75,84 @@ VARIANTS = {
         dict(layers=(3, 5), n_components=32, C=0.1), "dev+own:no_return"),
     "hidden(0.5,0.75,1.0)+scalars, first-step target, 64 components, injected+dev+own (no return)": (
         dict(layers=(1, 3, 5), n_components=64, C=0.1, target="first"), "all+own:no_return"),
+}
+
+
+#: GRADE's step features (scripts/step_grade_features.py, read by :func:`grade_columns`), per step.
+GRADE_COLUMNS = ("rank_ratio_z", "rank_ratio_band_z", "rank_ratio_change_z", "shock_max", "shock_mean_z",
+                 "shock_max_so_far")
+
+
+def grade_columns(row: dict) -> np.ndarray:
+    """(K, len(GRADE_COLUMNS)) of one trace's GRADE step features; a step without tokens of its own takes its
+    trace's mean (0 after the within-trace z-score)."""
+    from grade.steps.locate import LAYER_BAND
+
+    def z(x):
+        x = np.where(np.isfinite(x), x, np.nanmean(x) if np.isfinite(x).any() else 0.0)
+        sd = x.std()
+        return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+    n_layers = len(next((r for r in row["ratios"] if r is not None), [np.nan]))
+    ratios = np.array([r if r is not None else [np.nan] * n_layers for r in row["ratios"]], dtype=float)
+    ratios = np.where(np.isfinite(ratios), ratios, np.nan)
+    lo, hi = int(round(LAYER_BAND[0] * n_layers)), max(int(round(LAYER_BAND[1] * n_layers)), 1)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # a step without tokens: all NaN, filled below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, band = np.nanmean(np.log(ratios), axis=1), np.nanmean(np.log(ratios[:, lo:hi]), axis=1)
+    change = np.diff(np.where(np.isfinite(mean), mean, np.nanmean(mean)), prepend=np.nan)
+    change[0] = 0.0
+    shock_max = np.array([np.nan if v is None else v for v in row["shock_max"]], dtype=float)
+    shock_mean = np.array([np.nan if v is None else v for v in row["shock_mean"]], dtype=float)
+    shock_max = np.where(np.isfinite(shock_max), shock_max, 0.0)
+    return np.stack([z(mean), z(band), z(change), shock_max, z(shock_mean), np.maximum.accumulate(shock_max)],
+                    axis=1)
+
+
+class GradeStepVerifier(StepVerifier):
+    """The verifier with GRADE's step features beside its own (a variant of this script; the studio's verifier
+    reads one forward pass only). ``grade`` : names of :data:`GRADE_COLUMNS` used; features carry ``.grade``."""
+
+    def __init__(self, grade=GRADE_COLUMNS, **settings):
+        super().__init__(**settings)
+        self.grade = tuple(grade)
+
+    def _raw(self, f):
+        hidden, scalars = super()._raw(f)
+        cols = [GRADE_COLUMNS.index(n) for n in self.grade]
+        return hidden, np.concatenate([scalars, f.grade[:, cols].astype(np.float64)], axis=1)
+
+
+def attach_grade(rows: list[dict], path: Path) -> list[dict]:
+    """Give each row's features their GRADE columns (``.grade``); rows without them are left out."""
+    import lzma
+
+    stored = {r["key"]: r for r in map(json.loads, lzma.open(path, "rt"))}
+    kept = []
+    for r in rows:
+        g = stored.get(r["key"])
+        if g is None or g["steps"] != r["features"].n_steps:
+            continue
+        r["features"].grade = grade_columns(g)
+        kept.append(r)
+    return kept
+
+
+#: With --grade-features: the same verifiers with GRADE's step features beside their own.
+POSITION = ("log_tokens", "position", "is_last")
+GRADE_VARIANTS = {
+    "GRADE + hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (no return)": (
+        dict(layers=(3, 5), n_components=32, C=0.1, target="first", grade=GRADE_COLUMNS), "all+own:no_return"),
+    "GRADE + hidden(0.75,1.0)+scalars, first-step target, injected+dev": (
+        dict(layers=(3, 5), n_components=32, C=0.1, target="first", grade=GRADE_COLUMNS), "all"),
+    "GRADE + hidden(0.75,1.0)+scalars, cumulative, injected+dev": (
+        dict(layers=(3, 5), n_components=32, C=0.1, grade=GRADE_COLUMNS), "all"),
+    "GRADE + scalars (check + surprisal), cumulative, injected+dev": (dict(layers=(), C=0.1, grade=GRADE_COLUMNS),
+                                                                      "all"),
+    "GRADE's step features and position only, cumulative, injected+dev": (
+        dict(layers=(), C=0.1, scalars=POSITION, grade=GRADE_COLUMNS), "all"),
+    "GRADE's step features and position only, first-step target, injected+dev": (
+        dict(layers=(), C=0.1, scalars=POSITION, target="first", grade=GRADE_COLUMNS), "all"),
 }
 
 
@@ -130,7 +213,8 @@ def fold_of(problem: str, n: int = 5) -> int:
 
 def fit(settings: dict, rows: list[dict], dev_weight: float = 2.0) -> StepVerifier:
     weights = [dev_weight if r["source"] == "annotated" else 1.0 for r in rows]
-    return StepVerifier(**settings).fit([r["features"] for r in rows], [r["first_wrong"] for r in rows], weights)
+    cls = GradeStepVerifier if "grade" in settings else StepVerifier
+    return cls(**settings).fit([r["features"] for r in rows], [r["first_wrong"] for r in rows], weights)
 
 
 OWN: dict[str, list[dict]] = {}  # rule -> labelled own rows (main fills it)
@@ -230,11 +314,21 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="+", default=None, metavar="VARIANT", help="these variants only (a quick look)")
     p.add_argument("--more-annotations", default=None,
                    help="a folder of annotation files for the model-free check's table (e.g. files not yet copied here)")
+    p.add_argument("--grade-features", type=Path, default=None,
+                   help="GRADE's step features (scripts/step_grade_features.py, all lanes' lines in one .jsonl.xz): "
+                        "every variant also with them, scored on the traces that have them")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     rows, have = load(args.reader, args.compact)
+    if args.grade_features:
+        if args.ship:
+            raise SystemExit("--ship with --grade-features: the studio's verifier reads one forward pass, no GRADE")
+        n_before = len(have)
+        have = attach_grade(have, args.grade_features)
+        print(f"GRADE's step features for {len(have)} of {n_before} traces with features")
     OWN.update(label_own(have, args.rollouts))
-    variants = {n: v for n, v in VARIANTS.items() if not args.only or n in args.only}
+    variants = {n: v for n, v in {**VARIANTS, **(GRADE_VARIANTS if args.grade_features else {})}.items()
+                if not args.only or n in args.only}
     if not any(OWN.values()):
         variants = {n: v for n, v in variants.items() if "+own:" not in v[1]}
     if args.files:
@@ -311,6 +405,8 @@ def main(argv=None) -> int:
                                           for s in ("injected own", "injected reference")}},
         "own_labelled": {rule: {"traces": len(o), "with_error": sum(r["first_wrong"] is not None for r in o)}
                          for rule, o in OWN.items()},
+        "grade_features": (f"{args.grade_features.name}: scripts/step_grade_features.py (step-wise pos, fast path, "
+                           "float32, one H200)") if args.grade_features else None,
         "chosen": best, "thresholds": thresholds, "dev_out_of_fold": dev_results, "test": test_results,
         "dev_out_of_fold_final_answer_known": dev_known, "test_final_answer_known": test_known,
         "test_per_kind": per_kind, "test_per_file": per_file, "check_alone_every_annotated_trace": everywhere,

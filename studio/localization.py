@@ -8,6 +8,8 @@ embedded model); a model without them gets a sentence saying so rather than borr
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -47,6 +49,30 @@ def accuracy_line(model: str, view: str) -> str:
     # "peak step (step rank ratio)" -> "peak step": the locator's description says the rest, once
     return (f"Measured top-1 of the {view.split(' (')[0]} ({LOCATORS[locator][0]}) on GSM8K traces whose first wrong step is "
             f"known: {'; '.join(parts)}.")
+
+
+#: ``scripts/train_step_verifier.py --grade-features`` on the GSM8K annotation files: the verifier with and without
+#: GRADE's step features, trained and scored alike.
+GRADE_IN_VERIFIER = "results/step_errors/{model}/verifier_{model}_grade_gsm8k.json"
+WITH_GRADE = "GRADE + hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (no return)"
+WITHOUT_GRADE = "hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (completions, no return)"
+
+
+def grade_in_verifier_line(model: str, root: Path | None = None) -> str:
+    """One sentence: what GRADE's step features added to the step verifier on real annotated traces, measured
+    (both F1 with their intervals and the chance rate), or "" where that was not measured for ``model``."""
+    root = Path(__file__).resolve().parent.parent if root is None else root
+    path = root / GRADE_IN_VERIFIER.format(model=_short(model))
+    if not path.is_file():
+        return ""
+    test = json.loads(path.read_text())["test"]
+    if WITH_GRADE not in test or WITHOUT_GRADE not in test:
+        return ""
+    with_, without = test[WITH_GRADE]["f1"], test[WITHOUT_GRADE]["f1"]
+    return (f"Given to the step verifier beside its own features, these per-step GRADE features did not improve it "
+            f"on {test[WITH_GRADE]['n_wrong'] + test[WITH_GRADE]['n_correct']} annotated traces: first-error F1 "
+            f"{with_['value']:.2f} [{with_['low']:.2f}, {with_['high']:.2f}] with them, {without['value']:.2f} "
+            f"[{without['low']:.2f}, {without['high']:.2f}] without (chance {with_['chance']:.2f}).")
 
 
 def ranked_table(step_texts, signals: StepSignals) -> pd.DataFrame:

@@ -252,3 +252,39 @@ def test_a_run_that_grades_its_traces_tells_the_verifier(smollm, small, one_torc
     assert wrong["step_verifier_probability"] == unknown["step_verifier_probability"]  # the same reading
     assert cut["verifier_suspect_step"] == unknown["verifier_suspect_step"]
     assert cut["verifier_threshold"] == unknown["verifier_threshold"]
+
+
+def test_grade_step_features_land_on_the_verifiers_steps(smollm, small, features, one_torch_thread):
+    """scripts/step_grade_features.py: the step-wise pos analysis of a real trace, one row per verifier step, and
+    the six columns the --grade-features variants read from it (finite, within-trace z-scores)."""
+    import sys
+
+    import grade
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from step_grade_features import trace_grade_features
+    from train_step_verifier import GRADE_COLUMNS, grade_columns
+
+    t, f = small[0], features[0]
+    row = trace_grade_features(smollm, t.question, t.trace, "gsm8k")
+    assert row["steps"] == f.n_steps == len(row["ratios"]) == len(row["shock_max"])
+    result = grade.analyze(smollm, t.question, task="gsm8k", loss="pos", response=t.trace, steps=True, spectra=False)
+    own = [r for r in row["ratios"] if r is not None]
+    assert len(own) == len(result.steps)  # every step with tokens of its own, in order
+    for ratios, step in zip(own, result.steps):
+        np.testing.assert_allclose(ratios, step.rank_ratio, rtol=1e-4, atol=1e-5)
+    columns = grade_columns(row)
+    assert columns.shape == (f.n_steps, len(GRADE_COLUMNS)) and np.isfinite(columns).all()
+    assert abs(columns[:, GRADE_COLUMNS.index("rank_ratio_z")].mean()) < 1e-6
+
+
+def test_grade_in_verifier_line_reads_the_measured_numbers():
+    from studio.localization import WITH_GRADE, WITHOUT_GRADE, grade_in_verifier_line
+
+    model = "qwen2.5-coder-1.5b-instruct"
+    test = json.loads((ROOT / f"results/step_errors/{model}/verifier_{model}_grade_gsm8k.json").read_text())["test"]
+    line = grade_in_verifier_line(model)
+    for name in (WITH_GRADE, WITHOUT_GRADE):
+        assert f"{test[name]['f1']['value']:.2f} [{test[name]['f1']['low']:.2f}" in line
+    assert f"chance {test[WITH_GRADE]['f1']['chance']:.2f}" in line
+    assert grade_in_verifier_line("smollm2-135m-instruct") == ""  # not measured: nothing borrowed
