@@ -454,6 +454,7 @@ PAGES = [
 ]
 
 session.apply_served_options()
+session.session_ends()  # a closed tab's uploads and queued analysis are let go once it cannot come back
 if not session.config().served:
     # Served, the Traces page is not offered: it opens stores and samples files by server path and runs
     # whole-store analyses in the background, and has no per-user caps yet.

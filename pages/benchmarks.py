@@ -21,6 +21,8 @@ from grade.studies.crossfit import main_methods
 from grade.verdict.measured import MIN_QUESTIONS
 from studio.summaries import benchmark_summary, explain, paired_summary, pick_results_folder, small_sample_warning
 
+session.require_router()  # a direct URL on a fresh server goes through app.py too
+
 RESULTS_DIR = Path(os.environ.get("GRADE_RESULTS_DIR") or Path(__file__).resolve().parent.parent / "results")
 
 st.title("Benchmarks")

@@ -23,6 +23,8 @@ from studio.resources import (
     store_uploaded_probe,
 )
 
+session.require_router()  # a direct URL on a fresh server goes through app.py too
+
 USER_PROBES = session.own_probe_folder()
 LIMITS = session.limits()
 SERVED = session.config().served

@@ -16,6 +16,8 @@ from studio.projections import embed
 from studio.resources import reference_set
 from studio.summaries import explain, separability_summary
 
+session.require_router()  # a direct URL on a fresh server goes through app.py too
+
 st.title("Projections")
 st.markdown(
     "The same labelled questions, embedded in 2-D twice: by the model's **hidden state** (last prompt token) and "

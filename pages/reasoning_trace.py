@@ -17,6 +17,8 @@ from studio.analysis_cache import shipped_trace
 from studio.memory import prompt_tokens
 from studio.resources import load_questions, trace_examples
 
+session.require_router()  # a direct URL on a fresh server goes through app.py too
+
 TRACES = ("A", "B")
 OWN = "(type your own problem)"
 

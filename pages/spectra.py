@@ -10,6 +10,8 @@ from studio import figures, session, waiting
 from studio.resources import reference_set
 from studio.summaries import explain
 
+session.require_router()  # a direct URL on a fresh server goes through app.py too
+
 st.title("Spectra")
 st.markdown(
     "For each layer GRADE builds two covariance matrices over the tokens: **C_h** from the activations entering "

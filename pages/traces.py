@@ -15,6 +15,8 @@ from grade.traces import ERROR_KINDS, TraceStore, aggregate, cut_off_line, read_
 from studio import figures, localization, session, tokens
 from studio import traces as tr
 
+session.require_router()  # a direct URL on a fresh server goes through app.py too
+
 st.title("Traces")
 st.markdown(
     "Error analysis of a whole evaluation run. Open a **trace store** (made here or with "

@@ -45,6 +45,11 @@ from .resources import (
 from .queue import AnalysisQueue, shared_queue
 
 log = logging.getLogger("grade.studio")
+if not log.handlers:  # the operator's log (the server's stderr): error references and released sessions
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
 
 OTHER_MODEL = "__other__"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -156,6 +161,33 @@ def ray_backend():
 def analysis_queue() -> AnalysisQueue:
     """The process's queue of analyses (:mod:`studio.queue`): one bounded queue per model, shared by all sessions."""
     return shared_queue()
+
+
+def require_router() -> None:
+    """Run a page only under app.py's router (first line of every page).
+
+    With a ``pages/`` folder beside app.py, Streamlit routes by that folder, running ``pages/<name>.py``
+    without app.py, until some session's run of app.py has called ``st.navigation``: the first request of a fresh
+    server for ``/traces`` would get the Traces page, which app.py does not offer when served (it reads server
+    paths), without app.py's served options either. Such a run switches Streamlit to app.py's navigation and starts
+    again, through app.py. (``AppTest`` runs pages that way on purpose, by the file it was given: left alone.)"""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    from .session_end import served_by_streamlit
+
+    if PagesManager.uses_pages_directory and served_by_streamlit():
+        PagesManager.uses_pages_directory = False  # what st.navigation sets, process-wide
+        st.rerun()
+
+
+def session_ends():
+    """The process's :class:`studio.session_end.SessionEnds` (its sweeper started once), this session noted.
+    A session counts as ended once Streamlit can no longer resume it (``server.disconnectedSessionTTL``)."""
+    from . import session_end
+
+    sweep = served_mode.env_number("GRADE_SESSION_SWEEP_S", session_end.SWEEP_S, minimum=0.1)
+    grace = float(st.get_option("server.disconnectedSessionTTL"))
+    return session_end.watch(sweep, grace, analysis_queue().cancel)
 
 
 @st.cache_resource(show_spinner=False)

@@ -17,6 +17,7 @@ import streamlit as st
 
 from . import session
 from .queue import Ticket
+from .session_end import note_queued
 
 PENDING = "analysis_ticket"  # session key: this session's Pending while its analysis waits or runs
 CANCELLED_NOTICE = "analysis_cancelled"  # session key: the page to tell that its analysis was cancelled
@@ -52,6 +53,7 @@ def submit(page: str, job_key, compute: Callable[[Callable[[str], None]], Any], 
                                              compute, on_result=on_result, memory_mb=memory_mb, kind=kind)
     held = Pending(ticket, page, request)
     st.session_state[PENDING] = held
+    note_queued(session.session_ends(), ticket)
     return held
 
 

@@ -1,0 +1,127 @@
+"""The served studio's sessions from their first request to their end, in real browsers (headless Chromium,
+selenium; ``make browser``): a fresh server's first request for a page goes through app.py (the Traces page, which
+the served studio does not offer, is not shown); a closed tab lets go of what it held: its uploaded files are
+removed from the server's memory and its queued analysis leaves the queue, once Streamlit can no longer resume the
+session (``server.disconnectedSessionTTL``, 3 s here; swept every second)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.load_test import (CHROMEDRIVER, CHROMIUM, HOST, Session, _css, _free_port, _until, click_analyze, follow,
+                             new_driver, open_and_type, wait_healthy)
+from tests.test_browser_queue import LONG, _set_answer_length
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOW = 600
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def served():
+    """(url, the server's log file)."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail("headless Chromium is missing: run `make browser`")
+    port = _free_port()
+    log = tempfile.NamedTemporaryFile(prefix="grade-session-end-", suffix=".log", delete=False)
+    env = {**os.environ, "GRADE_SERVED": "1", "GRADE_START_MODEL": "smollm2-135m-instruct",
+           "GRADE_PRECOMPUTE_EXAMPLES": "0", "TRANSFORMERS_VERBOSITY": "error", "GRADE_SESSION_SWEEP_S": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", HOST, "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+         "--server.disconnectedSessionTTL", "3"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://{HOST}:{port}", process)
+        yield f"http://{HOST}:{port}", Path(log.name)
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        Path(log.name).unlink(missing_ok=True)
+
+
+def _logged(log: Path, pattern: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(pattern, log.read_text(errors="replace"))
+        if found:
+            return found.group(0)
+        time.sleep(0.5)
+    raise AssertionError(f"the server never logged {pattern!r}; its log ends:\n{log.read_text()[-2000:]}")
+
+
+def test_the_first_request_of_a_fresh_server_goes_through_app_py(served):
+    """Must run first in this module: the fixture's server has served nothing before it."""
+    url, _ = served
+    driver = new_driver(tempfile.mkdtemp(prefix="grade-session-end-chromium-"))
+    try:
+        driver.get(f"{url}/traces")
+        _until(driver, lambda d: _css(d, ".st-key-question textarea"), SLOW, "Home, where /traces is not offered")
+        titles = [h.text.strip() for h in _css(driver, "h1")]
+        assert "Traces" not in titles and not _css(driver, ".st-key-tr_upload"), titles
+        links = [a.text.strip().splitlines()[-1] for a in _css(driver, ".st-key-page_links a") if a.text.strip()]
+        assert "Traces" not in links and "Probes" in links, links
+    finally:
+        driver.quit()
+
+
+def test_a_closed_tab_releases_its_uploaded_files(served, tmp_path):
+    url, log = served
+    files = []
+    for name, size in (("big.safetensors", 3_000_000), ("big.json", 1_000_000)):
+        files.append(tmp_path / name)
+        files[-1].write_bytes(os.urandom(size))
+    profile = tempfile.mkdtemp(prefix="grade-session-end-chromium-")
+    driver = new_driver(profile)
+    try:
+        driver.get(f"{url}/probes")
+        _until(driver, lambda d: next((t for t in _css(d, '[role="tab"]') if "Load a probe file" in t.text), None),
+               SLOW, "the Load tab").click()
+        box = _until(driver, lambda d: next(iter(_css(d, ".st-key-probe_upload input[type=file]")), None), 60,
+                     "the probe uploader")
+        box.send_keys("\n".join(str(f) for f in files))
+        _until(driver, lambda d: all(f.name in " ".join(b.text for b in _css(d, ".st-key-probe_upload"))
+                                     for f in files), 60, "both files uploaded")
+        time.sleep(2.0)
+        assert "released" not in log.read_text(errors="replace")  # an open tab keeps its files
+    finally:
+        driver.quit()
+    line = _logged(log, r"ended: released (\d+) uploaded file\(s\), ([\d.]+) MB")
+    assert re.search(r"released 2 uploaded file\(s\), 4\.0 MB", line), line
+
+
+def test_a_closed_tab_leaves_the_queue_and_the_others_go_on(served):
+    url, log = served
+    profiles = [tempfile.mkdtemp(prefix="grade-session-end-chromium-") for _ in range(2)]
+    drivers = [new_driver(p) for p in profiles]
+    try:
+        first, leaver = drivers
+        open_and_type(first, url, LONG[0], SLOW)
+        _set_answer_length(first, 128)  # long enough that the second page waits behind it
+        open_and_type(leaver, url, "Who painted the Mona Lisa?", SLOW)
+        click_analyze(first)
+        _until(first, lambda d: any("Analyzing" in b.text for b in _css(d, ".st-key-queue_status")), 120, "running")
+        click_analyze(leaver)
+        _until(leaver, lambda d: any("position 1" in b.text for b in _css(d, ".st-key-queue_status")), 60,
+               "the second page waiting")
+        leaver.quit()
+        drivers.remove(leaver)
+        _logged(log, r"ended: released 0 uploaded file\(s\), 0\.0 MB; cancelled its queued analysis")
+        session = Session(LONG[0])
+        follow(first, session, time.monotonic(), SLOW)
+        assert session.error is None and session.finished is not None
+    finally:
+        for driver in drivers:
+            driver.quit()
