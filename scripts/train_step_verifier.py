@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from grade.steps.locate import check_scores  # noqa: E402
 from grade.steps.verifier import (SCALARS, StepVerifier, TraceFeatures,  # noqa: E402
-                                  first_error_metrics)
+                                  by_paragraph, first_error_metrics, step_paragraphs)
 
 TRACES_MODEL = "qwen2.5-coder-1.5b-instruct"
 NO_CHECK = tuple(n for n in SCALARS if not n.startswith("check"))
@@ -230,11 +230,15 @@ def predictions(verifier: StepVerifier, rows: list[dict]) -> list[np.ndarray]:
     return [verifier.predict_proba(r["features"]) for r in rows]
 
 
-def score(verifier: StepVerifier, probs: list[np.ndarray], rows: list[dict], n_boot: int, known: bool = False) -> dict:
-    """The field's scores; ``known``: with each trace's final answer known (its annotated ``final_correct``)."""
-    return first_error_metrics([verifier.suspect(p, final_correct=r.get("final_correct") if known else None)
-                                for p, r in zip(probs, rows)], [verifier.step_scores(p) for p in probs],
-                               [r["first_wrong"] for r in rows], n_boot=n_boot,
+def score(verifier: StepVerifier, probs: list[np.ndarray], rows: list[dict], n_boot: int, known: bool = False,
+          paragraphs: bool = False) -> dict:
+    """The field's scores; ``known``: with each trace's final answer known (its annotated ``final_correct``);
+    ``paragraphs``: scored by the paragraph each step starts in (grade.steps.verifier.by_paragraph)."""
+    answers = ([verifier.suspect(p, final_correct=r.get("final_correct") if known else None)
+                for p, r in zip(probs, rows)], [verifier.step_scores(p) for p in probs], [r["first_wrong"] for r in rows])
+    if paragraphs:
+        answers = by_paragraph(*answers, [step_paragraphs(r["trace"]) for r in rows])
+    return first_error_metrics(*answers, n_boot=n_boot,
                                final_correct=[r.get("final_correct") for r in rows] if known else None)
 
 
@@ -368,6 +372,7 @@ def main(argv=None) -> int:
     best = max(variants, key=lambda n: dev_results[n]["f1"]["value"])
     # the test half, once: every variant trained on everything it may see, its dev thresholds kept
     test_results, test_known, final = {}, {}, {}
+    test_para, test_para_known = {}, {}
     for name, (settings, sources) in variants.items():
         verifier = fit(settings, training_rows(sources, train, dev))
         for k, v in thresholds[name].items():
@@ -376,6 +381,8 @@ def main(argv=None) -> int:
         test_probs = predictions(verifier, test)
         test_results[name] = score(verifier, test_probs, test, args.n_boot)
         test_known[name] = score(verifier, test_probs, test, args.n_boot, known=True)
+        test_para[name] = score(verifier, test_probs, test, args.n_boot, paragraphs=True)
+        test_para_known[name] = score(verifier, test_probs, test, args.n_boot, known=True, paragraphs=True)
     test_results.update(baselines(test, args.n_boot))
     # per kind of error and per annotation file, the chosen verifier and the default locator
     chosen = final[best]
@@ -409,6 +416,7 @@ def main(argv=None) -> int:
                            "float32, one H200)") if args.grade_features else None,
         "chosen": best, "thresholds": thresholds, "dev_out_of_fold": dev_results, "test": test_results,
         "dev_out_of_fold_final_answer_known": dev_known, "test_final_answer_known": test_known,
+        "test_by_paragraph": test_para, "test_by_paragraph_final_answer_known": test_para_known,
         "test_per_kind": per_kind, "test_per_file": per_file, "check_alone_every_annotated_trace": everywhere,
         "variants": {n: {"settings": {**s, "scalars": list(s.get("scalars", SCALARS))}, "training": src}
                      for n, (s, src) in variants.items()},
@@ -421,7 +429,10 @@ def main(argv=None) -> int:
           *table(dev_results, "dev half, out of fold (5 folds by problem id)", best),
           *table(test_results, "test half (scored once, threshold from dev)", best),
           *table(dev_known, "dev half, out of fold, final answer known (a wrong one: some step is wrong)", best),
-          *table(test_known, "test half, final answer known (thresholds from dev)", best)]
+          *table(test_known, "test half, final answer known (thresholds from dev)", best),
+          *table(test_para, "test half scored by paragraph (blank-line blocks; a step counts for the paragraph it "
+                            "starts in)", best),
+          *table(test_para_known, "test half scored by paragraph, final answer known", best)]
     md += ["### test half per kind of error (erroneous traces only: exact / top-1 / top-3)", "",
            "| kind | n | verifier exact | verifier top-1 | verifier top-3 | check+surprisal top-1 | check+surprisal top-3 |",
            "|---|---|---|---|---|---|---|"]

@@ -288,3 +288,23 @@ def test_grade_in_verifier_line_reads_the_measured_numbers():
         assert f"{test[name]['f1']['value']:.2f} [{test[name]['f1']['low']:.2f}" in line
     assert f"chance {test[WITH_GRADE]['f1']['chance']:.2f}" in line
     assert grade_in_verifier_line("smollm2-135m-instruct") == ""  # not measured: nothing borrowed
+
+
+def test_scores_by_paragraph(annotated):
+    """A step counts for the blank-line paragraph it starts in; a paragraph ranks by its steps' highest score."""
+    from grade.steps.verifier import by_paragraph, step_paragraphs
+
+    t = next(t for t in annotated if t.first_wrong is not None and t.trace.count("\n\n") >= 2)
+    spans = split_steps(t.trace)
+    para = step_paragraphs(t.trace)
+    assert len(para) == len(spans) and para[0] == 0 and (np.diff(para) >= 0).all()
+    assert para[-1] == len([b for b in t.trace.strip().split("\n\n") if b.strip()]) - 1
+    written = "Step 1: Read.\nThe price is $22.\n\nStep 2: Subtract.\nD = 22 - 16 = 6.\n \n#### 6"
+    assert step_paragraphs(written).tolist() == [0, 0, 1, 1, 2]
+    scores = np.zeros(len(spans))
+    scores[t.first_wrong] = 1.0
+    pred, sc, wrong = by_paragraph([t.first_wrong, None], [scores, scores], [t.first_wrong, None], [para, para])
+    assert pred == [wrong[0], None] and wrong[1] is None
+    assert int(np.argmax(sc[0])) == wrong[0] and len(sc[0]) == len(set(para.tolist()))
+    m = first_error_metrics(pred, sc, wrong, n_boot=10)
+    assert m["top1"]["value"] == 1.0 and m["f1"]["value"] == 1.0

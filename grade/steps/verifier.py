@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -422,6 +423,41 @@ def chance_f1(mean_inverse_steps: float) -> tuple[float, float]:
         f1 = np.where(a + b > 0, 2 * a * b / (a + b), 0.0)
     best = int(np.argmax(f1))
     return float(f1[best]), float(q[best])
+
+
+#: A paragraph break: a blank line (how the authors of multi-line traces, and annotators scoring by paragraph, cut them).
+PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+
+
+def step_paragraphs(trace: str, spans: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+    """(K,) 0-based paragraph (blank-line separated block) in which each step of ``trace`` starts (its first
+    non-space character); ``spans`` default: :func:`split_steps`."""
+    spans = split_steps(trace) if spans is None else spans
+    breaks = [m.end() for m in PARAGRAPH_BREAK.finditer(trace)]
+    out = []
+    for start, end in spans:
+        text = trace[start:end]
+        first = start + (len(text) - len(text.lstrip()))
+        out.append(sum(b <= first for b in breaks))
+    return np.array(out, dtype=int)
+
+
+def by_paragraph(predicted: Sequence[int | None], scores: Sequence[np.ndarray], first_wrong: Sequence[int | None],
+                 paragraphs: Sequence[np.ndarray]) -> tuple[list, list, list]:
+    """Step-level answers as paragraph-level ones (for :func:`first_error_metrics`): a step -> the paragraph it
+    starts in, a paragraph's ranking score -> its steps' highest. Paragraphs are renumbered over those that hold a
+    step start. Returns (predicted, scores, first_wrong) per trace."""
+    out_pred, out_scores, out_wrong = [], [], []
+    for p, sc, e, para in zip(predicted, scores, first_wrong, paragraphs):
+        ids = {v: i for i, v in enumerate(sorted(set(int(x) for x in para)))}
+        mapped = np.array([ids[int(x)] for x in para])
+        merged = np.full(len(ids), -np.inf)
+        for k, v in enumerate(np.asarray(sc, float)):
+            merged[mapped[k]] = max(merged[mapped[k]], v)
+        out_pred.append(None if p is None else int(mapped[p]))
+        out_scores.append(merged)
+        out_wrong.append(None if e is None else int(mapped[e]))
+    return out_pred, out_scores, out_wrong
 
 
 def first_error_metrics(predicted: Sequence[int | None], scores: Sequence[np.ndarray], first_wrong: Sequence[int | None],
