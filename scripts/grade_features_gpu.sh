@@ -15,8 +15,7 @@ PY=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
 . scripts/qwen_gpu.sh
 mkdir -p "$out/logs"
-[ -f "$out/prepared" ] || { prepare_qwen "$gguf" > "$out/logs/prepare.log" 2>&1 && touch "$out/prepared"; } || {
-  tail -5 "$out/logs/prepare.log"; exit 2; }
+prepare_once "$out" "$gguf" || exit 2
 lanes=${LANES:-8}
 limit=${TIME_LIMIT:-480}
 for lane in $(seq 0 $((lanes - 1))); do

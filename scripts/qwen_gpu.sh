@@ -7,3 +7,11 @@ prepare_qwen() {  # GGUF file; the tokenizer converted on a CPU machine is in .t
   "${PY:-python3}" scripts/prepare_gpu_model.py --name "$MODEL" --gguf "$1" --sha256 "$QWEN_GGUF_SHA256" \
     --tokenizer .tok/qwen --check-ids .tok/qwen_ids.json
 }
+
+prepare_once() {  # OUT_DIR GGUF: prepare_qwen once per output folder (stamp OUT_DIR/prepared, log OUT_DIR/logs)
+  [ -f "$1/prepared" ] && return 0
+  mkdir -p "$1/logs"
+  prepare_qwen "$2" > "$1/logs/prepare.log" 2>&1 && touch "$1/prepared" && return 0
+  tail -5 "$1/logs/prepare.log"
+  return 2
+}

@@ -21,8 +21,7 @@ PY=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
 . scripts/qwen_gpu.sh
 mkdir -p "$out/logs" "$out/rollouts"
-[ -f "$out/prepared" ] || { prepare_qwen "$gguf" > "$out/logs/prepare.log" 2>&1 && touch "$out/prepared"; } || {
-  tail -5 "$out/logs/prepare.log"; exit 2; }
+prepare_once "$out" "$gguf" || exit 2
 ngpu=$(nvidia-smi -L | wc -l)
 per=${LANES_PER_GPU:-2}
 lanes=$((ngpu * per))
