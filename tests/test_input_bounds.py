@@ -206,8 +206,10 @@ def _interrupt_when(child: subprocess.Popen, mapped: str) -> None:
 @pytest.mark.parametrize("mapped", ["torch/lib/libtorch", "torch/_C"])
 def test_ctrl_c_while_the_commands_import_is_one_line_and_exit_130(mapped):
     """Ctrl-C while ``python -m grade`` imports torch (about 2 s of its start) once printed a traceback."""
+    # a terminal's Ctrl-C: a suite started in the background of a non-interactive shell inherits SIGINT ignored
     child = subprocess.Popen([sys.executable, "-m", "grade", "label", "--help"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _interrupt_when(child, mapped)
     out, err = child.communicate(timeout=60)
     assert (child.returncode, err) == (130, "interrupted\n"), (child.returncode, err)
