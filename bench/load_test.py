@@ -82,6 +82,7 @@ class Session:
     saw_running: bool = False
     clicked: float = 0.0  # seconds since the common start
     finished: float | None = None
+    settled: float | None = None  # when its page had also finished drawing the result (its script run ended)
     answer: str = ""
     grade: str = ""
     question_box: str = ""
@@ -260,6 +261,7 @@ def follow(driver, session: Session, start: float, timeout: float) -> None:
                 session.finished = time.monotonic() - start
                 time.sleep(0.5)
                 _until(driver, _idle, 60, "the page to settle")
+                session.settled = time.monotonic() - start
                 read_result(driver, session)
                 return
             errors = [e.text for e in _css(driver, '[data-testid="stException"], [data-testid="stAlertContentError"]')]
@@ -390,6 +392,10 @@ def main(argv=None) -> int:
 
     by_question = {s.question: s for s in serial}
     last = max((s.finished for s in together if s.finished is not None), default=float("nan"))
+    # the same to the moment each page had drawn its whole result (work the server does for every analysis, which
+    # one after another happens before the next click and all at once beside the next analyses)
+    serial_settled = sum((s.settled - s.clicked) if s.settled is not None else float("nan") for s in serial)
+    last_settled = max((s.settled for s in together if s.settled is not None), default=float("nan"))
     rows = []
     for s in together:
         alone = by_question[s.question]
@@ -408,6 +414,8 @@ def main(argv=None) -> int:
         checks["last_within_ratio"] = last <= ratio_bound * serial_total
     report.update({"serial": [asdict(s) | {"wait_s": s.wait_s} for s in serial], "serial_total_s": serial_total,
                    "together": rows, "last_finished_s": last, "ratio_last_to_serial": last / serial_total,
+                   "serial_settled_total_s": serial_settled, "last_settled_s": last_settled,
+                   "ratio_settled": last_settled / serial_settled,
                    "rss_bound_gb": rss_bound, "ratio_bound": ratio_bound, "checks": checks, "server_log": log.name})
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"load_{args.model}_{n}{'_' + args.tag if args.tag else ''}.json"
@@ -422,7 +430,8 @@ def main(argv=None) -> int:
         print(f"| {i + 1} | {r['question'][:40]} | {shown} | {r['wait_s'] or float('nan'):.1f} | "
               f"{r['alone_s'] or float('nan'):.1f} | {'yes' if r['own_result'] else 'NO: ' + str(r['error'])} |")
     print(f"\none after another: {serial_total:.1f} s in all; all at once: the last finished after {last:.1f} s "
-          f"(ratio {last / serial_total:.2f}, bound {ratio_bound}); server peak RSS {report['peak_rss_gb']:.2f} GB "
+          f"(ratio {last / serial_total:.2f}, bound {ratio_bound}); to the pages' last drawing: {serial_settled:.1f} s "
+          f"and {last_settled:.1f} s (ratio {last_settled / serial_settled:.2f}); server peak RSS {report['peak_rss_gb']:.2f} GB "
           f"(bound {rss_bound} GB); server CPU {report['server_cpu_s']['one_after_another']:.0f} s one after "
           f"another, {report['server_cpu_s']['all_at_once']:.0f} s all at once; "
           f"browsers at nice {args.browser_nice}")
