@@ -79,10 +79,6 @@ class SessionEnds:
                          size / 1e6, "; cancelled its queued analysis" if cancelled else "")
         return records
 
-    def tracked(self) -> int:
-        with self._lock:
-            return len(self._gone_since)
-
 
 def served_by_streamlit() -> bool:
     """Whether a Streamlit server runs this script (not ``AppTest``, whose runtime is a stand-in of the class)."""
