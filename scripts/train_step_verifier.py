@@ -87,26 +87,23 @@ def grade_columns(row: dict) -> np.ndarray:
     """(K, len(GRADE_COLUMNS)) of one trace's GRADE step features; a step without tokens of its own takes its
     trace's mean (0 after the within-trace z-score)."""
     from grade.steps.locate import LAYER_BAND
+    from grade.steps.verifier import _z
 
-    def z(x):
-        x = np.where(np.isfinite(x), x, np.nanmean(x) if np.isfinite(x).any() else 0.0)
-        sd = x.std()
-        return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+    def values(key):
+        return np.array([np.nan if v is None else v for v in row[key]], dtype=float)
+
+    def filled(x):
+        return np.where(np.isfinite(x), x, np.nanmean(x) if np.isfinite(x).any() else 0.0)
 
     n_layers = len(next((r for r in row["ratios"] if r is not None), [np.nan]))
     ratios = np.array([r if r is not None else [np.nan] * n_layers for r in row["ratios"]], dtype=float)
-    ratios = np.where(np.isfinite(ratios), ratios, np.nan)
     lo, hi = int(round(LAYER_BAND[0] * n_layers)), max(int(round(LAYER_BAND[1] * n_layers)), 1)
     with warnings.catch_warnings(), np.errstate(all="ignore"):  # a step without tokens: all NaN, filled below
         warnings.simplefilter("ignore", RuntimeWarning)
-        mean, band = np.nanmean(np.log(ratios), axis=1), np.nanmean(np.log(ratios[:, lo:hi]), axis=1)
-    change = np.diff(np.where(np.isfinite(mean), mean, np.nanmean(mean)), prepend=np.nan)
-    change[0] = 0.0
-    shock_max = np.array([np.nan if v is None else v for v in row["shock_max"]], dtype=float)
-    shock_mean = np.array([np.nan if v is None else v for v in row["shock_mean"]], dtype=float)
-    shock_max = np.where(np.isfinite(shock_max), shock_max, 0.0)
-    return np.stack([z(mean), z(band), z(change), shock_max, z(shock_mean), np.maximum.accumulate(shock_max)],
-                    axis=1)
+        mean, band = filled(np.nanmean(np.log(ratios), axis=1)), filled(np.nanmean(np.log(ratios[:, lo:hi]), axis=1))
+    shock_max = np.nan_to_num(values("shock_max"), nan=0.0)
+    return np.stack([_z(mean), _z(band), _z(np.diff(mean, prepend=mean[:1])), shock_max,
+                     _z(filled(values("shock_mean"))), np.maximum.accumulate(shock_max)], axis=1)
 
 
 class GradeStepVerifier(StepVerifier):

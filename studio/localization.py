@@ -58,14 +58,18 @@ WITH_GRADE = "GRADE + hidden(0.75,1.0)+scalars, first-step target, injected+dev+
 WITHOUT_GRADE = "hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (completions, no return)"
 
 
+@functools.lru_cache(maxsize=8)
+def _grade_in_verifier_test(path: Path) -> dict:
+    """The test-half scores of that results file ({} where it is missing), read once per process (the page reruns
+    on every widget change)."""
+    return json.loads(path.read_text())["test"] if path.is_file() else {}
+
+
 def grade_in_verifier_line(model: str, root: Path | None = None) -> str:
     """One sentence: what GRADE's step features added to the step verifier on real annotated traces, measured
     (both F1 with their intervals and the chance rate), or "" where that was not measured for ``model``."""
     root = Path(__file__).resolve().parent.parent if root is None else root
-    path = root / GRADE_IN_VERIFIER.format(model=_short(model))
-    if not path.is_file():
-        return ""
-    test = json.loads(path.read_text())["test"]
+    test = _grade_in_verifier_test(root / GRADE_IN_VERIFIER.format(model=_short(model)))
     if WITH_GRADE not in test or WITHOUT_GRADE not in test:
         return ""
     with_, without = test[WITH_GRADE]["f1"], test[WITHOUT_GRADE]["f1"]
