@@ -3,6 +3,7 @@ shows its position and can leave the queue, while the analyses ahead of it compl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -25,15 +26,15 @@ LONG = ("Write a long, detailed essay about the history of the Roman Empire.",
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
-@pytest.fixture(scope="module")
-def served_url():
+@contextlib.contextmanager
+def served_studio(log, env: dict | None = None, args: tuple[str, ...] = ()):
+    """The served studio on SmolLM2 at a free loopback port (its output to ``log``); yields its URL."""
     port = _free_port()
-    log = tempfile.TemporaryFile()
     env = {**os.environ, "GRADE_SERVED": "1", "GRADE_START_MODEL": "smollm2-135m-instruct",
-           "GRADE_PRECOMPUTE_EXAMPLES": "0", "TRANSFORMERS_VERBOSITY": "error"}
+           "GRADE_PRECOMPUTE_EXAMPLES": "0", "TRANSFORMERS_VERBOSITY": "error", **(env or {})}
     process = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", HOST, "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+         "--server.address", HOST, "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none", *args],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://{HOST}:{port}", process)
@@ -44,6 +45,12 @@ def served_url():
             process.wait(20)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture(scope="module")
+def served_url():
+    with served_studio(tempfile.TemporaryFile()) as url:
+        yield url
 
 
 def _set_answer_length(driver, tokens: int) -> None:

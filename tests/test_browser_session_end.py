@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.load_test import (CHROMEDRIVER, CHROMIUM, HOST, Session, _css, _free_port, _until, click_analyze, follow,
-                             new_driver, open_and_type, wait_healthy)
-from tests.test_browser_queue import LONG, _set_answer_length
+from bench.load_test import (CHROMEDRIVER, CHROMIUM, Session, _css, _until, click_analyze, follow, new_driver,
+                             open_and_type)
+from tests.test_browser_queue import LONG, _set_answer_length, served_studio
 
-ROOT = Path(__file__).resolve().parents[1]
 SLOW = 600
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -31,24 +28,11 @@ def served():
     """(url, the server's log file)."""
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.fail("headless Chromium is missing: run `make browser`")
-    port = _free_port()
     log = tempfile.NamedTemporaryFile(prefix="grade-session-end-", suffix=".log", delete=False)
-    env = {**os.environ, "GRADE_SERVED": "1", "GRADE_START_MODEL": "smollm2-135m-instruct",
-           "GRADE_PRECOMPUTE_EXAMPLES": "0", "TRANSFORMERS_VERBOSITY": "error", "GRADE_SESSION_SWEEP_S": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", HOST, "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-         "--server.disconnectedSessionTTL", "3"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(f"http://{HOST}:{port}", process)
-        yield f"http://{HOST}:{port}", Path(log.name)
+        with served_studio(log, {"GRADE_SESSION_SWEEP_S": "1"}, ("--server.disconnectedSessionTTL", "3")) as url:
+            yield url, Path(log.name)
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
         Path(log.name).unlink(missing_ok=True)
 
 
