@@ -20,8 +20,11 @@ question's result; every page that waited showed its position; the last finishes
 one-after-another total; peak RSS under 3 GB. Qwen, 4 sessions: all complete, none mixed, peak RSS under 10 GB.
 
 The browsers (Chromium and its driver) and this harness run at the lowest CPU priority (``--browser-nice``,
-default 19): a class's browsers run on its own machines, not on the server's cores, and on a 2-core VM eight
-Chromium processes at normal priority took the server's time (``--browser-nice 0`` measures that way). The
+default 19), every thread of them, held there for the whole run (:class:`KeepLow`: Chromium puts its renderers
+back to normal priority itself): a class's browsers run on its own machines, not on the server's cores, and on a
+2-core VM eight Chromium processes at normal priority took the server's time (``--browser-nice 0`` measures that
+way; ``--browser-idle`` puts the browsers under SCHED_IDLE, on the cycles the server leaves, where a page draws
+only when the server pauses, so its positions may never be seen). The
 server's CPU seconds in each run are reported beside the wall times: more CPU for the same analyses together
 than one after another is work the server adds under load.
 
@@ -169,16 +172,53 @@ def new_driver(profile: str):
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
 
-def lower_priority(pid: int, nice: int) -> None:
-    """Set ``nice`` on a process and every process under it (Chromium's later children inherit it)."""
+def lower_priority(pid: int, nice: int, idle: bool = False) -> int:
+    """Set ``nice`` (and with ``idle`` the SCHED_IDLE policy) on every thread of a process and of every process
+    under it; the number of threads changed. Thread by thread: on Linux both are a thread's, not a process's
+    (a renice of the process id alone left a renderer's other threads at normal priority)."""
     import psutil
 
-    root = psutil.Process(pid)
+    root, changed = psutil.Process(pid), 0
     for p in [root, *root.children(recursive=True)]:
         try:
-            p.nice(nice)
+            threads = [t.id for t in p.threads()]
         except psutil.Error:
-            pass
+            continue
+        for tid in threads:
+            try:
+                if os.getpriority(os.PRIO_PROCESS, tid) != nice:
+                    os.setpriority(os.PRIO_PROCESS, tid, nice)
+                    changed += 1
+                if idle and os.sched_getscheduler(tid) != os.SCHED_IDLE:
+                    os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                    changed += 1
+            except OSError:  # the thread has ended
+                pass
+    return changed
+
+
+class KeepLow(threading.Thread):
+    """Holds the browsers' processes at ``nice`` for the whole run, every ``every`` seconds.
+
+    Why: Chromium sets the priority of its renderer processes itself (a page in front goes back to nice 0, as
+    root it may), so a renice at start left eight renderers at normal priority beside the server (top showed
+    them at NI 0, 5-8 % of a core each, while the server's threads waited for a core). ``changed`` counts the
+    processes put back."""
+
+    def __init__(self, nice: int, idle: bool = False, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.idle = idle
+        self.nice, self.every, self.pids, self.changed, self._halt = nice, every, [], 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.every):
+            for pid in list(self.pids):
+                self.changed += lower_priority(pid, self.nice, self.idle)
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join(5)
+        return self.changed
 
 
 def _cpu_s(pid: int) -> float:
@@ -243,34 +283,45 @@ def _verdict_shown(driver) -> bool:
         and not _css(driver, ".st-key-queue_status")
 
 
-def follow(driver, session: Session, start: float, timeout: float) -> None:
-    """Read the page until its verdict shows, noting every queue position it displayed."""
-    from selenium.common.exceptions import StaleElementReferenceException
+#: What :func:`follow` reads of a page, in one script run: the queue box's text, whether a verdict is shown and the
+#: first error's text. One call a poll, not one WebDriver command an element: with eight pages read every
+#: 0.3 s the commands alone kept the harness, the drivers and the renderers busy beside the server.
+_PAGE_STATE = """
+const text = s => { const e = document.querySelector(s); return e ? e.innerText : null; };
+const verdicts = [...document.querySelectorAll('.st-key-verdict')].map(e => e.innerText);
+return {queue: text('.st-key-queue_status'),
+        verdict: verdicts.some(v => v.includes('Probability that the model can answer')),
+        error: text('[data-testid="stException"], [data-testid="stAlertContentError"]')};
+"""
+
+
+def follow(driver, session: Session, start: float, timeout: float, every: float = 0.3) -> None:
+    """Read the page every ``every`` seconds until its verdict shows, noting every queue position it displayed."""
+    from selenium.common.exceptions import JavascriptException, TimeoutException
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            for box in _css(driver, ".st-key-queue_status"):
-                text = box.text
-                found = re.search(r"position (\d+)", text)
-                if found:
-                    session.positions.append(int(found.group(1)))
-                if "Analyzing" in text:
-                    session.saw_running = True
-            if _verdict_shown(driver):
-                session.finished = time.monotonic() - start
-                time.sleep(0.5)
-                _until(driver, _idle, 60, "the page to settle")
-                session.settled = time.monotonic() - start
-                read_result(driver, session)
-                return
-            errors = [e.text for e in _css(driver, '[data-testid="stException"], [data-testid="stAlertContentError"]')]
-            if errors:
-                session.error = errors[0][:300]
-                return
-        except StaleElementReferenceException:
-            pass
-        time.sleep(0.3)
+            state = driver.execute_script(_PAGE_STATE)
+        except (TimeoutException, JavascriptException):  # a renderer too busy to answer within WebDriver's
+            continue  # script timeout (30 s) is read again, as a person would look again
+        if state["queue"]:
+            found = re.search(r"position (\d+)", state["queue"])
+            if found:
+                session.positions.append(int(found.group(1)))
+            if "Analyzing" in state["queue"]:
+                session.saw_running = True
+        elif state["verdict"]:
+            session.finished = time.monotonic() - start
+            time.sleep(0.5)
+            _until(driver, _idle, 60, "the page to settle")
+            session.settled = time.monotonic() - start
+            read_result(driver, session)
+            return
+        if state["error"]:
+            session.error = state["error"][:300]
+            return
+        time.sleep(every)
     session.error = f"no verdict within {timeout:.0f} s"
 
 
@@ -328,6 +379,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "load_test")
     parser.add_argument("--browser-nice", type=int, default=19,
                         help="CPU priority (nice) of the browsers and this harness; 0: as the server (default 19)")
+    parser.add_argument("--browser-idle", action="store_true",
+                        help="run the browsers (not this harness) under SCHED_IDLE: only on cores the server leaves idle")
     parser.add_argument("--tag", default="", help="added to the result's file name")
     args = parser.parse_args(argv)
     wanted, rss_bound, ratio_bound = CHECKS[args.model]
@@ -346,7 +399,7 @@ def main(argv=None) -> int:
     server = start_server(args.model, port, log)
     profiles, drivers = [], []
     report: dict = {"model": args.model, "sessions": n, "host": HOST, "cpus": os.cpu_count(),
-                    "browser_nice": args.browser_nice,
+                    "browser_nice": args.browser_nice, "browser_sched_idle": args.browser_idle,
                     "queue_workers": os.environ.get("GRADE_QUEUE_WORKERS", "default"),
                     "load_before": os.getloadavg()}
     try:
@@ -355,10 +408,13 @@ def main(argv=None) -> int:
         rss.start()
         if args.browser_nice:  # the server started at normal priority; the harness and its browsers go below it
             os.nice(args.browser_nice - os.nice(0))
+        keeper = KeepLow(args.browser_nice, args.browser_idle)
         for _ in range(n):
             profiles.append(tempfile.mkdtemp(prefix="grade-load-chromium-"))
             drivers.append(new_driver(profiles[-1]))
-            lower_priority(drivers[-1].service.process.pid, args.browser_nice)
+            keeper.pids.append(drivers[-1].service.process.pid)
+            lower_priority(keeper.pids[-1], args.browser_nice, args.browser_idle)
+        keeper.start()
         # 1. one after another, in the first session (it also loads the model, before any clock starts), after
         # one analysis of a question of neither run: the server's first analysis pays one-off costs (up to a
         # minute with Qwen: the generation backend's start) that belong to neither run
@@ -375,6 +431,7 @@ def main(argv=None) -> int:
         together, _ = all_at_once(drivers, url, questions, left(), at_start=lambda: marks.append(_cpu_s(server.pid)))
         report["server_cpu_s"] = {"one_after_another": cpu1 - cpu0, "all_at_once": _cpu_s(server.pid) - marks[0]}
         report["peak_rss_gb"] = rss.stop() / 1024 ** 3
+        report["browser_processes_reniced"] = keeper.stop()
     finally:
         for driver in drivers:
             try:
