@@ -71,6 +71,13 @@ def cancelled_notice(page: str) -> None:
         st.info("Analysis cancelled: it left the queue, or stopped at its next step if it was running.")
 
 
+def _about(seconds: float) -> str:
+    """An estimate as shown while waiting: whole seconds under 10 s, else in steps of 5 s (an estimate is not
+    better than that, and a line that changes only every few seconds is not sent to every waiting page every
+    second)."""
+    return f"{seconds:.0f}" if seconds < 10 else f"{5 * round(seconds / 5):.0f}"
+
+
 def status_line(ticket: Ticket) -> str:
     """One line: the position and the estimate while waiting, the time left while running."""
     status = session.analysis_queue().status(ticket)
@@ -78,7 +85,7 @@ def status_line(ticket: Ticket) -> str:
     if status.state == "waiting":
         ahead = status.position - 1
         return (f"**Waiting in the queue: position {status.position}** of {status.waiting} · {ahead} "
-                f"analys{'is' if ahead == 1 else 'es'} ahead of yours · result in about {status.estimate_s:.0f} s{rough}")
+                f"analys{'is' if ahead == 1 else 'es'} ahead of yours · result in about {_about(status.estimate_s)} s{rough}")
     # an estimate that ran out is not "0 s left" for as long as the job still runs
     left = f"about {status.estimate_s:.0f} s left{rough}" if status.estimate_s >= 1 else "finishing…"
     return (f"**Analyzing** (your turn) · {left} · "
@@ -99,9 +106,13 @@ def wait(held: Pending, here: str) -> tuple[str, Any]:
         if not ticket.done:
             st.button("Cancel", key="cancel_analysis", icon=":material/cancel:", on_click=_cancel,
                       help="Leave the queue, or stop the analysis at its next step if it already runs")
+        shown = (None, None)
         while not ticket.wait(1.0):  # once a second: a click (Cancel) interrupts the run at the next update
-            line.markdown(status_line(ticket))
-            lines.caption("  \n".join(session.user_text(p) for p in queue.status(ticket).progress[-3:]))
+            now = (status_line(ticket), "  \n".join(session.user_text(p) for p in queue.status(ticket).progress[-3:]))
+            if now != shown:  # only what changed goes to the browser: a class waits on one server
+                line.markdown(now[0])
+                lines.caption(now[1])
+                shown = now
     holder.empty()
     if st.session_state.get(PENDING) is held:
         del st.session_state[PENDING]

@@ -191,6 +191,21 @@ def test_a_running_analysis_never_says_0_s_left(monkeypatch, left, shown):
     assert shown in line and "0 s left" not in line.replace("about 12 s", ""), line
 
 
+@pytest.mark.parametrize("estimate, shown", [(7.4, "about 7 s"), (12.4, "about 10 s"), (13.0, "about 15 s"),
+                                             (61.0, "about 60 s")])
+def test_a_waiting_analysis_estimate_moves_in_steps_of_5_s_past_10_s(monkeypatch, estimate, shown):
+    """The waiting box is sent to the browser only when its line changes: a countdown by the second would be
+    sent to every waiting page every second."""
+    from types import SimpleNamespace
+
+    from studio import session, waiting
+
+    status = SimpleNamespace(state="waiting", measured=True, estimate_s=estimate, elapsed_s=3.0, position=3, waiting=5)
+    monkeypatch.setattr(session, "analysis_queue", lambda: SimpleNamespace(status=lambda ticket: status))
+    line = waiting.status_line(None)
+    assert f"result in {shown}" in line and "position 3" in line, line
+
+
 def test_a_traces_known_error_step_is_shown_where_it_is_marked(monkeypatch, tmp_path):
     """The annotation box of a demo trace starts on the error step its table row shows, not 'no error step'."""
     at = _page("pages/traces.py", monkeypatch, tmp_path)
