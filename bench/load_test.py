@@ -178,8 +178,12 @@ def lower_priority(pid: int, nice: int, idle: bool = False) -> int:
     (a renice of the process id alone left a renderer's other threads at normal priority)."""
     import psutil
 
-    root, changed = psutil.Process(pid), 0
-    for p in [root, *root.children(recursive=True)]:
+    try:
+        root, changed = psutil.Process(pid), 0
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:  # the browser has ended
+        return 0
+    for p in processes:
         try:
             threads = [t.id for t in p.threads()]
         except psutil.Error:
@@ -272,8 +276,12 @@ def click_analyze(driver) -> None:
            "the Analyze button").click()
 
 
+def _answer(driver) -> str:
+    return next((e.text for e in _css(driver, ".st-key-answer")), "")
+
+
 def read_result(driver, session: Session) -> None:
-    session.answer = next((e.text for e in _css(driver, ".st-key-answer")), "")
+    session.answer = _answer(driver)
     session.grade = next((m.text for m in _css(driver, '[data-testid="stMetric"]') if m.text.startswith("GRADE")), "")
     session.question_box = next((t.get_attribute("value") for t in _css(driver, ".st-key-question textarea")), "")
 
@@ -333,11 +341,14 @@ def one_after_another(driver, questions, start: float, timeout: float) -> list[S
     for question in questions:
         session = Session(question)
         set_question(driver, question, timeout)
+        before = _answer(driver)
         session.clicked = time.monotonic() - start
         click_analyze(driver)
-        # the cache is off, so every analysis passes the queue: its box first, so that the last verdict
-        # is not read as this one's
-        _until(driver, lambda d: _css(d, ".st-key-queue_status"), 60, "the queue box")
+        # the cache is off, so every analysis passes the queue: its box first, so that the last verdict is not
+        # read as this one's; or a new answer, where the box came and went between two reads (a fast model,
+        # and a renderer at low priority that drew it late or not at all)
+        _until(driver, lambda d: _css(d, ".st-key-queue_status") or _answer(d) not in ("", before), 60,
+               "the queue box or a new answer")
         follow(driver, session, start, timeout)
         done.append(session)
     return done
