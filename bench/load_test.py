@@ -202,12 +202,12 @@ def lower_priority(pid: int, nice: int, idle: bool = False) -> int:
 
 
 class KeepLow(threading.Thread):
-    """Holds the browsers' processes at ``nice`` for the whole run, every ``every`` seconds.
+    """Holds every thread of the browsers' processes at ``nice`` for the whole run, every ``every`` seconds.
 
     Why: Chromium sets the priority of its renderer processes itself (a page in front goes back to nice 0, as
     root it may), so a renice at start left eight renderers at normal priority beside the server (top showed
     them at NI 0, 5-8 % of a core each, while the server's threads waited for a core). ``changed`` counts the
-    processes put back."""
+    threads put back (the report's ``browser_processes_reniced``)."""
 
     def __init__(self, nice: int, idle: bool = False, every: float = 0.5):
         super().__init__(daemon=True)
@@ -312,7 +312,8 @@ def follow(driver, session: Session, start: float, timeout: float, every: float 
         try:
             state = driver.execute_script(_PAGE_STATE)
         except (TimeoutException, JavascriptException):  # a renderer too busy to answer within WebDriver's
-            continue  # script timeout (30 s) is read again, as a person would look again
+            time.sleep(every)  # script timeout (30 s), or a page between two drawings: read again, as a person
+            continue  # would look again
         if state["queue"]:
             found = re.search(r"position (\d+)", state["queue"])
             if found:
