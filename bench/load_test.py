@@ -286,8 +286,12 @@ def read_result(driver, session: Session) -> None:
     session.question_box = next((t.get_attribute("value") for t in _css(driver, ".st-key-question textarea")), "")
 
 
+#: What Home's verdict box says once its verdict is in (read by :func:`_verdict_shown` and :func:`follow`).
+VERDICT_TEXT = "Probability that the model can answer"
+
+
 def _verdict_shown(driver) -> bool:
-    return any("Probability that the model can answer" in v.text for v in _css(driver, ".st-key-verdict")) \
+    return any(VERDICT_TEXT in v.text for v in _css(driver, ".st-key-verdict")) \
         and not _css(driver, ".st-key-queue_status")
 
 
@@ -298,7 +302,7 @@ _PAGE_STATE = """
 const text = s => { const e = document.querySelector(s); return e ? e.innerText : null; };
 const verdicts = [...document.querySelectorAll('.st-key-verdict')].map(e => e.innerText);
 return {queue: text('.st-key-queue_status'),
-        verdict: verdicts.some(v => v.includes('Probability that the model can answer')),
+        verdict: verdicts.some(v => v.includes(arguments[0])),
         error: text('[data-testid="stException"], [data-testid="stAlertContentError"]')};
 """
 
@@ -310,7 +314,7 @@ def follow(driver, session: Session, start: float, timeout: float, every: float 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            state = driver.execute_script(_PAGE_STATE)
+            state = driver.execute_script(_PAGE_STATE, VERDICT_TEXT)
         except (TimeoutException, JavascriptException):  # a renderer too busy to answer within WebDriver's
             time.sleep(every)  # script timeout (30 s), or a page between two drawings: read again, as a person
             continue  # would look again
