@@ -288,13 +288,11 @@ def test_label_skips_a_question_too_long_for_the_model_and_labels_the_rest(tmp_p
             {"id": "b", "question": "What is 2 + 2?", "answers": ["4"]}]
     dataset = write_jsonl(tmp_path / "qs.jsonl", rows)
     out = tmp_path / "labels.jsonl"
-    start = time.perf_counter()
     status, stdout, err = run_cli(["label", "--dataset", str(dataset), "--out", str(out), "--samples", "2",
                                    "--quiet"], model=smollm)
     assert status == 0, err
     assert "skipped long: the prompt has" in err and "1 question(s) too long" in err
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["a", "b"]
-    assert time.perf_counter() - start < 120
 
 
 def test_a_saved_probe_gets_the_umasks_permissions(tmp_path):
