@@ -345,7 +345,7 @@ def main(argv=None) -> int:
     print(f"features: {len(have)} of {len(rows)} traces; dev {len(dev)}, test {len(test)}, injected {len(train)}; "
           + ", ".join(f"own by {rule}: {len(o)} ({sum(r['first_wrong'] is not None for r in o)} with an error)"
                       for rule, o in OWN.items()))
-    dev_results, dev_known, thresholds = {}, {}, {}
+    dev_results, dev_known, thresholds, dev_probs, dev_verifiers = {}, {}, {}, {}, {}
     for name, (settings, sources) in variants.items():
         probs: list = [None] * len(dev)
         for k in range(5):
@@ -358,6 +358,7 @@ def main(argv=None) -> int:
                     probs[i] = verifier.predict_proba(r["features"])
         chosen = verifier.choose_threshold(probs, [r["first_wrong"] for r in dev], [r.get("final_correct") for r in dev])
         thresholds[name] = {k: getattr(verifier, k) for k in ("threshold", "threshold_right")}
+        dev_probs[name], dev_verifiers[name] = probs, verifier
         dev_results[name] = score(verifier, probs, dev, args.n_boot)
         dev_known[name] = score(verifier, probs, dev, args.n_boot, known=True)
         print(f"dev {name}: F1 {dev_results[name]['f1']['value']:.3f} exact "
@@ -393,6 +394,18 @@ def main(argv=None) -> int:
                                             [chosen.step_scores(probs[i]) for i in idx],
                                             [r["first_wrong"] for r in rows_k], n_boot=args.n_boot),
             **{k: v for k, v in baselines(rows_k, args.n_boot).items() if k.startswith("check+")}}
+    # every annotation file apart, in the four ways the field and the hidden check score: by step or by paragraph,
+    # the final answer unknown or known; dev out of fold and test, the chosen variant
+    per_file_modes = {}
+    for half, rows_h, probs_h, verifier_h in (("dev", dev, dev_probs[best], dev_verifiers[best]),
+                                              ("test", test, probs, chosen)):
+        for file in sorted({r["file"] for r in rows_h}):
+            idx = [i for i, r in enumerate(rows_h) if r["file"] == file]
+            part, part_probs = [rows_h[i] for i in idx], [probs_h[i] for i in idx]
+            per_file_modes[f"{half}: {file}"] = {
+                f"{unit}{', final answer known' if known else ''}": score(verifier_h, part_probs, part, args.n_boot,
+                                                                         known=known, paragraphs=unit == "paragraph")
+                for unit in ("step", "paragraph") for known in (False, True)}
     per_file = {}
     for file in sorted({r["file"] for r in test}):
         idx = [i for i, r in enumerate(test) if r["file"] == file]
@@ -414,7 +427,7 @@ def main(argv=None) -> int:
         "chosen": best, "thresholds": thresholds, "dev_out_of_fold": dev_results, "test": test_results,
         "dev_out_of_fold_final_answer_known": dev_known, "test_final_answer_known": test_known,
         "test_by_paragraph": test_para, "test_by_paragraph_final_answer_known": test_para_known,
-        "test_per_kind": per_kind, "test_per_file": per_file, "check_alone_every_annotated_trace": everywhere,
+        "test_per_kind": per_kind, "test_per_file": per_file, "per_file_chosen": per_file_modes, "check_alone_every_annotated_trace": everywhere,
         "variants": {n: {"settings": {**s, "scalars": list(s.get("scalars", SCALARS))}, "training": src}
                      for n, (s, src) in variants.items()},
         "seconds": time.perf_counter() - t0,
@@ -438,6 +451,8 @@ def main(argv=None) -> int:
         md.append(f"| {kind} | {v['n_wrong']} | {cell(v['wrong_exact'])} | {cell(v['top1'])} | {cell(v['top3'])} | "
                   f"{cell(b['top1'])} | {cell(b['top3'])} |")
     md += ["", *table(per_file, "test half per annotation file, chosen verifier")]
+    for where, modes in per_file_modes.items():
+        md += table(modes, f"chosen verifier, {where}" + (" (out of fold)" if where.startswith("dev") else ""))
     for split, per in everywhere.items():
         md += table(per, f"model-free check alone (none where it finds nothing), every annotated {split} trace per file")
     md.append(f"Machine: {machine}.")

@@ -10,6 +10,8 @@
 # 2. every GPU, LANES_PER_GPU lanes each (GPU 0 once its features are done): completion labels of the model's own
 #    replies (scripts/step_rollouts.py, one shard per lane -> OUT_DIR/rollouts/<lane>.jsonl).
 #
+# LANES_PER_GPU=0: the features only (the completion labels are already there).
+#
 # Every job resumes what is already there, so the script is run again, call after call, until the logs say done;
 # jobs stop TIME_LIMIT seconds (default 480) after the start, so that a call ends inside the device's limit.
 # GGUF: the model's GGUF assembled on the GPU machine (scripts/gpu_pieces.sh; prepare_gpu_model.py needs the
@@ -38,9 +40,10 @@ rollouts() {  # lane number, GPU
   if [ ! -f "$out/compact/meta.npz" ]; then
     CUDA_VISIBLE_DEVICES=0 timeout "$(left)" "$PY" scripts/step_verifier_features.py --reader "$MODEL" --device cuda \
       --dtype float32 --own >> "$out/logs/features.log" 2>&1 \
-      && "$PY" scripts/compact_verifier_features.py --reader "$MODEL" --out "$out/compact" >> "$out/logs/features.log" 2>&1
+      && "$PY" scripts/compact_verifier_features.py --reader "$MODEL" --out "$out/compact" >> "$out/logs/features.log" 2>&1 \
+      && xz -c "data/step_verifier/$MODEL/traces.jsonl" > "$out/compact/traces.jsonl.xz"
   fi
-  rollouts 0 0
+  [ "$lanes" -gt 0 ] && rollouts 0 0
 ) &
 for lane in $(seq 1 $((lanes - 1))); do
   rollouts "$lane" $((lane % ngpu)) &

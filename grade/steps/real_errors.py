@@ -84,7 +84,9 @@ def annotated_traces(files: Sequence[str] | None = None, folder=None) -> list[La
             first = row.get("first_wrong_step")
             if first is not None and not 0 <= int(first) < len(split_steps(row["trace"])):
                 raise ValueError(f"{name}: {row['id']} marks step {first} of {len(split_steps(row['trace']))}")
-            out.append(LabelledTrace(f"{name.split('.')[0]}:{row['id']}", row["id"], row["question"], row["trace"],
+            # a file with several traces of one problem names it in ``problem`` (folds and the test ban group by it)
+            out.append(LabelledTrace(f"{name.split('.')[0]}:{row['id']}", row.get("problem", row["id"]),
+                                     row["question"], row["trace"],
                                      None if first is None else int(first), row.get("kind"), "annotated",
                                      row["split"], name, row.get("confidence", "high"), row.get("dataset", "gsm8k"),
                                      row.get("final_correct")))
@@ -121,7 +123,6 @@ def training_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dic
     """
     banned = held_out_problems(annotated)
     annotated_problems = {t.problem for t in annotated}
-    rng = random.Random(seed)
     own = [(t.problem, t.question, t.trace) for t in annotated
            if t.split == "dev" and t.first_wrong is None and t.source == "annotated"]
     own += [(str(r["id"]), r["question"], r["majority"]) for r in label_rows
@@ -130,14 +131,17 @@ def training_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dic
     for i, (problem, question, text) in enumerate(own):
         if problem in banned:
             continue
-        made = _injected(question, text, i, rng)
+        # one generator per trace: a problem banned later (a new annotation file) changes no other trace's error
+        made = _injected(question, text, i, random.Random(f"{seed}:own:{problem}"))
         if made is not None:
             new, step, kind = made
             out.append(LabelledTrace(f"own:{problem}:{kind.split()[0]}", problem, question, new, step, kind,
                                      "injected own", "train"))
-    refs = [r for r in reference_rows if r.get("solution") and str(r["id"]) not in banned]
-    for i, row in enumerate(refs[:n_reference]):
-        made = _injected(row["question"], row["solution"], i, rng)
+    refs = [r for r in reference_rows if r.get("solution")][:n_reference]
+    for i, row in enumerate(refs):
+        if str(row["id"]) in banned:
+            continue
+        made = _injected(row["question"], row["solution"], i, random.Random(f"{seed}:ref:{row['id']}"))
         if made is not None:
             new, step, kind = made
             out.append(LabelledTrace(f"ref:{row['id']}:{kind.split()[0]}", str(row["id"]), row["question"], new, step,
