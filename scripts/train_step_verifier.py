@@ -51,6 +51,9 @@ from grade.steps.verifier import (SCALARS, StepVerifier, TraceFeatures,  # noqa:
                                   by_paragraph, first_error_metrics, step_paragraphs)
 
 TRACES_MODEL = "qwen2.5-coder-1.5b-instruct"
+#: The annotation files of real errors (the model's own complete GSM8K replies, marked by a reader): what a shipped
+#: verifier's cited numbers are measured on.
+REAL_FILES = "gsm8k_qwen"
 NO_CHECK = tuple(n for n in SCALARS if not n.startswith("check"))
 #: name -> (StepVerifier settings, training sources): every variant tried.
 VARIANTS = {
@@ -308,6 +311,9 @@ def main(argv=None) -> int:
     p.add_argument("--ship", action="store_true")
     p.add_argument("--files", nargs="+", default=None, metavar="NAME",
                    help="annotation files whose traces form dev and test (e.g. gsm8k_qwen.a gsm8k_qwen.b; default all)")
+    p.add_argument("--score-only", nargs="+", default=None, metavar="NAME",
+                   help="annotation files left out of --files whose test half is still scored in the per-file tables "
+                        "(what the verifier does on traces of a kind it never learned from)")
     p.add_argument("--tag", default="", help="added to the results' file names (a variant's run)")
     p.add_argument("--machine", default=None)
     p.add_argument("--compact", action="store_true", help="features from data/step_verifier/<reader>/compact")
@@ -332,10 +338,17 @@ def main(argv=None) -> int:
                 if not args.only or n in args.only}
     if not any(OWN.values()):
         variants = {n: v for n, v in variants.items() if "+own:" not in v[1]}
+    extra_test = [r for r in have if r["source"] == "annotated" and r["split"] == "test"
+                  and r["file"].split(".jsonl")[0] in (args.score_only or ())]
     if args.files:
         wanted = {f.split(".jsonl")[0] for f in args.files}
+        rows_all = rows
         rows = [r for r in rows if r["source"] != "annotated" or r["file"].split(".jsonl")[0] in wanted]
         have = [r for r in have if r["source"] != "annotated" or r["file"].split(".jsonl")[0] in wanted]
+        # nor errors injected into the left-out files' traces: a run without a file learns nothing from it
+        left_out = {r["problem"] for r in rows_all if r["source"] == "annotated"} - {
+            r["problem"] for r in rows if r["source"] == "annotated"}
+        have = [r for r in have if r["source"] == "annotated" or r["problem"] not in left_out]
     dev = [r for r in have if r["source"] == "annotated" and r["split"] == "dev"]
     test = [r for r in have if r["source"] == "annotated" and r["split"] == "test"]
     test_problems = {r["problem"] for r in rows if r["source"] == "annotated" and r["split"] == "test"}
@@ -397,10 +410,12 @@ def main(argv=None) -> int:
     # every annotation file apart, in the four ways the field and the hidden check score: by step or by paragraph,
     # the final answer unknown or known; dev out of fold and test, the chosen variant
     per_file_modes = {}
+    extra = extra_test
     for half, rows_h, probs_h, verifier_h in (("dev", dev, dev_probs[best], dev_verifiers[best]),
-                                              ("test", test, probs, chosen)):
-        for file in sorted({r["file"] for r in rows_h}):
-            idx = [i for i, r in enumerate(rows_h) if r["file"] == file]
+                                              ("test", test + extra, probs + predictions(chosen, extra), chosen)):
+        # a file's halves together (gsm8k_qwen.a and .b: gsm8k_qwen)
+        for file in sorted({r["file"].split(".")[0] for r in rows_h}):
+            idx = [i for i, r in enumerate(rows_h) if r["file"].split(".")[0] == file]
             part, part_probs = [rows_h[i] for i in idx], [probs_h[i] for i in idx]
             per_file_modes[f"{half}: {file}"] = {
                 f"{unit}{', final answer known' if known else ''}": score(verifier_h, part_probs, part, args.n_boot,
@@ -459,14 +474,20 @@ def main(argv=None) -> int:
     (out / f"{name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     if args.ship:
-        files = ", ".join(args.files) if args.files else "every annotation file"
-        measured = {k: test_results[best][k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}
-        measured.update(n_wrong=test_results[best]["n_wrong"], n_correct=test_results[best]["n_correct"],
-                        data=f"annotated test half of grade/datasets/real_step_errors ({files})",
-                        locator_today={k: test_results["check+surprisal (the suspect_step today; never says none)"][k]
-                                       for k in ("f1", "top1", "top3")})
-        known = {k: test_known[best][k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}
-        known.update(n_wrong=test_known[best]["n_wrong"], n_correct=test_known[best]["n_correct"],
+        # the numbers a page cites are those on real errors (the model's own traces, marked by a reader), never
+        # mixed with traces written with planted errors; those are saved apart, by paragraph
+        real = per_file_modes.get(f"test: {REAL_FILES}")
+        files = REAL_FILES + ".a/.b" if real else ", ".join(args.files) if args.files else "every annotation file"
+        plain, with_final = (real["step"], real["step, final answer known"]) if real else (test_results[best],
+                                                                                           test_known[best])
+        measured = {k: plain[k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}
+        measured.update(n_wrong=plain["n_wrong"], n_correct=plain["n_correct"],
+                        data=f"annotated test half of grade/datasets/real_step_errors ({files})")
+        real_rows = [r for r in test if r["file"].split(".")[0] == REAL_FILES] if real else test
+        today = baselines(real_rows, args.n_boot)["check+surprisal (the suspect_step today; never says none)"]
+        measured["locator_today"] = {k: today[k] for k in ("f1", "top1", "top3")}
+        known = {k: with_final[k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}
+        known.update(n_wrong=with_final["n_wrong"], n_correct=with_final["n_correct"],
                      data=measured["data"] + ", the final answer's correctness known")
         chosen.info = {"variant": best, "reader": args.reader, "traces_model": TRACES_MODEL,
                        "trained_on": {"annotated dev traces": len(dev), **results["counts"]["injected_by_source"],
@@ -474,7 +495,11 @@ def main(argv=None) -> int:
                                          if "+own:" in variants[best][1] else {})},
                        "never_trained_on": "any problem of an annotated test row",
                        "threshold_from": "annotated dev half, out of fold, maximising the first-error F1",
-                       "measured": measured, "measured_final_known": known, "machine": machine}
+                       "measured": measured, "measured_final_known": known, "machine": machine,
+                       "measured_by_paragraph": {where.removeprefix("test: "): {
+                           mode: {k: m[k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3", "n_wrong",
+                                                    "n_correct")} for mode, m in modes.items() if "paragraph" in mode}
+                           for where, modes in per_file_modes.items() if where.startswith("test: ")}}
         if args.compact:  # fitted on projected states: ship the same verifier reading raw ones
             from compact_verifier_features import unproject
 

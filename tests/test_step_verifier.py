@@ -117,6 +117,45 @@ def test_training_traces_never_touch_a_test_problem(annotated):
         assert 0 <= t.first_wrong < len(split_steps(t.trace))
 
 
+def test_a_problem_banned_later_changes_no_other_training_trace(annotated):
+    """A new annotation file's test problems leave every other injected trace as it was (its cached features
+    stay valid): each trace has its own random generator."""
+    import dataclasses
+
+    labels = [json.loads(line) for line in lzma.open(ROOT / "data/labels/qwen2.5-coder-1.5b-instruct/gsm8k.jsonl.xz", "rt")]
+    from grade.tasks.tasks import load_questions
+
+    refs = [{"id": q.id, "question": q.question, "solution": q.solution} for q in load_questions("gsm8k")]
+    before = training_traces(annotated, labels, refs, n_reference=150)
+    newly = sorted({t.problem for t in before})[::7]  # problems some training traces come from
+    extra = [dataclasses.replace(annotated[0], id=f"new:{p}", problem=p, split="test") for p in newly]
+    after = training_traces(annotated + extra, labels, refs, n_reference=150)
+    assert {t.problem for t in after}.isdisjoint(newly)
+    assert after == [t for t in before if t.problem not in newly]
+
+
+def test_written_traces_mark_a_step_inside_the_marked_paragraph():
+    """grade/datasets/real_step_errors/gsm8k_written: the step each mark became starts in the writer's paragraph,
+    the flawed and correct traces of a problem share its split, and correct traces end on the gold answer."""
+    from grade.steps.real_errors import annotation_rows
+    from grade.steps.verifier import step_paragraphs
+    from grade.tasks.tasks import Question, is_correct
+
+    rows = annotation_rows("gsm8k_written.jsonl")
+    assert len(rows) >= 300
+    splits = {}
+    for r in rows:
+        assert splits.setdefault(r["problem"], r["split"]) == r["split"]
+        if r["first_wrong_step"] is None:
+            assert r["final_correct"] and is_correct(Question(id="", question="", answers=r["answers"], task="gsm8k"), r["trace"])
+            continue
+        paragraphs = step_paragraphs(r["trace"])
+        assert paragraphs[r["first_wrong_step"]] == r["first_wrong_paragraph"]
+        assert r["first_wrong_text"] in r["trace"].split("\n\n")[r["first_wrong_paragraph"]]
+    flawed = [r for r in rows if r["first_wrong_step"] is not None]
+    assert len(flawed) >= 150 and {r["split"] for r in flawed} == {"dev", "test"}
+
+
 def test_shipped_verifier_reads_a_trace(smollm, small, one_torch_thread):
     verifier = shipped_verifier("smollm2-135m-instruct")
     if verifier is None:
