@@ -347,3 +347,18 @@ def test_scores_by_paragraph(annotated):
     assert int(np.argmax(sc[0])) == wrong[0] and len(sc[0]) == len(set(para.tolist()))
     m = first_error_metrics(pred, sc, wrong, n_boot=10)
     assert m["top1"]["value"] == 1.0 and m["f1"]["value"] == 1.0
+
+
+def test_the_shipped_qwen_verifier_cites_real_errors_and_keeps_the_written_traces_apart(annotated):
+    """The numbers a page cites beside the Qwen verifier's verdict are those on Qwen's own traces marked by a reader
+    (their test half, whole), never mixed with the written traces; both test halves are kept by paragraph."""
+    info = json.loads((ROOT / "grade/assets/step_verifier/qwen2.5-coder-1.5b-instruct.json").read_text())
+    real = [t for t in annotated if t.file.startswith("gsm8k_qwen.") and t.split == "test"]
+    written = [t for t in annotated if t.file.startswith("gsm8k_written") and t.split == "test"]
+    for measured in (info["measured"], info["measured_final_known"]):
+        assert "gsm8k_qwen" in measured["data"] and "written" not in measured["data"]
+        assert (measured["n_wrong"], measured["n_correct"]) == (sum(t.first_wrong is not None for t in real),
+                                                                sum(t.first_wrong is None for t in real))
+    by_paragraph = info["measured_by_paragraph"]
+    assert by_paragraph["gsm8k_written"]["paragraph"]["n_wrong"] == sum(t.first_wrong is not None for t in written)
+    assert by_paragraph["gsm8k_qwen"]["paragraph, final answer known"]["n_correct"] == len(real) - info["measured"]["n_wrong"]
