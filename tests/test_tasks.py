@@ -234,6 +234,11 @@ def test_mmlu_rows_score_their_letter(shared):
         ("The answer: 42\n\n\n", 42),
         ("x = -3", -3),
         ("no digits here", None),
+        # the boxed or stated answer before the longest number of a last line that holds several
+        ("So he can take 30 - 15 = 15 more days. The answer is 15.", 15),
+        ("The total is 2 + 3 = 5, so \\(\\boxed{5}\\).", 5),
+        ("## Step 2: 8 * 190 = 1520\n\nThe final answer is: $\\boxed{1,520}$", 1520),
+        ("They lose $450 - $405 = $45. The answer is $45.", 45),
     ],
 )
 def test_gsm8k_final_number(reply, number):

@@ -116,13 +116,27 @@ def _numbers(text: str) -> list[str]:
     return [n for n in _NUMBER.findall(text) if _to_number(n) is not None]
 
 
+#: "The answer is 15", "the final answer is: $\\boxed{15}$": the number a reply states as its answer.
+_STATED_NUMBER = re.compile(r"answer is:?\s*\$?(?:\\\(|\\\[)?\s*(?:\\boxed\{)?\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?|-?\.\d+)", re.I)
+
+
 def gsm8k_final_number(reply: str) -> float | None:
-    """Reference extraction: the number after ``####``; else the longest number on the last non-empty
-    line; else the longest number anywhere. Commas are dropped; ``None`` if there is no number."""
+    """Reference extraction: the number after ``####``; else the one number of the last ``\\boxed{}``; else the
+    number of the last "answer is ..." statement; else the longest number on the last non-empty line; else the
+    longest number anywhere. Commas are dropped; ``None`` if there is no number.
+
+    The boxed and stated answers come before the longest-number rule because bigger models end with a sentence
+    that holds several numbers ("30 - 15 = 15 more days. The answer is 15.")."""
     if "####" in reply:
         found = _numbers(reply.split("####", 1)[1])
         if found:
             return _to_number(found[0])
+    boxed = last_boxed(reply)
+    if boxed is not None and len(_numbers(boxed)) == 1:
+        return _to_number(_numbers(boxed)[0])
+    stated = [_to_number(m.group(1)) for m in _STATED_NUMBER.finditer(reply)]
+    if stated and stated[-1] is not None:
+        return stated[-1]
     lines = [line for line in reply.splitlines() if line.strip()]
     for text in ([lines[-1]] if lines else []) + [reply]:
         found = _numbers(text)
