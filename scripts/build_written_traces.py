@@ -1,13 +1,13 @@
-"""``grade/datasets/real_step_errors/gsm8k_written.jsonl.xz`` from the writers' files (see that folder's README).
+"""``grade/datasets/real_step_errors/<dataset>_written.jsonl.xz`` from the writers' files (see that folder's README).
 
-    python scripts/build_written_traces.py OUT_0.jsonl [OUT_1.jsonl ...]
+    python scripts/build_written_traces.py [--dataset gsm8k|math] OUT_0.jsonl [OUT_1.jsonl ...]
 
-Each input line is one trace written in the style of a 7B-70B chat model for a GSM8K dev problem, correct or with
+Each input line is one trace written in the style of a 7B-70B chat model for a GSM8K or MATH dev problem, correct or with
 one planted first error, marked by its writer as a paragraph (``first_wrong_paragraph``, 0-based in
 ``trace.split("\\n\\n")``) and the exact text where the error first shows (``first_wrong_text``). Here each mark
 becomes the annotation files' ``first_wrong_step`` (0-based in ``split_steps(trace)``: the step holding that
 text's first character), every mark is checked (text inside its paragraph, the step in that paragraph, a correct
-trace's final answer equal to the gold answer by the GSM8K matcher), and the split is fixed by the problem id as in
+trace's final answer equal to the gold answer by the task's own matcher), and the split is fixed by the problem id as in
 every annotation file (dev where ``int(sha1(id), 16) % 2 == 0``). A line that fails a check is left out and
 counted; the script stops if more than 5 % fail.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-OUT = ROOT / "grade/datasets/real_step_errors/gsm8k_written.jsonl.xz"
-KINDS = ("misread", "plan", "double_count_or_omission", "units", "calculation", "final_answer")
+FOLDER = ROOT / "grade/datasets/real_step_errors"
+KINDS = ("misread", "plan", "double_count_or_omission", "units", "calculation", "final_answer", "algebra")
 ANNOTATOR = ("AI writer and annotator (Claude, session 18): written in the style of a 7B-70B chat model, the "
              "first error planted and marked by its writer")
 
@@ -35,7 +35,7 @@ def split_of(problem: str) -> str:
     return "dev" if int(hashlib.sha1(problem.encode()).hexdigest(), 16) % 2 == 0 else "test"
 
 
-def converted(row: dict) -> dict:
+def converted(row: dict, dataset: str = "gsm8k") -> dict:
     """The annotation row of one written trace; ValueError says why a line is refused."""
     from grade.gradients.losses import split_steps
     from grade.steps.verifier import step_paragraphs
@@ -46,7 +46,7 @@ def converted(row: dict) -> dict:
     if any(not p.strip() for p in paragraphs):
         raise ValueError("an empty paragraph")
     spans = split_steps(trace)
-    ends_right = bool(is_correct(Question(id="", question="", answers=list(row["answers"]), task="gsm8k"), trace))
+    ends_right = bool(is_correct(Question(id="", question="", answers=list(row["answers"]), task=dataset), trace))
     step = None
     if flawed:
         k, text = int(row["first_wrong_paragraph"]), row["first_wrong_text"]
@@ -64,7 +64,7 @@ def converted(row: dict) -> dict:
     elif not ends_right or not row["final_correct"]:
         raise ValueError("a correct trace whose final answer is not the gold answer")
     problem = str(row["problem"])
-    return {"id": row["id"], "problem": problem, "dataset": "gsm8k", "model": f"written ({row['style']} style)",
+    return {"id": row["id"], "problem": problem, "dataset": dataset, "model": f"written ({row['style']} style)",
             "source": "written with a planted error" if flawed else "written correct",
             "question": row["question"], "answers": row["answers"], "trace": trace, "n_steps": len(spans),
             "first_wrong_step": step, "first_wrong_text": row["first_wrong_text"] if flawed else None,
@@ -76,8 +76,10 @@ def converted(row: dict) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", type=Path)
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--dataset", choices=("gsm8k", "math"), default="gsm8k")
+    p.add_argument("--out", type=Path, default=None, help="default FOLDER/<dataset>_written.jsonl.xz")
     args = p.parse_args(argv)
+    args.out = args.out or FOLDER / f"{args.dataset}_written.jsonl.xz"
     rows, refused, seen = [], Counter(), set()
     for path in args.inputs:
         for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
                 refused["the same id twice"] += 1
                 continue
             try:
-                rows.append(converted(row))
+                rows.append(converted(row, args.dataset))
                 seen.add(row["id"])
             except (KeyError, ValueError, TypeError) as exc:
                 refused[str(exc)[:60]] += 1
