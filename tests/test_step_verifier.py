@@ -134,26 +134,26 @@ def test_a_problem_banned_later_changes_no_other_training_trace(annotated):
     assert after == [t for t in before if t.problem not in newly]
 
 
-def test_written_traces_mark_a_step_inside_the_marked_paragraph():
-    """grade/datasets/real_step_errors/gsm8k_written: the step each mark became starts in the writer's paragraph,
-    the flawed and correct traces of a problem share its split, and correct traces end on the gold answer."""
+@pytest.mark.parametrize("name, task, n_flawed", [("gsm8k_written.jsonl", "gsm8k", 150), ("math_written.jsonl", "math", 80)])
+def test_written_traces_mark_a_step_inside_the_marked_paragraph(name, task, n_flawed):
+    """grade/datasets/real_step_errors/*_written: the step each mark became starts in the writer's paragraph, the
+    flawed and correct traces of a problem share its split, and correct traces end on the gold answer."""
     from grade.steps.real_errors import annotation_rows
     from grade.steps.verifier import step_paragraphs
     from grade.tasks.tasks import Question, is_correct
 
-    rows = annotation_rows("gsm8k_written.jsonl")
-    assert len(rows) >= 300
+    rows = annotation_rows(name)
     splits = {}
     for r in rows:
-        assert splits.setdefault(r["problem"], r["split"]) == r["split"]
+        assert r["dataset"] == task and splits.setdefault(r["problem"], r["split"]) == r["split"]
         if r["first_wrong_step"] is None:
-            assert r["final_correct"] and is_correct(Question(id="", question="", answers=r["answers"], task="gsm8k"), r["trace"])
+            assert r["final_correct"] and is_correct(Question(id="", question="", answers=r["answers"], task=task), r["trace"])
             continue
         paragraphs = step_paragraphs(r["trace"])
         assert paragraphs[r["first_wrong_step"]] == r["first_wrong_paragraph"]
         assert r["first_wrong_text"] in r["trace"].split("\n\n")[r["first_wrong_paragraph"]]
     flawed = [r for r in rows if r["first_wrong_step"] is not None]
-    assert len(flawed) >= 150 and {r["split"] for r in flawed} == {"dev", "test"}
+    assert len(flawed) >= n_flawed and {r["split"] for r in flawed} == {"dev", "test"}
 
 
 def test_shipped_verifier_reads_a_trace(smollm, small, one_torch_thread):
