@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Iterable, Sequence
@@ -128,20 +129,22 @@ def training_traces(annotated: Sequence[LabelledTrace], label_rows: Iterable[dic
     own += [(str(r["id"]), r["question"], r["majority"]) for r in label_rows
             if r.get("label") == 1 and r.get("majority") and str(r["id"]) not in annotated_problems]
     out = []
-    for i, (problem, question, text) in enumerate(own):
+    for problem, question, text in own:
         if problem in banned:
             continue
-        # one generator per trace: a problem banned later (a new annotation file) changes no other trace's error
-        made = _injected(question, text, i, random.Random(f"{seed}:own:{problem}"))
+        # the kind and the generator from the problem alone: a problem banned or annotated later (a new annotation
+        # file) changes no other trace's error, so cached features stay valid
+        made = _injected(question, text, zlib.crc32(problem.encode()), random.Random(f"{seed}:own:{problem}"))
         if made is not None:
             new, step, kind = made
             out.append(LabelledTrace(f"own:{problem}:{kind.split()[0]}", problem, question, new, step, kind,
                                      "injected own", "train"))
     refs = [r for r in reference_rows if r.get("solution")][:n_reference]
-    for i, row in enumerate(refs):
+    for row in refs:
         if str(row["id"]) in banned:
             continue
-        made = _injected(row["question"], row["solution"], i, random.Random(f"{seed}:ref:{row['id']}"))
+        made = _injected(row["question"], row["solution"], zlib.crc32(str(row["id"]).encode()),
+                         random.Random(f"{seed}:ref:{row['id']}"))
         if made is not None:
             new, step, kind = made
             out.append(LabelledTrace(f"ref:{row['id']}:{kind.split()[0]}", str(row["id"]), row["question"], new, step,
