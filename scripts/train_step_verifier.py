@@ -410,9 +410,9 @@ def main(argv=None) -> int:
     # every annotation file apart, in the four ways the field and the hidden check score: by step or by paragraph,
     # the final answer unknown or known; dev out of fold and test, the chosen variant
     per_file_modes = {}
-    extra = extra_test
     for half, rows_h, probs_h, verifier_h in (("dev", dev, dev_probs[best], dev_verifiers[best]),
-                                              ("test", test + extra, probs + predictions(chosen, extra), chosen)):
+                                              ("test", test + extra_test, probs + predictions(chosen, extra_test),
+                                               chosen)):
         # a file's halves together (gsm8k_qwen.a and .b: gsm8k_qwen)
         for file in sorted({r["file"].split(".")[0] for r in rows_h}):
             idx = [i for i, r in enumerate(rows_h) if r["file"].split(".")[0] == file]
@@ -442,7 +442,8 @@ def main(argv=None) -> int:
         "chosen": best, "thresholds": thresholds, "dev_out_of_fold": dev_results, "test": test_results,
         "dev_out_of_fold_final_answer_known": dev_known, "test_final_answer_known": test_known,
         "test_by_paragraph": test_para, "test_by_paragraph_final_answer_known": test_para_known,
-        "test_per_kind": per_kind, "test_per_file": per_file, "per_file_chosen": per_file_modes, "check_alone_every_annotated_trace": everywhere,
+        "test_per_kind": per_kind, "test_per_file": per_file, "per_file_chosen": per_file_modes,
+        "check_alone_every_annotated_trace": everywhere,
         "variants": {n: {"settings": {**s, "scalars": list(s.get("scalars", SCALARS))}, "training": src}
                      for n, (s, src) in variants.items()},
         "seconds": time.perf_counter() - t0,
