@@ -205,6 +205,11 @@ def label_own(rows: list[dict], rollouts_path: Path) -> dict[str, list[dict]]:
     return out
 
 
+def file_group(row: dict) -> str:
+    """The annotation file a row comes from without its part and suffix (gsm8k_qwen.a.jsonl: gsm8k_qwen)."""
+    return row["file"].split(".")[0]
+
+
 def fold_of(problem: str, n: int = 5) -> int:
     import hashlib
 
@@ -413,9 +418,8 @@ def main(argv=None) -> int:
     for half, rows_h, probs_h, verifier_h in (("dev", dev, dev_probs[best], dev_verifiers[best]),
                                               ("test", test + extra_test, probs + predictions(chosen, extra_test),
                                                chosen)):
-        # a file's halves together (gsm8k_qwen.a and .b: gsm8k_qwen)
-        for file in sorted({r["file"].split(".")[0] for r in rows_h}):
-            idx = [i for i, r in enumerate(rows_h) if r["file"].split(".")[0] == file]
+        for file in sorted({file_group(r) for r in rows_h}):
+            idx = [i for i, r in enumerate(rows_h) if file_group(r) == file]
             part, part_probs = [rows_h[i] for i in idx], [probs_h[i] for i in idx]
             per_file_modes[f"{half}: {file}"] = {
                 f"{unit}{', final answer known' if known else ''}": score(verifier_h, part_probs, part, args.n_boot,
@@ -484,7 +488,7 @@ def main(argv=None) -> int:
         measured = {k: plain[k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}
         measured.update(n_wrong=plain["n_wrong"], n_correct=plain["n_correct"],
                         data=f"annotated test half of grade/datasets/real_step_errors ({files})")
-        real_rows = [r for r in test if r["file"].split(".")[0] == REAL_FILES] if real else test
+        real_rows = [r for r in test if file_group(r) == REAL_FILES] if real else test
         today = baselines(real_rows, args.n_boot)["check+surprisal (the suspect_step today; never says none)"]
         measured["locator_today"] = {k: today[k] for k in ("f1", "top1", "top3")}
         known = {k: with_final[k] for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")}

@@ -131,9 +131,9 @@ def gsm8k_final_number(reply: str) -> float | None:
         found = _numbers(reply.split("####", 1)[1])
         if found:
             return _to_number(found[0])
-    boxed = last_boxed(reply)
-    if boxed is not None and len(_numbers(boxed)) == 1:
-        return _to_number(_numbers(boxed)[0])
+    boxed = _numbers(last_boxed(reply) or "")
+    if len(boxed) == 1:
+        return _to_number(boxed[0])
     stated = [_to_number(m.group(1)) for m in _STATED_NUMBER.finditer(reply)]
     if stated and stated[-1] is not None:
         return stated[-1]
