@@ -61,14 +61,21 @@ class Step:
 
 
 def split_steps(response: str) -> list[tuple[int, int]]:
-    """Character spans of the punctuation-delimited steps of ``response`` (whitespace stays with the step before;
-    a list marker stays with the step it opens)."""
+    """Character spans of the punctuation-delimited steps of ``response``; a list marker stays with the step it
+    opens.
+
+    The line breaks between two steps end the step before; the spaces after them (or after a sentence's full stop
+    on the same line) open the step after. Most tokenizers glue a word's leading space to it (" Each", " -"), and a
+    token belongs to the step in which it starts: with those spaces in the step before, the next sentence's first
+    word was scored, and drawn, in the previous step ("...reduction. Each | week"), and an indented "-" bullet
+    outside its own step."""
     spans, start = [], 0
     for match in STEP_BOUNDARY.finditer(response):
         text = response[start : match.start()].strip()
         if text and not LIST_MARKER.fullmatch(text):
-            spans.append((start, match.end()))
-            start = match.end()
+            cut = match.start() + match.group().rfind("\n") + 1  # after the last line break, else where the gap starts
+            spans.append((start, cut))
+            start = cut
     if response[start:].strip():
         spans.append((start, len(response)))
     elif spans:
