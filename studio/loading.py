@@ -34,8 +34,9 @@ CONVERSION_SECONDS = {"qwen2.5-coder-1.5b-instruct": 90}
 #: Seconds to load the converted copy of the largest embedded model (Qwen) on 2 cores: about 25 s were seen
 #: on a busy 2-core VM, a few seconds idle.
 LOAD_SECONDS = 25
-#: llama-cpp-python's build on 2 idle cores (requirements-fast.txt)
-BUILD_SECONDS = 330
+#: Compile steps done before the build's own pace is taken as its estimate: the first steps are few and quick
+#: (configuring, small files), so an earlier guess would promise too little.
+MIN_STEPS_FOR_ESTIMATE = 5
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,21 @@ def _shown(path: Path) -> str:
         return path.name
 
 
+def build_remaining(build: LlamaBuild, now: float | None = None) -> float | None:
+    """Seconds llama-cpp-python's build still needs, measured on this machine while it runs: the time it has taken
+    per ``[done/total]`` compile step of its log so far, times the steps left. None until
+    :data:`MIN_STEPS_FOR_ESTIMATE` steps are done (or without a start time in the log)."""
+    if not build.started or not build.steps or build.steps[0] < MIN_STEPS_FOR_ESTIMATE or not build.steps[1]:
+        return None
+    done, total = build.steps
+    elapsed = max(0.0, (now or time.time()) - build.started)
+    return elapsed / done * max(0, total - done)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 def build_summary(build: LlamaBuild, now: float | None = None) -> str | None:
     """One line on llama-cpp-python's background build; None when there is nothing to say (installed, or never
     built by `make run`)."""
@@ -87,7 +103,10 @@ def build_summary(build: LlamaBuild, now: float | None = None) -> str | None:
             parts.append(f"compile step {build.steps[0]}/{build.steps[1]}")
         if build.started:
             elapsed = max(0, (now or time.time()) - build.started)
-            parts.append(f"started {elapsed / 60:.0f} min ago (about {BUILD_SECONDS / 60:.0f} min on 2 idle cores)")
+            remaining = build_remaining(build, now)
+            parts.append(f"started {_minutes(elapsed)} ago, " + (
+                f"about {_minutes(remaining)} left at its pace so far on this machine" if remaining is not None
+                else "time left measured once a few compile steps are done"))
         return (", ".join(parts) + f". Answers are generated with torch (slower) until it is ready; the next answer "
                 f"after it uses llama.cpp, no restart needed. Log: `{_shown(build.log)}`")
     if build.state == "failed":
