@@ -159,16 +159,16 @@ bench: install
 	$(PY) -m bench
 
 probes: install
-	$(PY) scripts/build_probes.py
+	$(PY) scripts/build/build_probes.py
 
 # The detectors Home shows beside the probe's verdict, from the benchmark's caches (restored from history)
 detectors: install
-	bash scripts/restore_benchmark_caches.sh
-	$(PY) scripts/build_detectors.py
+	bash scripts/build/restore_benchmark_caches.sh
+	$(PY) scripts/build/build_detectors.py
 
 # Home's per-model examples (known / wrong questions) from the models' labels
 examples: install
-	$(PY) scripts/build_examples.py
+	$(PY) scripts/build/build_examples.py
 
 clean-cache:
 	rm -rf $${GRADE_CACHE_DIR:-$$HOME/.cache/grade-studio}

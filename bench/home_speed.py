@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from studio.analysis_cache import find_shipped, home_request
     from studio.resources import DETECTORS_DIR, default_probe, list_probes, load_detectors, load_probe
     from studio.served import LOCAL_LIMITS
-    from studio.workflows import HOME_ANSWER_TOKENS, analyze_question
+    from studio.workflows import analyze_question, home_answer_tokens
 
     load_before = os.getloadavg()
     start = time.perf_counter()
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         lm.generation_backend = generator  # None: the app's own choice (llama.cpp where it is installed)
         try:
             return analyze_question(lm, args.question, task="qa", probe=probe, probe_info=info,
-                                    max_new_tokens=HOME_ANSWER_TOKENS, detectors=detectors)
+                                    max_new_tokens=home_answer_tokens("qa"), detectors=detectors)
         finally:
             lm.generation_backend = None
 
@@ -95,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         return run
 
     def shipped():
-        request = home_request(lm, args.question, None, "qa", HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
+        request = home_request(lm, args.question, None, "qa", home_answer_tokens("qa"), LOCAL_LIMITS.answer_tokens,
                                info.path, detectors_for(lm.name, DETECTORS_DIR))
         found = find_shipped(request)
         if found is None:
             raise SystemExit(f"no shipped result for {args.question!r} with {request['generator']}: "
-                             "run scripts/build_example_results.py")
+                             "run scripts/build/build_example_results.py")
         return found
 
     routes = {"torch": lambda: analyse(torch_backend)}

@@ -1,7 +1,7 @@
 """Where GRADE_pre's signal is, for one model: the rank ratios against the quantities they are made of.
 
-For every feature store of ``runs/features/<model>/<loss>/`` (written by ``scripts/build_probes.py`` or
-``scripts/gpu_label_extract.sh``) it prints one Markdown row of 5-fold cross-validated AUROCs of a
+For every feature store of ``runs/features/<model>/<loss>/`` (written by ``scripts/build/build_probes.py`` or
+``scripts/gpu/gpu_label_extract.sh``) it prints one Markdown row of 5-fold cross-validated AUROCs of a
 logistic regression (standardised inputs) on:
 
 * ``ratio``: the per-layer rank ratios srank(C_g)/srank(C_h) (the shipped probes' input);

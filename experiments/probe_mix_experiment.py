@@ -28,7 +28,7 @@ from grade.verdict.training_sets import MAX_PER_CLASS, current_rows, extract_all
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: its data/ and runs/ folders
 MODEL, LOSS = "smollm2-135m-instruct", "pre"
-PROBE_LABELS_DIR = ROOT / "data" / "probe_training" / "labels"  # as in scripts/build_probes.py
+PROBE_LABELS_DIR = ROOT / "data" / "probe_training" / "labels"  # as in scripts/build/build_probes.py
 CHECK_LABELS_DIR = ROOT / "data" / "probe_check" / "labels"
 SELECTION = ROOT / "data" / "benchmark" / MODEL / "unseen" / "facts.jsonl"
 NOT_SHORT_QA = ("mmlu", "math_steps", "arithmetic", "gsm8k")

@@ -84,7 +84,7 @@ def _embedding(kind: str, method: str, stored: int, rows: tuple[int, ...], curre
                reference_key: tuple, _reference):
     """(coords (n, 2), the current question's point (2,) or None) of the chosen reference rows."""
     X = _reference.hidden[list(rows), stored] if kind == "hidden" else _reference.ratios[list(rows)]
-    # Shipped with the app for the page's opening view (scripts/build_example_results.py), found only for
+    # Shipped with the app for the page's opening view (scripts/build/build_example_results.py), found only for
     # exactly this matrix and method.
     shipped = find_embedding(embedding_request(lm.name, X, method))
     result = embed(X, method, None if current is None else np.asarray(current), coords=shipped)

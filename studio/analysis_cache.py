@@ -7,7 +7,7 @@ the least recently used go first. An operator sets both with ``GRADE_ANALYSIS_CA
 ``GRADE_ANALYSIS_CACHE_MB`` (0 entries: no caching).
 
 Shipped results: Home's and the Reasoning trace page's examples come precomputed for the embedded models
-(``scripts/build_example_results.py``), one file pair per request, named by a hash of everything the result
+(``scripts/build/build_example_results.py``), one file pair per request, named by a hash of everything the result
 depends on (:func:`home_request`, :func:`trace_request`: files by SHA-256) and used only for that exact request.
 """
 

@@ -51,7 +51,7 @@ def accuracy_line(model: str, view: str) -> str:
             f"known: {'; '.join(parts)}.")
 
 
-#: ``scripts/train_step_verifier.py --grade-features`` on the GSM8K annotation files: the verifier with and without
+#: ``scripts/studies/train_step_verifier.py --grade-features`` on the GSM8K annotation files: the verifier with and without
 #: GRADE's step features, trained and scored alike.
 GRADE_IN_VERIFIER = "results/step_errors/{model}/verifier_{model}_grade_gsm8k.json"
 WITH_GRADE = "GRADE + hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (no return)"
@@ -98,12 +98,60 @@ def ranked_table(step_texts, signals: StepSignals) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------ the step verifier
 
+#: The token colouring by the step verifier's probability per step (a page's colour choice).
+VERIFIER_VIEW = "step verifier (probability per step)"
 #: What a page says where the verifier finds no first wrong step (its suspect step is None).
 NO_STEP = "no step stands out"
 
 
 def _missing(value) -> bool:
     return value is None or bool(pd.isna(value))
+
+
+def known_outcome(correct, cut_off=None):
+    """What the step verifier is told of a trace's final answer, on every page (one rule, as a run's triage does
+    in ``grade.traces.analysis.verify_item``): right or wrong where a gold answer or the run's grading says so,
+    nothing where there is no gold answer or the reply was cut off at its token limit before it finished."""
+    if _missing(correct) or (not _missing(cut_off) and bool(cut_off)):
+        return None
+    return bool(correct)
+
+
+def trace_outcome(response: str, gold) -> bool | None:
+    """The final answer of ``response`` against the gold answers a person typed (none typed: None)."""
+    gold = [str(g).strip() for g in (gold or []) if str(g).strip()]
+    if not gold:
+        return None
+    from .workflows import check_numeric_answer
+
+    return check_numeric_answer(response, gold)
+
+
+def verifier_verdict(reader: str, probability, final_correct) -> tuple[int | None, float]:
+    """The step verifier's suspect step (1-based, None: none stands out) and the threshold it used, for a trace
+    whose per-step probabilities were read once, under what is known of its final answer now
+    (:func:`known_outcome`): a gold answer typed or changed after the reading re-decides the verdict without
+    reading the trace again. The thresholds are the shipped verifier's (its asset file), as
+    :func:`grade.steps.verifier.verify_trace` uses them."""
+    import numpy as np
+
+    from grade.steps.verifier import shipped_verifier
+
+    verifier = shipped_verifier(_short(reader).lower())
+    if verifier is None:
+        return None, float("nan")
+    p = np.asarray([float(x) for x in probability])
+    suspect = verifier.suspect(p, final_correct=final_correct)
+    threshold = {None: verifier.threshold, True: verifier.threshold_right, False: 0.0}[final_correct]
+    return (None if suspect is None else int(suspect) + 1), float(threshold)
+
+
+def outcome_line(final_correct) -> str:
+    """Which of the verifier's two rules a verdict used, in words."""
+    if final_correct is None:
+        return "No gold answer (or a cut-off reply): the verdict is the one for an unknown final answer."
+    return (f"The final answer is {'right' if final_correct else 'wrong'} by the gold answer: the verdict is the one "
+            "for a known final answer.")
 
 
 def verdict_label(step) -> str:

@@ -204,7 +204,7 @@ def load_questions(dataset: str, limit: int = 200) -> list[dict]:
 
 
 def _examples(model_name: str, path: Path) -> list[dict]:
-    """The rows of ``model_name`` in an examples file written by ``scripts/build_examples.py`` (model ->
+    """The rows of ``model_name`` in an examples file written by ``scripts/build/build_examples.py`` (model ->
     rows); empty for a model without any, or a file that cannot be read."""
     from grade.verdict.artifacts import model_key
 
@@ -218,13 +218,13 @@ def _examples(model_name: str, path: Path) -> list[dict]:
 
 def model_examples(model_name: str, path: Path | None = None) -> list[dict]:
     """Home's examples for ``model_name``: questions it knows and gets wrong by its own labels, picked by
-    ``scripts/build_examples.py`` (its rule is written there); empty for a model without any."""
+    ``scripts/build/build_examples.py`` (its rule is written there); empty for a model without any."""
     return _examples(model_name, path or Path(str(resources.files("studio") / "examples.json")))
 
 
 def trace_examples(model_name: str, path: Path | None = None) -> list[dict]:
     """The Reasoning trace page's problems for ``model_name``: GSM8K problems it always solved and never
-    solved when its answers were sampled (``scripts/build_examples.py``); empty for a model without any."""
+    solved when its answers were sampled (``scripts/build/build_examples.py``); empty for a model without any."""
     return _examples(model_name, path or Path(str(resources.files("studio") / "trace_examples.json")))
 
 

@@ -26,12 +26,12 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def benchmark_caches(tmp_path_factory) -> Path:
     """The folder whose ``data/`` holds the benchmark caches kept in history: this checkout's where
-    ``scripts/restore_benchmark_caches.sh`` has run, else a temporary folder it restores into once per session
+    ``scripts/build/restore_benchmark_caches.sh`` has run, else a temporary folder it restores into once per session
     (a shallow clone, without the commits holding them, skips)."""
     if (ROOT / "data" / "probe_features" / "qwen2.5-coder-1.5b-instruct" / "pre" / "math.parquet").exists():
         return ROOT
     where = tmp_path_factory.mktemp("restored")
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "restore_benchmark_caches.sh"), str(where)],
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
                           capture_output=True, text=True)
     if done.returncode == 2:
         pytest.skip(done.stderr.strip())

@@ -217,7 +217,7 @@ def test_model_output_is_shown_verbatim_not_as_markdown():
 
 
 def test_home_examples_are_each_models_own_known_and_wrong_questions():
-    """Home's per-model examples (scripts/build_examples.py) say what the model's labels say: every sampled
+    """Home's per-model examples (scripts/build/build_examples.py) say what the model's labels say: every sampled
     answer right or none; Qwen has known and unknown ones, an easy capital among the known."""
     from pathlib import Path
 
@@ -240,7 +240,7 @@ def test_home_examples_are_each_models_own_known_and_wrong_questions():
 
 def test_trace_problems_are_each_models_own_solved_and_failed_gsm8k_problems():
     """The Reasoning trace page offers the loaded model's own right and wrong GSM8K problems first
-    (scripts/build_examples.py): their sample counts are those of the model's label file."""
+    (scripts/build/build_examples.py): their sample counts are those of the model's label file."""
     import json
     from pathlib import Path
 

@@ -452,13 +452,13 @@ def test_length_halves_split_at_the_median_and_roundtrip(tmp_path):
 
 def _restored_caches(tmp_path, model: str = "smollm2-135m-instruct"):
     """The benchmark caches behind results/ (kept out of the tracked tree), taken from the repository's
-    history into ``tmp_path`` as scripts/restore_benchmark_caches.sh does (its first commit: SmolLM2's
+    history into ``tmp_path`` as scripts/build/restore_benchmark_caches.sh does (its first commit: SmolLM2's
     and Gemma's caches); None without that history."""
     import subprocess
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    script = (root / "scripts" / "restore_benchmark_caches.sh").read_text()
+    script = (root / "scripts" / "build" / "restore_benchmark_caches.sh").read_text()
     commit = next(line.split()[1] for line in script.splitlines() if line.startswith("restore ") and "$" not in line.split()[1])
     paths = [f"data/benchmark/{model}/features", f"data/benchmark/{model}/baselines"]
     archive = subprocess.run(["git", "archive", commit, *paths], cwd=root, capture_output=True)

@@ -178,7 +178,7 @@ def test_qwens_selective_answering_regenerates_offline_from_the_caches_in_histor
     where = ROOT
     if not (ROOT / "data" / "benchmark" / QWEN / "baselines" / "triviaqa.jsonl").is_file():
         where = tmp_path / "checkout"
-        done = subprocess.run(["bash", str(ROOT / "scripts" / "restore_benchmark_caches.sh"), str(where)],
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
                               capture_output=True, text=True)
         if done.returncode == 2:
             pytest.skip(done.stderr.strip())

@@ -1,6 +1,6 @@
 """The cross-fitted benchmark (grade.studies.crossfit): folds, no question scored by a model that saw it,
 stored scores read back, the paired bootstrap. On a slice of Qwen's real labelled HotpotQA (closed book)
-questions and feature stores (restored from history by scripts/restore_benchmark_caches.sh)."""
+questions and feature stores (restored from history by scripts/build/restore_benchmark_caches.sh)."""
 
 from __future__ import annotations
 

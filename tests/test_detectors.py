@@ -167,7 +167,7 @@ def test_the_shipped_detectors_are_what_the_script_builds(tmp_path, monkeypatch)
     where = ROOT
     if not (ROOT / "data" / "benchmark" / "smollm2-135m-instruct" / "baselines" / "triviaqa.jsonl").is_file():
         where = tmp_path / "checkout"
-        done = subprocess.run(["bash", str(ROOT / "scripts" / "restore_benchmark_caches.sh"), str(where)],
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
                               capture_output=True, text=True)
         if done.returncode == 2:  # a shallow clone: the commits holding the caches are not here
             pytest.skip(done.stderr.strip())
@@ -177,7 +177,7 @@ def test_the_shipped_detectors_are_what_the_script_builds(tmp_path, monkeypatch)
         for tracked in ("README.md", "world_facts.jsonl.xz", "unseen"):
             (where / "data" / "benchmark" / "smollm2-135m-instruct" / tracked).symlink_to(
                 ROOT / "data" / "benchmark" / "smollm2-135m-instruct" / tracked)
-    spec = importlib.util.spec_from_file_location("build_detectors", ROOT / "scripts" / "build_detectors.py")
+    spec = importlib.util.spec_from_file_location("build_detectors", ROOT / "scripts" / "build" / "build_detectors.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     monkeypatch.chdir(where)  # the benchmark's runs name their files relative to the repository

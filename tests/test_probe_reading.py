@@ -23,7 +23,7 @@ def _shipped_metadata():
 def test_every_shipped_probe_has_bands_of_its_own_weights():
     for name, meta in _shipped_metadata():
         bands = bands_for(meta)
-        assert bands is not None, f"no input bands for {name}: run scripts/build_probe_input_bands.py"
+        assert bands is not None, f"no input bands for {name}: run scripts/build/build_probe_input_bands.py"
         assert bands.probe == name and bands.n_layers == meta["n_layers"]
         assert len(bands.names) == len(bands.auroc) == len(bands.quartiles["answerable"][0])
         assert bands.counts["answerable"] > 0 and bands.counts["unanswerable"] > 0

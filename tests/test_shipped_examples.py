@@ -1,4 +1,4 @@
-"""The results shipped for the app's examples (``studio/assets/examples``, scripts/build_example_results.py), with
+"""The results shipped for the app's examples (``studio/assets/examples``, scripts/build/build_example_results.py), with
 the embedded SmolLM2: saving and loading the analysis objects, the exact-match rule, and the app answering an
 example without running the model, equal to a recomputation."""
 
@@ -99,9 +99,9 @@ def test_every_home_and_trace_example_of_smollm2_has_its_shipped_result(smollm, 
 
     for label, (question, context, task) in home_examples(MODEL).items():
         found = find_shipped(_home_request(smollm, question, context, task))
-        assert found is not None, f"no shipped result for {label!r}: run scripts/build_example_results.py"
+        assert found is not None, f"no shipped result for {label!r}: run scripts/build/build_example_results.py"
         assert found.result.question == question and found.verdict is not None
-        assert found.origin["by"] == "scripts/build_example_results.py" and found.origin["computed_on"]
+        assert found.origin["by"] == "scripts/build/build_example_results.py" and found.origin["computed_on"]
     for row in trace_example_problems(MODEL):
         found = find_shipped(trace_request(smollm, row["question"], row["solution"]))
         assert found is not None and found.response == row["solution"].strip(), row["question"]

@@ -16,7 +16,7 @@ LABELS_AT = "a27493d^"  # the label files Qwen's probes were built from (MMLU wa
 @pytest.mark.slow
 def test_shipped_probe_numbers_regenerate(benchmark_caches, tmp_path):
     out = tmp_path / "shipped_probes.csv"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "score_shipped_probes.py"), "--labels-at", LABELS_AT,
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build" / "score_shipped_probes.py"), "--labels-at", LABELS_AT,
                            "--data-root", str(benchmark_caches), "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]

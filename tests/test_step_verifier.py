@@ -214,11 +214,11 @@ def test_reader_on_a_cpu_is_the_small_one():
 
 
 def test_compacted_features_give_the_same_verifier(smollm, small, features, tmp_path):
-    """scripts/compact_verifier_features.py: a verifier fitted on the projected states, unprojected, predicts on raw
+    """scripts/studies/compact_verifier_features.py: a verifier fitted on the projected states, unprojected, predicts on raw
     states what it predicted on projected ones (up to the float16 of the projected store)."""
     import sys
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     from compact_verifier_features import compact, load_compact, unproject
     from grade.steps.verifier import trace_key
 
@@ -294,13 +294,13 @@ def test_a_run_that_grades_its_traces_tells_the_verifier(smollm, small, one_torc
 
 
 def test_grade_step_features_land_on_the_verifiers_steps(smollm, small, features, one_torch_thread):
-    """scripts/step_grade_features.py: the step-wise pos analysis of a real trace, one row per verifier step, and
+    """scripts/studies/step_grade_features.py: the step-wise pos analysis of a real trace, one row per verifier step, and
     the six columns the --grade-features variants read from it (finite, within-trace z-scores)."""
     import sys
 
     import grade
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     from step_grade_features import trace_grade_features
     from train_step_verifier import GRADE_COLUMNS, grade_columns
 

@@ -2,7 +2,7 @@
 
 Fixtures are files: ``tests/data/samples_gsm8k_*.jsonl`` and ``samples_hendrycks_math_algebra_*.jsonl`` are
 lm-evaluation-harness samples files of real GSM8K / MATH rows, with the embedded SmolLM2's greedy traces and
-the datasets' worked solutions (``scripts/make_trace_fixture.py`` made them).
+the datasets' worked solutions (``scripts/build/make_trace_fixture.py`` made them).
 """
 
 from __future__ import annotations
@@ -668,7 +668,7 @@ def test_page_opens_on_the_demo_store_with_the_suspect_step_and_its_measured_acc
 
 
 def test_the_demo_stores_traces_are_test_split_rows_wrong_and_correct_with_the_readers_step_one_based():
-    """scripts/build_demo_traces.py's choice from grade/datasets/real_step_errors, and its refusal of steps that are
+    """scripts/build/build_demo_traces.py's choice from grade/datasets/real_step_errors, and its refusal of steps that are
     not the reader's (the analysis itself needs the model: run the script)."""
     import importlib.util
 
@@ -676,7 +676,7 @@ def test_the_demo_stores_traces_are_test_split_rows_wrong_and_correct_with_the_r
 
     from grade.gradients.losses import split_steps
 
-    spec = importlib.util.spec_from_file_location("build_demo_traces", ROOT / "scripts" / "build_demo_traces.py")
+    spec = importlib.util.spec_from_file_location("build_demo_traces", ROOT / "scripts" / "build" / "build_demo_traces.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     rows = build.chosen_rows("qwen2.5-coder-1.5b-instruct", 8, 8)

@@ -66,7 +66,7 @@ def no_return_step(successes: Sequence[int]) -> int | None:
     return None if k == len(successes) else k
 
 
-#: How successes become a first wrong step: the rules scripts/train_step_verifier.py tries.
+#: How successes become a first wrong step: the rules scripts/studies/train_step_verifier.py tries.
 LABEL_RULES = {"first_zero": first_without_success, "no_return": no_return_step}
 
 

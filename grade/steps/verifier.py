@@ -621,7 +621,7 @@ def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | N
     t = time.perf_counter()
     verifier = verifier or shipped_verifier(lm.name)
     if verifier is None:
-        raise InputError(f"no step verifier is shipped for {lm.name}; train one (scripts/train_step_verifier.py)")
+        raise InputError(f"no step verifier is shipped for {lm.name}; train one (scripts/studies/train_step_verifier.py)")
     response = response.strip()
     features = step_features(lm, question, response, task=task)
     p = verifier.predict_proba(features)

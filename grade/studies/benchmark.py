@@ -236,7 +236,7 @@ def build_tables(config: BenchmarkConfig, load_model: Callable[[], LoadedModel] 
     """The benchmark's tables: label files read, rows selected and split by the protocol, the missing
     caches filled (``load_model`` is called only then; None or ``config.offline``: never), everything
     assembled per dataset. Other readers of the benchmark's questions and splits (the shipped
-    detectors, ``scripts/build_detectors.py``) start here too."""
+    detectors, ``scripts/build/build_detectors.py``) start here too."""
     protocol, cache = config.protocol, config.cache_dir
     extra = load_features(config.features, hidden=False) if config.features else None
     baseline_config = BaselineConfig(n_samples=config.samples)

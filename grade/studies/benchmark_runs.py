@@ -1,8 +1,8 @@
 """The benchmark runs behind ``results/``: which labelled files each model's benchmark reads, with what caps
 and studies (the arguments of ``python -m grade benchmark``).
 
-One place for this decision: ``scripts/run_benchmark.py`` runs them and writes ``results/README.md``;
-``scripts/build_detectors.py`` fits the detectors beside the verdict on the same tables. The folders are
+One place for this decision: ``scripts/build/run_benchmark.py`` runs them and writes ``results/README.md``;
+``scripts/build/build_detectors.py`` fits the detectors beside the verdict on the same tables. The folders are
 arguments (:func:`benchmark_runs`): the package names none of the repository's own; the command layer
 passes them (:func:`grade.commands.benchmark.repository_runs`).
 """

@@ -62,7 +62,7 @@ TRAINING_FREE = ("P-Entropy", "IC", "CoE-R", "CoE-C", "Self-consistency", "Eigen
 LENGTHS = ("Length_pre", "Length_pos")
 INPUT_KINDS = ("rank_ratio", "sranks", "sranks_loss", "loss")
 BANDS = ("all", "early", "middle", "late")
-#: The shipped probes' estimator per dataset (scripts/build_probes.py, ``CONFIGS``): GSM8K's own probes are
+#: The shipped probes' estimator per dataset (scripts/build/build_probes.py, ``CONFIGS``): GSM8K's own probes are
 #: logistic regressions; every other dataset is served by the general MLP.
 SHIPPED_ESTIMATOR = {"gsm8k": "logreg"}
 

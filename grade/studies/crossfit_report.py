@@ -209,7 +209,7 @@ def paper_lines(folder: Path) -> list[str]:
 
 
 def readme_section(folder: Path) -> list[str]:
-    """The lines ``scripts/run_benchmark.py`` writes into ``results/README.md`` for a cross-fitted run."""
+    """The lines ``scripts/build/run_benchmark.py`` writes into ``results/README.md`` for a cross-fitted run."""
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     p = summary["protocol"]
     lines = [f"## {folder.name}", "",

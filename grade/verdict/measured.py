@@ -2,7 +2,7 @@
 ask for the AUROC to cite beside a verdict.
 
 The numbers are package data, ``grade/assets/measured/<model>.json``, written from a benchmark results folder by
-:func:`write_measured` (``scripts/run_benchmark.py`` calls it for every model's results folder each time it
+:func:`write_measured` (``scripts/build/run_benchmark.py`` calls it for every model's results folder each time it
 runs, also with ``--readme-only``; never edit the numbers by hand). One JSON per model:
 
 * ``protocol``: ``crossfit`` (every labelled question scored out of sample, :mod:`grade.studies.crossfit`;
@@ -49,7 +49,7 @@ PROBE_METHODS = ("GRADE_{loss} (shipped probe)", "GRADE_{loss} (shipped)", "GRAD
 LOSS_ALONE = "GRADE_{loss}[logreg,loss,all]"
 #: A shipped detector itself measured on the questions it never saw (grade.studies.shipped_probes.DETECTOR_METHOD).
 DETECTOR_ITSELF = "{form} (shipped detector)"
-REGENERATE = "python scripts/run_benchmark.py --readme-only"
+REGENERATE = "python scripts/build/run_benchmark.py --readme-only"
 
 DATASET_TITLES = {"triviaqa": "TriviaQA", "nq_open": "NQ-Open", "hotpotqa": "HotpotQA (with its paragraphs)",
                   "hotpotqa_closed": "HotpotQA (closed book)", "gsm8k": "GSM8K", "math": "MATH", "mmlu": "MMLU",

@@ -7,7 +7,7 @@ quartiles of each class and how well that input alone separates them (its AUROC)
 where one question's inputs fall and which inputs carry the verdict.
 
 Bands are fitted once per shipped probe from the labelled feature tables it was trained on
-(``scripts/build_probe_input_bands.py``) and saved as JSON beside the probes; they name the probe's weights by
+(``scripts/build/build_probe_input_bands.py``) and saved as JSON beside the probes; they name the probe's weights by
 sha256 and are only used with exactly those weights.
 """
 

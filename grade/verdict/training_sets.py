@@ -1,5 +1,5 @@
 """A probe's training set from labelled files: every question once, unanswerable rows capped, features
-stored and read back (``make probes``, ``scripts/build_probes.py``, and experiments on its mix).
+stored and read back (``make probes``, ``scripts/build/build_probes.py``, and experiments on its mix).
 
 A small model leaves most questions of a benchmark unanswerable (TriviaQA: 30 answerable, 856 not):
 past a few hundred, more unanswerable rows of one set only teach the probe that set's prompt style,

@@ -21,7 +21,7 @@ One job a module:
   split and measures it on each dataset's held-out test questions.
 
 The shipped detectors (``grade/assets/detectors/<model>-<name>.{safetensors,json}``) are built by
-``scripts/build_detectors.py`` from the benchmark's caches.
+``scripts/build/build_detectors.py`` from the benchmark's caches.
 """
 
 from .model_statistics import (ANSWER_STATISTICS, STATISTICS, answer_for_task, labelled_statistics,  # noqa: F401

@@ -1,6 +1,6 @@
 """A fitted detector and its files: :class:`Detector` (an estimator with its metadata, saved as safetensors +
 JSON through :mod:`grade.verdict.artifacts`, never pickle, checked on load like a probe) and where the shipped ones
-lie (``grade/assets/detectors/<model>-<name>.{safetensors,json}``, built by ``scripts/build_detectors.py``)."""
+lie (``grade/assets/detectors/<model>-<name>.{safetensors,json}``, built by ``scripts/build/build_detectors.py``)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Restore the benchmark caches behind results/ (feature stores and baseline passes, about 23 MB) from
+# the repository's history into data/benchmark/<model>/{features,baselines}, where `python -m grade
+# benchmark` and `python scripts/build/run_benchmark.py --offline` look for them. They are kept out of the
+# tracked tree (so that it stays small enough to travel to a GPU machine beside model weights), but
+# every clone with full history still holds them: no network is needed.
+#
+#   scripts/build/restore_benchmark_caches.sh            # into this checkout (data/ is ignored by git)
+#   scripts/build/restore_benchmark_caches.sh DEST       # into DEST/data/... instead (a test's temporary folder)
+set -euo pipefail
+dest=$(realpath -m "${1:-$(dirname "$0")/../..}")
+mkdir -p "$dest"
+cd "$(dirname "$0")/../.."
+#
+# The commits whose trees held the caches: SmolLM2's and Gemma's were filled on an H100 and the 2-core
+# CPU; Qwen2.5-Coder's on an H200 (benchmark caches, and the feature stores its probes were trained on,
+# data/probe_features). Each commit was followed by one that took the files out of the tree again.
+restore() {  # commit, paths...
+  local commit=$1
+  shift
+  if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
+    echo "error: commit $commit is not in this clone (a shallow clone?); run 'git fetch --unshallow' or recompute the caches with 'python scripts/build/run_benchmark.py'" >&2
+    exit 2
+  fi
+  git archive "$commit" "$@" | tar -x -C "$dest"
+}
+paths=()
+for model in smollm2-135m-instruct gemma-3-270m; do
+  paths+=("data/benchmark/$model/features" "data/benchmark/$model/baselines")
+done
+restore b11607c "${paths[@]}"
+# The robustness study's GRADE_pos stores whose rows scored another response than the original rows
+# (grade/studies/benchmark.py now scores the labeller's majority answer there too): rescored on the 2-core CPU,
+# kept in the tree of one later commit (found by its message, so that a rebase does not lose it).
+rescored=()
+for store in gemma-3-270m/features/facts.{reworded,irrelevant}.pos.parquet \
+             smollm2-135m-instruct/features/hotpotqa.{reworded,irrelevant}.pos.parquet; do
+  rescored+=("data/benchmark/$store")
+done
+(cd "$dest" && rm -rf "${rescored[@]}")
+restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history' || true)" "${rescored[@]}"
+qwen=qwen2.5-coder-1.5b-instruct
+restore "$(git log --format=%H -1 --grep='^Qwen caches in history' || true)" \
+  "data/benchmark/$qwen/features" "data/benchmark/$qwen/baselines" "data/probe_features/$qwen"
+# Qwen's GSM8K caches as finished on a second GPU lease (the same later commit as the rescored stores)
+finished=("data/benchmark/$qwen/baselines/gsm8k.jsonl" "data/benchmark/$qwen/baselines/gsm8k.samples.jsonl"
+          "data/benchmark/$qwen/features/gsm8k.pre.parquet" "data/benchmark/$qwen/features/gsm8k.pos.parquet")
+(cd "$dest" && rm -rf "${finished[@]}")
+restore "$(git log --format=%H -1 --grep='^Rescored robustness caches in history' || true)" "${finished[@]}"
+# Qwen's MATH feature stores (GRADE_pre of every labelled question, GRADE_pos of the first 160), from an H100
+restore "$(git log --format=%H -1 --grep='^Qwen MATH caches in history' || true)" \
+  "data/probe_features/$qwen/pre/math.parquet" "data/probe_features/$qwen/pos/math.parquet"
+# Qwen's step-wise GRADE_pos stores of GSM8K and MATH recomputed after the step split changed (a list marker opens
+# the step it numbers), on an H100: the stores the shipped pos probes are trained on now
+stepwise=("data/probe_features/$qwen/pos/gsm8k.parquet" "data/probe_features/$qwen/pos/math.parquet")
+(cd "$dest" && rm -rf "${stepwise[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen step-split caches in history' || true)" "${stepwise[@]}"
+# ... and the benchmark's 80 GSM8K rows of that GSM8K store (the same rows and responses as before the split)
+bench_stepwise=("data/benchmark/$qwen/features/gsm8k.pos.parquet")
+(cd "$dest" && rm -rf "${bench_stepwise[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen benchmark step-split cache in history' || true)" "${bench_stepwise[@]}"
+# Qwen's cross-fitted benchmark: every baseline pass that the GPU lease of the cross-fit run finished (batched, replacing
+# the earlier rows of the same questions; nq_open and the robustness variants stay as above) and the feature stores of
+# every labelled question of the seven datasets (grade.studies.crossfit reads them from crossfit_features/)
+crossfit=("data/benchmark/$qwen/baselines/"{triviaqa,hotpotqa,hotpotqa_closed,gsm8k,math}{,.samples}.jsonl
+          "data/benchmark/$qwen/crossfit_features")
+(cd "$dest" && rm -rf "${crossfit[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen cross-fit caches in history' || true)" "${crossfit[@]}"
+# ... and what a second lease added (every baseline pass of NQ-open, MMLU, GSM8K and MATH; MATH GRADE_pos 612 of 742)
+second=("data/benchmark/$qwen/baselines/"{nq_open,mmlu,gsm8k,math}{,.samples}.jsonl
+        "data/benchmark/$qwen/baselines/triviaqa.samples.jsonl" "data/benchmark/$qwen/crossfit_features/pos/math.parquet")
+(cd "$dest" && rm -rf "${second[@]}")
+restore "$(git log --format=%H -1 --grep='^Qwen second-lease cross-fit caches in history' || true)" "${second[@]}"
+(cd "$dest" && du -sh 2>/dev/null data/benchmark/*/features data/benchmark/*/baselines data/benchmark/*/crossfit_features data/probe_features/*)
