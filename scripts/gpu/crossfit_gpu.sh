@@ -30,9 +30,8 @@
 set -u
 gguf=${1:?GGUF file}
 out=${2:?output folder}
-PY=${PYTHON:-python3}
-cd "$(dirname "$0")/../.."
-. scripts/gpu/qwen_gpu.sh
+. "$(dirname "$0")/common.sh"
+MODEL=$QWEN_MODEL
 mkdir -p "$out/labels" "$out/features" "$out/logs"
 [ -f "$out/prepared" ] || { prepare_qwen "$gguf" && touch "$out/prepared"; } || exit 2
 if [ -n "${DONE:-}" ] && [ -d "$DONE" ]; then
@@ -52,7 +51,6 @@ lane() {  # a lane: its jobs run one after another on GPU (lane number / per) mo
     >> "$out/logs/$name.log" 2>&1 &
   lane_no=$((lane_no + 1))
 }
-deadline=$(( $(date +%s) + ${TIME_LIMIT:-480} ))
 job() {  # one command, stopped at the deadline (exit 124, as timeout(1) says)
   local left=$(( deadline - $(date +%s) ))
   [ "$left" -gt 10 ] || return 124

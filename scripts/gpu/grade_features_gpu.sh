@@ -11,13 +11,12 @@
 set -u
 gguf=${1:?GGUF file}
 out=${2:?output folder}
-PY=${PYTHON:-python3}
-cd "$(dirname "$0")/../.."
-. scripts/gpu/qwen_gpu.sh
+. "$(dirname "$0")/common.sh"
+MODEL=$QWEN_MODEL
 mkdir -p "$out/logs"
 prepare_once "$out" "$gguf" || exit 2
 lanes=${LANES:-8}
-limit=${TIME_LIMIT:-480}
+limit=$(left)
 for lane in $(seq 0 $((lanes - 1))); do
   OMP_NUM_THREADS=${THREADS:-2} timeout $((limit + 120)) "$PY" scripts/studies/step_grade_features.py --reader "$MODEL" --device cuda \
     --dtype float32 --shard "$lane/$lanes" --out "$out/$lane.jsonl" --time-limit "$limit" >> "$out/logs/$lane.log" 2>&1 &

@@ -13,13 +13,13 @@
 # Sample texts match the CPU files' up to float rounding: each sample draws from its own seeded
 # generator, whatever the batch (grade/models/sampling.py).
 set -euo pipefail
+. "$(dirname "$0")/common.sh"
 out=${1:?usage: scripts/gpu/label_gpu.sh OUT_DIR [JOB ...]}
 shift
 jobs=("$@")
 [ ${#jobs[@]} -gt 0 ] || jobs=(mmlu hotpotqa_context hotpotqa nq_open gsm8k math)
 cot=(--samples "${COT_SAMPLES:-10}")
 mkdir -p "$out"
-PY=${PYTHON:-python3}
 common=(--model "${MODEL:-smollm2-135m-instruct}" --device cuda --dtype float32 --sample-chars 80 --quiet)
 limit=()
 [ -n "${TIME_LIMIT:-}" ] && limit=(timeout "$TIME_LIMIT")

@@ -10,9 +10,8 @@
 set -eu
 gguf=${1:?GGUF file}
 out=${2:?output folder}
-PY=${PYTHON:-python3}
-cd "$(dirname "$0")/../.."
-. scripts/gpu/qwen_gpu.sh
+. "$(dirname "$0")/common.sh"
+MODEL=$QWEN_MODEL
 mkdir -p "$out"
 prepare_qwen "$gguf"
 "$PY" -m grade label --model "$MODEL" --device cuda --dtype float32 --dataset gsm8k --samples 4 \

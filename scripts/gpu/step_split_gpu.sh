@@ -14,9 +14,8 @@
 set -eu
 gguf=${1:?GGUF file}
 out=${2:?output folder}
-PY=${PYTHON:-python3}
-cd "$(dirname "$0")/../.."
-. scripts/gpu/qwen_gpu.sh
+. "$(dirname "$0")/common.sh"
+MODEL=$QWEN_MODEL
 mkdir -p "$out"
 common=(--model "$MODEL" --device cuda --dtype float32)
 prepare_qwen "$gguf"

@@ -19,16 +19,13 @@
 set -u
 gguf=${1:?GGUF file}
 out=${2:?output folder}
-PY=${PYTHON:-python3}
-cd "$(dirname "$0")/../.."
-. scripts/gpu/qwen_gpu.sh
+. "$(dirname "$0")/common.sh"
+MODEL=$QWEN_MODEL
 mkdir -p "$out/logs" "$out/rollouts"
 prepare_once "$out" "$gguf" || exit 2
 ngpu=$(nvidia-smi -L | wc -l)
 per=${LANES_PER_GPU:-2}
 lanes=$((ngpu * per))
-deadline=$(( $(date +%s) + ${TIME_LIMIT:-480} ))
-left() { echo $(( deadline - $(date +%s) )); }
 
 rollouts() {  # lane number, GPU
   CUDA_VISIBLE_DEVICES=$2 timeout "$(left)" "$PY" scripts/studies/step_rollouts.py --device cuda --dtype bfloat16 \
