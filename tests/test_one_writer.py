@@ -1,4 +1,4 @@
-"""One writer per output for every command that writes (issue 32, item 2): ``grade.commands.writers``.
+"""One writer per output for every command that writes (issue 32, item 2): ``grade.commands.common``.
 
 A real child process holds the lock of an output (the same ``grade.common.io.hold_output_lock`` every command takes);
 each writing command on that output is then refused in one line, before any model loads; once the holder

@@ -76,7 +76,7 @@ def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         _check_text_arguments(args)
-        from .writers import lock_outputs, release_outputs
+        from .common import lock_outputs, release_outputs
 
         locked = lock_outputs(args)  # one writer per output: a second run on the same output is refused here
         try:
