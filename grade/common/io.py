@@ -19,6 +19,8 @@
   reported while the rest of the batch goes on. A line is read with a byte bound
   (:data:`MAX_LINE_BYTES`): a longer one (a file without newlines, a pasted book) is skipped as a bad
   row without ever being held in memory, parsed or tokenised.
+* **Compressed files** decode within the caps of :mod:`grade.common.bounded` (a gzip or xz bomb is refused in
+  one line after at most the capped bytes, counted as they are read, never held).
 * **Paths that are not files** (a folder, a FIFO, a device) are named for what they are
   (:func:`describe_path`), never read: a FIFO blocks and ``/dev/zero`` never ends.
 * **Outputs** are checked before any work: :func:`probe_writable` writes and removes a byte in the
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gzip
+import io
 import json
 import lzma
 import os
@@ -40,6 +42,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from .bounded import open_decompressed
 from .errors import InputError
 
 
@@ -70,8 +73,7 @@ def open_text(path: str | os.PathLike, mode: str = "r") -> IO[str]:
     if is_compressed(path):
         if mode != "r":
             raise ValueError(f"{path}: compressed files are read-only here; write a plain .jsonl instead")
-        opener = lzma.open if path.suffix == ".xz" else gzip.open
-        return opener(path, "rt", encoding="utf-8")
+        return io.TextIOWrapper(open_decompressed(path), encoding="utf-8")
     return path.open(mode, encoding="utf-8")
 
 
@@ -414,7 +416,7 @@ def open_binary(path: str | os.PathLike) -> IO[bytes]:
     check_input_file(path)
     try:
         if is_compressed(path):
-            return (lzma.open if path.suffix == ".xz" else gzip.open)(path, "rb")
+            return open_decompressed(path)  # within the caps of grade.common.bounded
         return open(path, "rb")
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None

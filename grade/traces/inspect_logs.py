@@ -1,7 +1,8 @@
 """Reasoning traces from Inspect AI eval logs (the ``.eval`` and ``.json`` logs the ``inspect_ai`` package writes).
 
 The log is read with ``inspect_ai``'s own reader (:func:`inspect_ai.log.read_eval_log`, attachments resolved),
-an optional dependency: ``pip install 'grade-studio[inspect]'``. Each sample of the log is one trace:
+after a ``.eval`` (a zip archive) has passed :func:`grade.common.bounded.check_zip`, since that reader decompresses
+whole members in memory; an optional dependency: ``pip install 'grade-studio[inspect]'``. Each sample of the log is one trace:
 
 * ``doc_id`` is the sample's id, ``sample`` its epoch minus one (0 for a one-epoch run);
 * ``question`` is the sample's input: the text itself, or the text of its user messages when the input is a
@@ -22,9 +23,11 @@ its dataset's name or location; samples that ended in an error or have no output
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
+from ..common.bounded import check_zip
 from ..common.errors import InputError
 from ..tasks.grading import last_boxed
 from .sources import TraceItem, TraceSource, _check_task, trace_id
@@ -73,6 +76,10 @@ def _read_log(path: Path):
         from inspect_ai.log import read_eval_log
     except ImportError:
         raise InputError(f"{path} is an Inspect AI eval log; reading it needs the inspect_ai package: {INSTALL}") from None
+    if zipfile.is_zipfile(path):
+        # inspect_ai decodes whole members in memory: a bomb is refused here first, from the central directory and
+        # then by counting every member's bytes as they decompress (grade.common.bounded)
+        check_zip(path, what="Inspect AI eval log")
     try:
         # events are the bulk of a log and no trace needs them
         return read_eval_log(str(path), resolve_attachments=True, exclude_fields={"events"})

@@ -34,8 +34,8 @@ def _read_objects(path: Path, skipped: list[str] | None = None) -> list[tuple[in
         if not isinstance(row, dict):
             raise InputError(f"{path}, line {number}: expected a JSON object")
         rows.append((number, row))
-    if not rows:
-        raise InputError(f"{path} holds no traces")
+    if not rows:  # a file whose only lines were skipped says which and why
+        raise InputError(f"{path} holds no traces" + (f": {'; '.join(skipped[:3])}" if skipped else ""))
     return rows
 
 

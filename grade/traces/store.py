@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import __version__
 from ..batch.parts import PartStore
+from ..common.bounded import read_parquet
 from ..common.errors import InputError
 from .sources import TraceItem
 
@@ -209,7 +209,7 @@ class TraceStore:
     def done_keys(self) -> set[str]:
         keys: set[str] = set()
         for part in PartStore(self.traces_dir).parts():
-            keys.update(pq.read_table(part, columns=["trace_id"]).column("trace_id").to_pylist())
+            keys.update(read_parquet(part, columns=["trace_id"]).column("trace_id").to_pylist())
         return keys
 
     def write(self, results: list[dict]) -> None:
@@ -235,7 +235,7 @@ class TraceStore:
         import pandas as pd
 
         parts = PartStore(self.traces_dir).parts()
-        frames = [_with_added_columns(pq.read_table(p).to_pandas()) for p in parts]
+        frames = [_with_added_columns(read_parquet(p).to_pandas()) for p in parts]
         frame = pd.concat(frames, ignore_index=True) if frames else TRACE_SCHEMA.empty_table().to_pandas()
         frame = frame.drop_duplicates("trace_id", keep="last").reset_index(drop=True)
         frame["correct"] = frame["correct"].astype("boolean")
@@ -261,7 +261,7 @@ class TraceStore:
         parts = PartStore(self.tokens_dir).parts()
         tables = []
         for part in parts:
-            table = pq.read_table(part)
+            table = read_parquet(part)
             if trace is not None:
                 table = table.filter(pc.equal(table["trace_id"], trace))
             if table.num_rows:

@@ -1,0 +1,92 @@
+"""Real decompression bombs, made at test time, and a child process that measures what reading one costs.
+
+Each bomb decodes to about 1 GiB of zeros from about 1 MB on disk (gzip and xz as many concatenated members,
+which both formats allow, so that making one takes no gigabyte of compression work; zip as one deflated member).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+
+
+def gzip_bomb(path: Path, mib: int = 1024) -> Path:
+    """``mib`` MiB of zeros as ``mib`` gzip members of 1 MiB each: the trailer states only the last one's size."""
+    member = gzip.compress(b"\0" * MIB, compresslevel=9)
+    with open(path, "wb") as handle:
+        for _ in range(mib):
+            handle.write(member)
+    return path
+
+
+def xz_bomb(path: Path, mib: int = 1024) -> Path:
+    member = lzma.compress(b"\0" * MIB)
+    with open(path, "wb") as handle:
+        for _ in range(mib):
+            handle.write(member)
+    return path
+
+
+def zip_bomb(path: Path, mib: int = 1024, member: str = "zeros.json", extra: dict[str, bytes] | None = None,
+             base: Path | None = None) -> Path:
+    """A zip with one member of ``mib`` MiB of zeros (deflated: about 1 MB per GiB), the members of the zip
+    ``base`` before it and ``extra`` members (name -> bytes)."""
+    zeros = b"\0" * MIB
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as out:
+        if base is not None:
+            with zipfile.ZipFile(base) as source:
+                for info in source.infolist():
+                    out.writestr(info, source.read(info))
+        for name, data in (extra or {}).items():
+            out.writestr(name, data)
+        with out.open(member, "w", force_zip64=mib >= 2048) as handle:
+            for _ in range(mib):
+                handle.write(zeros)
+    return path
+
+
+def lying_zip(path: Path, source: Path) -> Path:
+    """``source`` (from :func:`zip_bomb`: its zero run is the last member) with that member's size set to 1 KiB
+    in both its headers: its metadata declares 1 KiB while its data decodes to all of it."""
+    with zipfile.ZipFile(source) as archive:
+        info = archive.infolist()[-1]
+    data = source.read_bytes()
+    needle = info.file_size.to_bytes(4, "little")
+    assert data.count(needle) == 2, "the size fields were not found once in each header"
+    path.write_bytes(data.replace(needle, (1024).to_bytes(4, "little")))
+    return path
+
+
+CHILD = r'''
+import json, resource, sys
+sys.path.insert(0, sys.argv[1])
+from grade.common.errors import InputError
+setup, call = sys.argv[2], sys.argv[3]
+exec(setup)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    exec(call)
+    outcome, message = "read", None
+except InputError as exc:
+    outcome, message = "refused", str(exc)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"outcome": outcome, "message": message, "peak_increase_mb": (after - before) / 1024}))
+'''
+
+
+def read_in_child(setup: str, call: str, timeout: float = 300) -> dict:
+    """Run ``setup`` (imports) then ``call`` in a fresh Python; the peak RSS it reached during ``call`` above its
+    peak after ``setup`` (``resource.getrusage``: kilobytes on Linux), and whether ``call`` was refused."""
+    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), setup, call], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
