@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 FOLDER = ROOT / "grade/datasets/real_step_errors"
 KINDS = ("misread", "plan", "double_count_or_omission", "units", "calculation", "final_answer", "algebra")
-ANNOTATOR = ("AI writer and annotator (Claude, session 18): written in the style of a 7B-70B chat model, the "
-             "first error planted and marked by its writer")
+ANNOTATOR = ("written and annotated by a large language model under a written specification "
+             "(scripts/build/build_written_traces.py): in the style of a 7B-70B chat model, the first error planted and "
+             "marked by its writer")
 
 
 def split_of(problem: str) -> str:
