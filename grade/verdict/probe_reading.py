@@ -29,6 +29,9 @@ SHIPPED_BANDS_DIR = Path(str(resources.files("grade") / "assets" / "probe_inputs
 FORMAT = "grade-probe-input-bands"
 CLASSES = {1: "answerable", 0: "unanswerable"}
 QUANTILES = (25, 50, 75)
+#: An input lies outside what the probe learned from beyond this many inter-quartile ranges past both classes'
+#: quartiles (:meth:`InputBands.outside`; 3 is Tukey's "far out").
+FENCE = 3.0
 
 
 def input_names(inputs: str, n_layers: int) -> list[str]:
@@ -47,6 +50,9 @@ class InputBands:
         questions (class: ``"answerable"`` / ``"unanswerable"``)
     auroc : (width,) list, the AUROC of each input alone for "answerable" (0.5: no separation; below 0.5: lower
         values go with answerable)
+    outside_share_max : the largest share of inputs outside the fences (:meth:`outside`, :data:`FENCE`) among
+        the questions the bands were fitted on: a question with a larger share is farther out than every one of
+        them (:meth:`beyond`). None in bands fitted before it was recorded.
     """
 
     probe: str
@@ -58,6 +64,7 @@ class InputBands:
     counts: dict[str, int]
     source: str = ""
     format: str = field(default=FORMAT)
+    outside_share_max: float | None = None
 
     @classmethod
     def fit(cls, X, y, *, probe: str, weights_sha256: str, inputs: str, n_layers: int, source: str = "") -> InputBands:
@@ -71,7 +78,9 @@ class InputBands:
                      for label, name in CLASSES.items()}
         separation = [round(float(auroc(y, X[:, j])), 4) for j in range(X.shape[1])]
         counts = {name: int((y == label).sum()) for label, name in CLASSES.items()}
-        return cls(probe, weights_sha256, inputs, n_layers, quartiles, separation, counts, source)
+        bands = cls(probe, weights_sha256, inputs, n_layers, quartiles, separation, counts, source)
+        bands.outside_share_max = round(float(max(bands.outside(x).mean() for x in X)), 6)
+        return bands
 
     @property
     def names(self) -> list[str]:
@@ -85,6 +94,25 @@ class InputBands:
         """Indices of the k inputs that separate the classes best alone (largest |AUROC - 0.5|)."""
         strength = np.abs(np.asarray(self.auroc) - 0.5)
         return [int(j) for j in np.argsort(-strength, kind="stable")[:k]]
+
+    def outside(self, x, fence: float = FENCE) -> np.ndarray:
+        """(width,) bool for one question's inputs x (width,): True where x lies beyond ``fence`` inter-quartile
+        ranges outside both classes' quartiles together (Tukey's fences; 3: his "far out"), so farther from
+        every question the probe learned from than its middle halves would place any of them."""
+        x = np.asarray(x, dtype=np.float64).reshape(-1)
+        quartiles = np.asarray([self.quartiles[name] for name in CLASSES.values()])  # (2, 3, width)
+        low, high = quartiles[:, 0].min(axis=0), quartiles[:, 2].max(axis=0)
+        spread = high - low
+        return ~np.isfinite(x) | (x < low - fence * spread) | (x > high + fence * spread)
+
+    def beyond(self, x) -> tuple[int, int] | None:
+        """(inputs outside, inputs) of one question's inputs x when more of them lie outside (:meth:`outside`) than
+        of any question the bands were fitted on: the probe never saw a question like it. None otherwise, and
+        for bands that did not record :attr:`outside_share_max`."""
+        if self.outside_share_max is None:
+            return None
+        out = self.outside(x)
+        return (int(out.sum()), len(out)) if out.mean() > self.outside_share_max else None
 
     def side(self, x) -> np.ndarray:
         """(width,) for one question's inputs x (width,): +1 where x lies on the answerable side of the midpoint
@@ -106,7 +134,7 @@ class InputBands:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path} is not a {FORMAT} file")
         bands = cls(**{k: data[k] for k in ("probe", "weights_sha256", "inputs", "n_layers", "quartiles", "auroc",
-                                            "counts", "source")})
+                                            "counts", "source")}, outside_share_max=data.get("outside_share_max"))
         width = len(bands.names)
         if len(bands.auroc) != width or any(np.shape(q) != (3, width) for q in bands.quartiles.values()):
             raise ValueError(f"{path}: bands do not match {bands.inputs} inputs over {bands.n_layers} layers")

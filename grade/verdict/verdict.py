@@ -17,6 +17,7 @@ from .artifacts import model_key, probe_paths
 from ..common.errors import ProbeError
 from ..common.metrics import majority_accuracy
 from .probe import SHIPPED_PROBES_DIR, ProbeInfo, list_probes, probe_inputs, probe_test_metrics
+from .probe_reading import bands_for
 
 #: The AUROC of a probe that guesses: what a measured test AUROC is read against.
 AUROC_CHANCE = 0.5
@@ -38,10 +39,32 @@ class Verdict:
     accuracy: float | None = None
     n_test: int | None = None
     positives: int | None = None
+    # inputs_outside of inputs_total lie outside the probe's bands, more than of any question it learned from
+    # (grade.verdict.probe_reading.InputBands.beyond); None: within them, or the probe has no bands to tell
+    inputs_outside: int | None = None
+    inputs_total: int | None = None
+    bands_checked: bool = False  # whether the probe's input bands were there to check against
 
     @property
     def answerable(self) -> bool:
         return self.probability >= self.threshold
+
+    @property
+    def in_range(self) -> bool | None:
+        """Whether this question's probe inputs lie within what the probe learned from (its shipped input
+        bands): False when more of them lie far outside than of any question it learned from; None where the
+        probe has no bands to tell (a probe of one's own)."""
+        if not self.bands_checked:
+            return None
+        return self.inputs_outside is None
+
+    def out_of_range_text(self) -> str | None:
+        """What a page says instead of a percentage when :attr:`in_range` is False, else None."""
+        if self.in_range is not False:
+            return None
+        return (f"{self.inputs_outside} of the probe's {self.inputs_total} inputs for this question lie far outside "
+                "the range of the questions it learned from, more than for any one of them: it never saw a question "
+                f"like this one, so its percentage ({self.probability:.0%}) means nothing here.")
 
     @property
     def auroc_chance(self) -> float:
@@ -60,6 +83,8 @@ class Verdict:
     def describe(self) -> str:
         """One line: the probability, the verdict and the probe's measured test metrics beside their chance rates."""
         word = "can probably answer" if self.answerable else "probably cannot answer"
+        if self.in_range is False:
+            word = "is outside what the probe learned from (no verdict)"
         measured = (f"test AUROC {self.auroc:.3f} (chance {self.auroc_chance:.2f})" if self.auroc is not None
                     else "test AUROC not recorded")
         if self.accuracy is not None:
@@ -126,7 +151,39 @@ def probe_verdict(probe, result, *, name: str | None = None, lm=None) -> Verdict
         value = measured.get(key)
         return None if value is None or isinstance(value, bool) else kind(value)
 
-    return Verdict(probability=probe_probability(probe, probe_inputs(result, probe.inputs)[0]),
+    inputs = probe_inputs(result, probe.inputs)[0]
+    beyond, checked = None, False
+    bands = bands_for(metadata)
+    if (bands is not None and bands.outside_share_max is not None and bands.n_layers == result.n_layers
+            and len(bands.names) == len(inputs)):
+        beyond, checked = bands.beyond(inputs), True
+    return Verdict(probability=probe_probability(probe, inputs),
                    probe_name=name or str(metadata.get("name") or "probe"), auroc=number("auroc"), loss=result.loss,
                    threshold=float(getattr(probe, "threshold", 0.5)), accuracy=number("accuracy"),
-                   n_test=number("n", int), positives=number("positives", int))
+                   n_test=number("n", int), positives=number("positives", int),
+                   inputs_outside=beyond[0] if beyond else None, inputs_total=beyond[1] if beyond else None,
+                   bands_checked=checked)
+
+
+def detector_reads_answer(name: str) -> bool:
+    """Whether the detector ``name`` (:data:`grade.verdict.detectors.specs.DETECTORS`) reads the model's answer
+    (P-Entropy, SAPLMA) rather than the question alone (the entropy after the prompt)."""
+    from .detectors.model_statistics import ANSWER_STATISTICS
+    from .detectors.specs import DETECTORS
+
+    spec = DETECTORS.get(name)
+    return spec is not None and spec.statistic in ANSWER_STATISTICS
+
+
+def withheld(*, reads_answer: bool, cut_off: bool, max_new_tokens: int | None = None,
+             in_range: bool | None = None) -> str | None:
+    """Why a verdict on one question must not be presented as meaningful, else None: it reads an answer that
+    was cut off by its length (the model had not finished: GRADE_pos, P-Entropy and SAPLMA would judge a
+    fragment), or the probe's inputs lie outside what it learned from (``in_range`` False)."""
+    if reads_answer and cut_off:
+        at = f" at {max_new_tokens} tokens" if max_new_tokens else ""
+        return (f"it reads the answer, and the answer was cut off{at} before the model finished: a verdict on an "
+                "unfinished answer means nothing. Raise the answer length and analyse again.")
+    if in_range is False:
+        return "this question's probe inputs lie far outside those of every question the probe learned from."
+    return None
