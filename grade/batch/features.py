@@ -95,6 +95,16 @@ SCHEMA = pa.schema(
 # labelled input
 
 
+def label_value(value: Any) -> tuple[int | None, str | None]:
+    """What a label is, for every reader of labelled files: ``(label, problem)``. 1 / 0, true / false and 1.0 / 0.0
+    are labels (JSON writers differ in how they spell them), null is no label; anything else is a problem."""
+    if value is None:
+        return None, None
+    if isinstance(value, (bool, int, float)) and value in (0, 1):
+        return int(value), None
+    return None, f"label {repr(value)[:40]}; use 1, 0, true, false or null"
+
+
 def labelled_row_problem(row: Any) -> str | None:
     """Why a labelled row cannot be analysed (one short phrase), or None when its fields are usable.
 
@@ -117,9 +127,9 @@ def labelled_row_problem(row: Any) -> str | None:
     for key in ("dataset", "context", "response", "majority"):
         if not text_or_null(key):
             return f"'{key}' must be text or null, not {type(row[key]).__name__}"
-    label = row.get("label")
-    if label is not None and (not isinstance(label, (int, bool)) or label not in (0, 1)):
-        return f"label {label!r}; use 1, 0 or null"
+    problem = label_value(row.get("label"))[1]
+    if problem:
+        return problem
     task = row.get("task")
     if task is not None and task != "" and task not in TASKS:
         return f"unknown task {task!r}; use one of {', '.join(TASKS)}"
@@ -186,7 +196,7 @@ def read_labelled(paths: str | Path | Iterable[str | Path], *, keep_unlabelled: 
             if label is None and not keep_unlabelled:
                 continue
             if label is not None:
-                row["label"] = int(label)
+                row["label"] = label_value(label)[0]
             rows.append(row)
         if first_problem and not valid:
             raise InputError(f"no usable row in {path}; first: {first_problem}")
@@ -274,22 +284,76 @@ def feature_record(row: dict[str, Any], result) -> dict[str, Any]:
 
 
 def feature_rows(lm, rows, *, loss: str = "pre", srank: str = "paper", keep_hidden: bool = True,
-                 skipped: list | None = None,
-                 prompt_for: Callable[[dict], str] | None = None) -> Iterator[tuple[dict, dict | None]]:
+                 skipped: list | None = None, prompt_for: Callable[[dict], str] | None = None,
+                 batch_size: int | None = None) -> Iterator[tuple[dict, dict | None]]:
     """``(row, record)`` for each row (record None where the row cannot be analysed: too long, no
     response...; its ``(dataset, id, reason)`` goes to ``skipped``). ``prompt_for(row)`` gives a
-    perturbed prompt."""
+    perturbed prompt. Under ``pre`` the rows go through batched passes
+    (:func:`grade.gradients.analysis.analyze_batch`, ``batch_size`` rows a pass, default the rule of
+    :func:`grade.batch.sizing.batch_size`), a batch's worth of rows at a time; the values are those of
+    :func:`analyze_row`, one row at a time, up to float rounding."""
+    if loss != "pre":
+        for row in rows:
+            yield row, _one_record(lm, row, loss, srank, keep_hidden, skipped, prompt_for)
+        return
+    from ..gradients.analysis import analyze_batch
+
+    rows = list(rows)
+    chunk = _grade_chunk(lm, rows, batch_size, prompt_for)
+    for start in range(0, len(rows), chunk):
+        part = rows[start:start + chunk]
+        requests = [_pre_request(lm, row, prompt_for(row) if prompt_for else None) for row in part]
+        for row, result in zip(part, analyze_batch(lm, requests, loss="pre", srank=srank, keep_hidden=keep_hidden,
+                                                   batch_size=batch_size)):
+            if isinstance(result, GradeError):
+                _skip(row, result, skipped)
+                yield row, None
+            else:
+                yield row, feature_record(row, result)
+
+
+def _pre_request(lm, row: dict[str, Any], prompt: str | None) -> dict[str, Any]:
+    """:func:`analyze_row`'s arguments of a ``pre`` row, as one request of
+    :func:`grade.gradients.analysis.analyze_batch`."""
+    return {"question": row["question"], "context": row.get("context") or None, "task": row.get("task") or "qa",
+            "max_new_tokens": row.get("max_new_tokens"),
+            "prompt": prompt if prompt is not None else _prompt_for(lm, row)}
+
+
+def _grade_chunk(lm, rows: list[dict], batch_size: int | None, prompt_for) -> int:
+    """Rows handed to one :func:`~grade.gradients.analysis.analyze_batch` call: one batch of the longest prompt
+    (:func:`grade.batch.sizing.batch_size`), so that a progress bar moves once a batch."""
+    from .sizing import batch_size as size_rule
+    from ..models.generation import encode_prompt
+    from ..tasks.prompts import format_prompt
+
+    if batch_size is not None or not rows:
+        return max(1, batch_size or 1)
+    longest = 1
     for row in rows:
         try:
-            result = analyze_row(lm, row, loss=loss, srank=srank, keep_hidden=keep_hidden,
-                                 prompt=prompt_for(row) if prompt_for else None)
-        except GradeError as exc:  # one bad row must not stop a batch
-            log.warning("skipped %s/%s: %s", row["dataset"], row["id"], exc)
-            if skipped is not None:
-                skipped.append((row["dataset"], row["id"], str(exc)))
-            yield row, None
+            prompt = (prompt_for(row) if prompt_for else None) or _prompt_for(lm, row) or format_prompt(
+                lm.tokenizer, row["question"], task=row.get("task") or "qa", context=row.get("context") or None)
+        except GradeError:
             continue
-        yield row, feature_record(row, result)
+        longest = max(longest, len(encode_prompt(lm.tokenizer, prompt)))
+    return size_rule(lm, tokens=longest, kind="grade")
+
+
+def _skip(row: dict, exc: Exception, skipped: list | None) -> None:
+    log.warning("skipped %s/%s: %s", row["dataset"], row["id"], exc)
+    if skipped is not None:
+        skipped.append((row["dataset"], row["id"], str(exc)))
+
+
+def _one_record(lm, row, loss, srank, keep_hidden, skipped, prompt_for) -> dict | None:
+    try:
+        result = analyze_row(lm, row, loss=loss, srank=srank, keep_hidden=keep_hidden,
+                             prompt=prompt_for(row) if prompt_for else None)
+    except GradeError as exc:  # one bad row must not stop a batch
+        _skip(row, exc, skipped)
+        return None
+    return feature_record(row, result)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -437,6 +501,7 @@ def extract_features(
     prompt_for: Callable[[dict], str] | None = None,
     backend: str = "local",
     cluster=None,
+    batch_size: int | None = None,
 ):
     """Compute features of labelled rows and append them to the store ``out`` (a folder).
 
@@ -459,6 +524,7 @@ def extract_features(
         benchmark's robustness study, :func:`grade.verdict.detectors.baselines.task_prompt`); local only.
     backend : ``local`` (this process) or ``ray`` (:data:`grade.batch.BACKENDS`).
     cluster : where and how wide a Ray run goes (:class:`grade.batch.ClusterOptions`; default a local cluster).
+    batch_size : rows a batched pass (:func:`feature_rows`; default from the device's free memory).
 
     Returns an :class:`ExtractionReport` (local) or a :class:`grade.batch.RunReport` (Ray: workers, chunks
     sent again).
@@ -469,7 +535,7 @@ def extract_features(
 
         if prompt_for is not None:
             raise InputError("prompt_for (another wording of every prompt) runs on the local backend only")
-        work = FeatureWork(loss, srank, keep_hidden)
+        work = FeatureWork(loss, srank, keep_hidden, batch_size)
         rows = [r for r in rows if r.get("label") is not None]
         sink = FeatureStoreSink(out, lm.name, loss, srank, rows)
         return run_on_ray(rows, work, sink, lm, cluster or ClusterOptions(), chunk_size=chunk_size,
@@ -480,7 +546,7 @@ def extract_features(
 
     def work(todo, report):
         for row, record in feature_rows(lm, todo, loss=loss, srank=srank, keep_hidden=keep_hidden,
-                                        skipped=report.skipped, prompt_for=prompt_for):
+                                        skipped=report.skipped, prompt_for=prompt_for, batch_size=batch_size):
             yield row["id"], record
 
     labelled = [row for row in rows if row.get("label") is not None]
@@ -495,11 +561,13 @@ class FeatureWork:
     loss: str = "pre"
     srank: str = "paper"
     keep_hidden: bool = True
+    batch_size: int | None = None
 
     def process(self, lm, rows: list[dict]) -> dict:
         skipped: list[tuple[str, str, str]] = []
         records = [record for _, record in feature_rows(lm, rows, loss=self.loss, srank=self.srank,
-                                                        keep_hidden=self.keep_hidden, skipped=skipped)
+                                                        keep_hidden=self.keep_hidden, skipped=skipped,
+                                                        batch_size=self.batch_size)
                    if record is not None]
         return {"results": records, "skipped": skipped}
 
@@ -537,14 +605,15 @@ class _InMemory:
 
 def features_of_rows(lm, rows: list[dict[str, Any]], *, loss: str = "pre", srank: str = "paper",
                      keep_hidden: bool = False, progress: bool = False,
-                     callback: ProgressCallback | None = None):
+                     callback: ProgressCallback | None = None, batch_size: int | None = None):
     """Like :func:`extract_features` but in memory: a DataFrame (same columns) and the skipped rows."""
     import pandas as pd
 
     skipped: list[tuple[str, str, str]] = []
     sink, report = _InMemory(), RunReport(out=Path())
     pairs = ((row["id"], record) for row, record in feature_rows(lm, rows, loss=loss, srank=srank,
-                                                                 keep_hidden=keep_hidden, skipped=skipped))
+                                                                 keep_hidden=keep_hidden, skipped=skipped,
+                                                                 batch_size=batch_size))
     write_in_chunks(sink, pairs, total=len(rows), chunk_size=max(1, len(rows)), report=report, progress=progress,
                     desc=f"features {loss}", unit="q", callback=callback)
     table = pa.Table.from_pylist(sink.records, schema=SCHEMA)
@@ -563,6 +632,8 @@ def load_features(paths: str | Path | Iterable[str | Path], *, columns: list[str
     """
     import pandas as pd
 
+    from ..common.bounded import read_parquet
+
     if isinstance(paths, (str, Path)):
         paths = [paths]
     frames = []
@@ -577,7 +648,7 @@ def load_features(paths: str | Path | Iterable[str | Path], *, columns: list[str
             try:
                 schema = pq.read_schema(file)
                 wanted = columns or [n for n in schema.names if hidden or n != "hidden"]
-                frames.append(pq.read_table(file, columns=[c for c in wanted if c in schema.names]).to_pandas())
+                frames.append(read_parquet(file, columns=[c for c in wanted if c in schema.names]).to_pandas())
             except (pa.ArrowException, OSError, ValueError) as exc:
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise InputError(f"{file} is not a readable Parquet feature file ({reason})") from None

@@ -185,7 +185,7 @@ def label_questions(
     matcher: str = "strict",
     seed: int = 0,
     max_new_tokens: int | None = None,
-    questions_per_batch: int = 4,
+    questions_per_batch: int | None = 4,
     sample_chars: int | None = None,
     progress: bool | ProgressCallback = False,
     callback: ProgressCallback | None = None,
@@ -204,7 +204,9 @@ def label_questions(
     matcher : ``strict`` (reference) or ``lenient``; see :func:`grade.tasks.tasks.is_correct`.
     seed : with the question id, fixes every sample (reruns reproduce the file).
     max_new_tokens : answer length (default: the task's, e.g. 12 for short QA).
-    questions_per_batch : questions decoded together (see :func:`grade.models.sampling.sample_answers`).
+    questions_per_batch : questions decoded together (see :func:`grade.models.sampling.sample_answers`); None:
+        as many as the device's free memory holds (:func:`grade.batch.sizing.batch_size`, the longest prompt and
+        answer, ``n_samples`` rows a question). Batching changes no sample: each draws from its own seeded stream.
     sample_chars : store each sample cut to this many characters (scores use the full text).
     progress : draw a tqdm progress bar on stderr (the package's convention, :mod:`grade.batch.runner`).
     callback : called as ``callback(done, total, record)`` after each question is written; an
@@ -232,6 +234,8 @@ def label_questions(
     sink = LabelFileSink(out, run, n_samples, max_new_tokens)
     report = RunReport(out=out, workers=1)
     todo = items_to_do(questions, sink.key, sink.done_keys(), report)
+    if questions_per_batch is None:
+        questions_per_batch = _questions_per_batch(lm, todo, n_samples, seed, max_new_tokens)
     start = time.perf_counter()
     total, done = len(questions), len(questions) - len(todo)
     too_long: list[str] = []
@@ -273,7 +277,25 @@ def label_questions(
     return summary
 
 
-def _checked(questions: Iterable[Question], matcher: str, questions_per_batch: int) -> list[Question]:
+def _questions_per_batch(lm: LoadedModel, questions: list[Question], n_samples: int | None, seed: int,
+                         max_new_tokens: int | None) -> int:
+    """Questions sampled together by the rule of :func:`grade.batch.sizing.batch_size`: the longest prompt and
+    answer among ``questions``, ``n_samples`` rows a question."""
+    from ..batch.sizing import batch_size
+    from ..models.generation import encode_prompt
+
+    longest, rows = 1, 1
+    for q in questions:
+        settings = settings_for(q.spec, n_samples=n_samples, seed=seed, max_new_tokens=max_new_tokens)
+        prompt = q.prompt(lm.tokenizer)
+        if len(prompt) > MAX_CHARS_PER_TOKEN * lm.max_context:
+            continue  # skipped as too long when its batch comes
+        longest = max(longest, len(encode_prompt(lm.tokenizer, prompt)) + settings.max_new_tokens)
+        rows = max(rows, settings.n_samples)
+    return batch_size(lm, tokens=min(longest, lm.max_context), kind="generate", rows_per_item=rows)
+
+
+def _checked(questions: Iterable[Question], matcher: str, questions_per_batch: int | None) -> list[Question]:
     """The questions as a list, refused when empty or with a repeated id; the settings checked."""
     questions = list(questions)
     if not questions:
@@ -283,7 +305,7 @@ def _checked(questions: Iterable[Question], matcher: str, questions_per_batch: i
         raise InputError("question ids must be unique")
     if matcher not in MATCHERS:
         raise InputError(f"unknown matcher {matcher!r}; use strict or lenient")
-    if questions_per_batch < 1:
+    if questions_per_batch is not None and questions_per_batch < 1:
         raise InputError("questions_per_batch must be at least 1")
     return questions
 
@@ -297,7 +319,7 @@ def _label_on_ray(spec, questions: list[Question], out: Path, work: "LabelWork",
     sink = LabelFileSink(out, {"model": spec.name, "matcher": work.matcher, "seed": work.seed}, work.n_samples,
                          work.max_new_tokens)
     report = run_on_ray(questions, work, sink, spec, cluster or ClusterOptions(), chunk_size=chunk_size,
-                        progress=progress, callback=callback, align=work.questions_per_batch)
+                        progress=progress, callback=callback, align=work.questions_per_batch or 1)
     summary = summarize(out)
     summary.new, summary.skipped, summary.seconds, summary.run = report.written, report.already, report.seconds, report
     return summary
@@ -317,7 +339,7 @@ class LabelWork:
     matcher: str = "strict"
     seed: int = 0
     max_new_tokens: int | None = None
-    questions_per_batch: int = 4
+    questions_per_batch: int | None = 4  # None: each worker's device decides (grade.batch.sizing)
     sample_chars: int | None = None
 
     def process(self, lm, questions: list) -> dict:

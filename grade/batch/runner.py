@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
 from ..common.errors import InputError
+from ..common.progress import ProgressBar  # noqa: F401 (part of this module's API)
 
 log = logging.getLogger(__name__)
 
@@ -109,33 +110,6 @@ def items_to_do(items: Iterable, key: Callable[[Any], Any], done: set, report, *
             seen.add(k)
             todo.append(item)
     return todo
-
-
-class ProgressBar:
-    """A tqdm bar on stderr when ``show``, else nothing; ``update(n, **postfix)``; use as a context manager."""
-
-    def __init__(self, show: bool, *, total: int, desc: str = "", unit: str = "q", initial: int = 0, **options):
-        self.bar = None
-        if show:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr, **options)
-
-    def update(self, n: int = 1, **postfix) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-            if postfix:
-                self.bar.set_postfix(**postfix)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-    def __enter__(self) -> "ProgressBar":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def write_in_chunks(sink, results: Iterable[tuple[Any, Any]], *, total: int, chunk_size: int, report,

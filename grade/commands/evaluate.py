@@ -19,6 +19,7 @@ import json
 import sys
 
 from .common import add_model_arguments, add_threads_argument, positive_int
+from .engine import add_batch_argument
 
 
 def register(sub) -> None:
@@ -33,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--questions", nargs="+", required=True, help="labelled JSONL file(s)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N labelled rows of each file")
     add_threads_argument(p)
+    add_batch_argument(p)
+    p.add_argument("--scores", default=None, metavar="CSV",
+                   help="also write each question's id, dataset, label and P(answerable) to this CSV file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -109,12 +113,14 @@ def run_detector(args: argparse.Namespace) -> int:
     lm = load_model(model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                     say=None if quiet else (lambda line: print(line, file=sys.stderr)))
     detector.check_compatible(lm.name)
-    values, kept, failed = labelled_statistics(lm, usable, detector.spec.statistic, progress=not quiet)
+    values, kept, failed = labelled_statistics(lm, usable, detector.spec.statistic, progress=not quiet,
+                                               batch_size=args.batch_size)
     skipped += failed
     if not kept:
         raise InputError("no question could be analysed")
     p = detector.predict_proba(values, [kinds[i] for i in kept])[:, 1]
     y = np.array([int(usable[i]["label"]) for i in kept])
+    _write_scores(args.scores, [usable[i] for i in kept], p)
     result = _with_metrics({"detector": detector.name, "model": lm.name, "statistic": detector.spec.statistic,
                             "skipped": len(skipped), "bad_rows": len(bad_rows)},
                            y, p, [str(usable[i]["dataset"]) for i in kept], detector.metadata.get("threshold", 0.5))
@@ -139,15 +145,31 @@ def run_probe(args: argparse.Namespace) -> int:
                     say=None if quiet else (lambda line: print(line, file=sys.stderr)))
     probe.check_compatible(lm)
     df, skipped = features_of_rows(lm, rows, loss=meta.get("loss", "pre"), srank=meta.get("srank", "paper"),
-                                   progress=not quiet)
+                                   progress=not quiet, batch_size=args.batch_size)
     if df.empty:
         raise InputError("no question could be analysed")
     p = probe.predict_proba(probe_inputs(df, probe.inputs))[:, 1]
     y = df["label"].to_numpy().astype(int)
+    _write_scores(args.scores, df[["id", "dataset", "label"]].to_dict("records"), p)
     result = _with_metrics({"probe": str(args.probe), "model": lm.name, "loss": meta.get("loss"),
                             "skipped": len(skipped), "bad_rows": len(bad_rows)},
                            y, p, df["dataset"].astype(str).to_numpy(), probe.threshold)
     return _report(args, result, f"probe {args.probe} ({probe.kind}, GRADE_{meta.get('loss')}) on {lm.name}", skipped)
+
+
+def _write_scores(path: str | None, rows: list[dict], p) -> None:
+    """``--scores``: one line per scored question (id, dataset, label, P(answerable)), written atomically."""
+    if not path:
+        return
+    import csv
+
+    from ..common.io import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
+        out = csv.writer(handle)
+        out.writerow(["id", "dataset", "label", "p_answerable"])
+        for row, value in zip(rows, p):
+            out.writerow([row["id"], row["dataset"], int(row["label"]), repr(float(value))])
 
 
 def _report(args: argparse.Namespace, result: dict, header: str, skipped: list) -> int:

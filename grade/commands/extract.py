@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .common import add_model_arguments, add_threads_argument, positive_int
-from .engine import add_engine_arguments, check_engine_arguments, model_for_engine
+from .engine import add_batch_argument, add_engine_arguments, check_engine_arguments, model_for_engine
 
 
 def register(sub) -> None:
@@ -24,6 +24,7 @@ def register(sub) -> None:
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N labelled rows of each file")
     p.add_argument("--no-hidden", action="store_true", help="do not store hidden states (smaller files)")
     add_threads_argument(p)
+    add_batch_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_engine_arguments(p)
     p.set_defaults(func=run)
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     model, cluster = model_for_engine(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))
     report = extract_features(model, rows, args.out, loss=args.loss, srank=args.srank, keep_hidden=not args.no_hidden,
                               chunk_size=args.chunk_size, progress=not args.quiet, backend=args.engine,
-                              cluster=cluster)
+                              cluster=cluster, batch_size=args.batch_size)
     print(report if not bad_rows else f"{report} ({len(bad_rows)} bad input row(s) skipped)")
     for dataset, row_id, reason in report.skipped[:10]:
         print(f"  skipped {dataset}/{row_id}: {reason}", file=sys.stderr)

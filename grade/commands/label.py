@@ -45,7 +45,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int_range(1, MAX_NEW_TOKENS), default=None,
                    help="answer length (default: per task, 12 for short QA)")
-    p.add_argument("--batch", type=int_range(1, 256), default=4, help="questions sampled together (default 4)")
+    p.add_argument("--batch-size", "--batch", dest="batch", type=int_range(1, 4096), default=None,
+                   help="questions sampled together (default: as many as the device's free memory holds with "
+                        "their samples, at most 8 on a CPU); batching changes no sample")
     p.add_argument("--sample-chars", type=positive_int, default=None, help="store samples cut to this many characters")
     p.add_argument("--threads", type=thread_count, default=default_threads(), help="torch CPU threads (default: half the cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -24,7 +24,7 @@ from ..common.progress import report
 from ..models.cancel import check_cancelled
 from .capture import capture_mlp
 from ..common.errors import InputError, NumericalError
-from ..models.generation import PromptPass, encode_prompt, greedy_answer, output_cache
+from ..models.generation import PromptPass, encode_prompt, greedy_answer, left_padded, output_cache
 from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response, token_surprisal
 from ..models.models import LoadedModel
 from ..tasks.prompts import format_prompt
@@ -593,3 +593,119 @@ def analyze(
                                   row_sums=row_sums, keep_cache=keep_cache, timings=timings)
     timings["total_s"] = time.perf_counter() - t0
     return _assemble_result(lm, inputs, features, loss=loss, srank=srank, task=task, context=context, timings=timings)
+
+
+# --------------------------------------------------------------------------------------------------
+# many questions at once
+
+
+def analyze_batch(lm: LoadedModel, requests: list[dict], *, loss: LossKind = "pre", srank: SRankVariant = "paper",
+                  keep_hidden: bool = False, batch_size: int | None = None) -> list:
+    """:func:`analyze` of many questions with ``spectra=False`` (the fast path), one result per request in order:
+    a :class:`GradeResult`, or the :class:`~grade.common.errors.GradeError` that refused that request (one bad
+    question never stops the others).
+
+    ``requests``: keyword arguments of :func:`analyze` per question (``question`` and optionally ``context``,
+    ``task``, ``prompt``, ``response``, ``generate``, ``steps``, ``max_new_tokens``). Under ``pre`` the questions go
+    through batched passes: prompts left-padded into one forward pass with the MLP capture, one loss per row, one
+    backward pass of their sum (rows do not interact, so each row's Δ is its own loss's), then each row's stable
+    ranks from its own tokens. Longer prompts are grouped together (less padding), ``batch_size`` rows a pass
+    (default: :func:`grade.batch.sizing.batch_size` of a ``grade`` pass, from the device's free memory and the
+    model's shape). The values are :func:`analyze`'s up to float rounding. Other requests (``pos``) run one at a
+    time through :func:`analyze`.
+    """
+    from ..batch.sizing import batches
+    from ..common.errors import GradeError
+
+    results: list = [None] * len(requests)
+    if loss != "pre":
+        for i, request in enumerate(requests):
+            try:
+                results[i] = analyze(lm, loss=loss, srank=srank, spectra=False, keep_hidden=keep_hidden, **request)
+            except GradeError as exc:
+                results[i] = exc
+        return results
+    prepared: dict[int, tuple[_Inputs, dict]] = {}
+    for i, request in enumerate(requests):
+        timings: dict[str, float] = {}
+        try:
+            inputs = _prepare_inputs(lm, request["question"], context=request.get("context"),
+                                     task=request.get("task") or "qa", loss="pre", response=None, generate=False,
+                                     steps=False, max_new_tokens=request.get("max_new_tokens"),
+                                     max_tokens=request.get("max_tokens", DEFAULT_MAX_TOKENS),
+                                     prompt=request.get("prompt"), timings=timings)
+        except GradeError as exc:
+            results[i] = exc
+            continue
+        prepared[i] = (inputs, timings)
+    keys = list(prepared)
+    kinds = srank_kinds("pre", srank)
+    for group in batches(lm, [len(prepared[i][0].input_ids) for i in keys], kind="grade", override=batch_size):
+        chunk = [keys[k] for k in group]
+        try:
+            features = _pre_passes(lm, [prepared[i][0] for i in chunk], kinds, keep_hidden=keep_hidden,
+                                   timings=[prepared[i][1] for i in chunk])
+        except GradeError:
+            features = None
+        for k, i in enumerate(chunk):
+            inputs, timings = prepared[i]
+            request = requests[i]
+            try:
+                if features is None or features[k] is None:  # a row the batched pass could not take: alone
+                    results[i] = analyze(lm, loss="pre", srank=srank, spectra=False, keep_hidden=keep_hidden,
+                                         **request)
+                    continue
+                results[i] = _assemble_result(lm, inputs, features[k], loss="pre", srank=srank,
+                                              task=request.get("task") or "qa", context=request.get("context"),
+                                              timings=timings)
+            except GradeError as exc:
+                results[i] = exc
+    return results
+
+
+def _pre_passes(lm: LoadedModel, batch: list[_Inputs], kinds, *, keep_hidden: bool, timings: list[dict]
+                ) -> list[_Features | None]:
+    """One forward pass of the left-padded prompts with the capture and one backward pass of the summed entropies
+    after each prompt: :class:`_Features` per row (None for a row whose numbers were not finite, to be redone
+    alone, where :func:`analyze` says why)."""
+    ids_list = [x.input_ids for x in batch]
+    width, rows = max(map(len, ids_list)), len(ids_list)
+    ids, mask, positions = left_padded(lm, ids_list)
+    extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(lm.model) else {}
+    check_cancelled()
+    t = time.perf_counter()
+    with torch.enable_grad(), capture_mlp(lm.model) as capture:
+        out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                       output_hidden_states=keep_hidden, **extra)
+        if capture.hidden[0] is None or capture.hidden[0].shape[0] != rows:  # a model that flattens rows (OPT)
+            return [None] * rows
+        log_p = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        values = -(log_p.exp() * log_p).sum(-1)  # (rows,): entropy_at_last_position of each row
+        forward_s = time.perf_counter() - t
+        finite = torch.isfinite(values)
+        check_cancelled()
+        t = time.perf_counter()
+        grads = torch.autograd.grad(values.masked_fill(~finite, 0.0).sum(), capture.outputs)
+        backward_s = time.perf_counter() - t
+        hidden = list(capture.hidden)
+        states = out.hidden_states if keep_hidden else None
+        del capture, out
+    finite = finite.cpu().tolist()
+    features: list[_Features | None] = []
+    for r, row in enumerate(ids_list):
+        first = width - len(row)
+        if not finite[r]:
+            features.append(None)
+            continue
+        t = time.perf_counter()
+        try:
+            srank_h, srank_g, ratio, _, _, _ = layer_features([h[r, first:] for h in hidden],
+                                                              [g[r, first:] for g in grads], kinds, False)
+        except NumericalError:
+            features.append(None)
+            continue
+        timings[r].update(forward_s=forward_s / rows, backward_s=backward_s / rows,
+                          spectra_s=time.perf_counter() - t, batch_rows=float(rows))
+        row_states = tuple(h[r:r + 1, first:] for h in states) if states is not None else None
+        features.append(_Features(srank_h, srank_g, ratio, float(values[r].detach()), hidden_states=row_states))
+    return features

@@ -222,6 +222,22 @@ class PromptPass:
         return copy.deepcopy(self.cache)
 
 
+def left_padded(lm: LoadedModel, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask, position_ids)`` of token rows left-padded into one batch on ``lm``'s device:
+    every row ends in the last column, and each row's positions count its own tokens from 0, so that a row's
+    values are those of its pass alone up to float rounding. The batch layout of every batched pass (decoding,
+    the detectors' statistics, the GRADE passes)."""
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    ids, mask = ids.to(lm.device), mask.to(lm.device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 class TorchBackend:
     """The decoding loop on a transformers model with a key/value cache (see the module docstring)."""
 
@@ -241,15 +257,7 @@ class TorchBackend:
         if len(set(n_per)) != 1:
             raise ValueError("every prompt of a batch needs the same number of rows")
         n = n_per[0]
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids):] = torch.tensor(list(ids))
-            mask[row, width - len(ids):] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = left_padded(self.lm, prompts)
 
         cache_kw = cache_keyword(model)
         if prompt_pass is not None and len(prompts) == 1 and prompt_pass.is_of(prompts[0]):
@@ -346,8 +354,10 @@ def generate(
     prompts : token ids of each prompt (see :func:`encode_prompt`).
     settings : length, sampling rule and stop strings (a task's: :func:`settings_for_task`).
     seeds : sampling only: one seed per row of each prompt (every prompt the same number of rows).
-    batch_size : prompts decoded together (left-padded); default all. Rows never depend on it beyond
-        float rounding of batched matrix products.
+    batch_size : prompts decoded together (left-padded: :func:`left_padded`); default the rule of
+        :func:`grade.batch.sizing.batch_size`, from the device's free memory and the model's shape. Rows never
+        depend on it beyond float rounding of batched matrix products (and a sampled row not at all: its own
+        random stream).
     prompt_pass : one prompt's pass already run (a GRADE ``pre`` analysis'): the transformers loop decodes
         from it instead of reading the prompt again; other backends read the prompt themselves.
 
@@ -366,9 +376,14 @@ def generate(
                          f"in this model's {lm.max_context}")
     if settings.max_new_tokens > room:
         settings = replace(settings, max_new_tokens=room)
-    size = batch_size or len(prompts)
-    if size < 1:
+    if batch_size is not None and batch_size < 1:
         raise InputError("the batch size must be at least 1")
+    if batch_size is None:
+        from ..batch.sizing import batch_size as size_rule
+
+        batch_size = size_rule(lm, tokens=max(len(p) for p in prompts) + settings.max_new_tokens, kind="generate",
+                               rows_per_item=1 if seeds is None else len(seeds[0]))
+    size = batch_size
     backend = backend_for(lm, settings)
     ids: list[list[list[int]]] = []
     with lm.lock:

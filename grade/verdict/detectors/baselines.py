@@ -48,7 +48,8 @@ import torch
 
 from ...batch.runner import run_local
 from ...common.errors import InputError
-from ...models.generation import (DecodeSettings, Generation, PromptPass, cache_keyword, encode_prompt, generate, output_cache,
+from ...models.generation import (DecodeSettings, Generation, PromptPass, cache_keyword, encode_prompt, generate, left_padded,
+                                   output_cache,
                          settings_for_task)
 from ...models.models import LoadedModel
 from ...tasks.prompts import INSTRUCTIONS, format_prompt, user_message
@@ -383,6 +384,70 @@ def answer_statistics(lm: LoadedModel, prompt_ids: list[int], greedy: Generation
     }
 
 
+@torch.no_grad()
+def answer_statistics_batch(lm: LoadedModel, prompt_ids: list[list[int]], greedy: list[Generation],
+                            config: BaselineConfig | None = None, *, batch_size: int | None = None) -> list[dict]:
+    """:func:`answer_statistics` of many prompts and their greedy answers, in batches of one forward pass each
+    over prompt + answer (left-padded: every row ends in the last column, so its answer's positions are the
+    last ones and ``logits_to_keep`` covers them all). The same statistics as the one-question path (a prompt
+    pass, then a pass over the answer from its cache) up to float rounding; ``batch_size``: rows a pass
+    (default: :func:`grade.batch.sizing.batch_size` of a ``forward`` pass)."""
+    from ...batch.sizing import batch_size as size_rule
+
+    config = config or BaselineConfig()
+    if len(prompt_ids) != len(greedy):
+        raise ValueError("one greedy answer per prompt is needed")
+    if not prompt_ids:
+        return []
+    longest = max(len(p) + len(g.token_ids) for p, g in zip(prompt_ids, greedy))
+    widest = max(len(g.token_ids) for g in greedy) + 1
+    size = size_rule(lm, tokens=longest, kind="forward", logits_per_row=widest, override=batch_size)
+    records: list[dict] = []
+    for start in range(0, len(prompt_ids), size):
+        records += _answer_statistics_pass(lm, prompt_ids[start:start + size], greedy[start:start + size], config)
+    return records
+
+
+def _answer_statistics_pass(lm: LoadedModel, prompt_ids: list[list[int]], greedy: list[Generation],
+                            config: BaselineConfig) -> list[dict]:
+    """One forward pass of :func:`answer_statistics_batch`."""
+    model, device = lm.model, lm.device
+    rows = [list(p) + list(g.token_ids) for p, g in zip(prompt_ids, greedy)]
+    width = max(len(r) for r in rows)
+    ids, mask, positions = left_padded(lm, rows)
+    keep = max(len(g.token_ids) for g in greedy) + 1  # the prompt's last position and every answer position
+    with lm.lock:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                    output_hidden_states=True, logits_to_keep=keep)
+    hidden = out.hidden_states  # (L + 1) x (B, width, d)
+    layers = align_layers(lm.n_layers, config)
+    records = []
+    for i, (prompt, answer) in enumerate(zip(prompt_ids, greedy)):
+        fed = len(answer.token_ids)
+        last_prompt = width - fed - 1  # the column of the prompt's last token
+        prompt_states = torch.stack([h[i, last_prompt] for h in hidden]).float()  # (L + 1, d)
+        n = len(answer.answer_ids)
+        if n:
+            states = torch.stack([h[i, last_prompt + 1:last_prompt + 1 + n] for h in hidden], dim=1).float()
+        else:
+            states = prompt_states[None]  # (n, L + 1, d)
+        # step t's distribution is the one at the position before answer token t (the prompt's last for t = 0)
+        first = keep - fed - 1
+        logits = out.logits[i, first:first + answer.steps]
+        entropy = sum(entropy_sum(chunk) for chunk in logits.split(64))
+        coe_r, coe_c = coe_scores(states.double().mean(0).cpu().numpy())
+        prompt_np = prompt_states.cpu().numpy()
+        records.append({
+            "greedy_answer": answer.text,
+            "p_entropy": -entropy,
+            "coe_r": coe_r,
+            "coe_c": coe_c,
+            "saplma_hidden": encode_vector(states[-1, -config.saplma_from_top].cpu().numpy()),
+            "align_hidden": {str(l): encode_vector(prompt_np[l]) for l in layers},
+        })
+    return records
+
+
 PARTS = ("answer", "ic", "judge", "samples")
 
 
@@ -408,7 +473,8 @@ def _batches_by_settings(items: list[dict], config: BaselineConfig) -> list[tupl
 
 
 def score_questions(lm: LoadedModel, items: list[dict], *, variant: str = "original",
-                    config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS) -> list[dict]:
+                    config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
+                    batch_size: int | None = None) -> list[dict]:
     """All unsupervised baseline scores and the supervised baselines' inputs for labelled items, one record
     each, in order.
 
@@ -422,8 +488,12 @@ def score_questions(lm: LoadedModel, items: list[dict], *, variant: str = "origi
 
     The items' answers are decoded together (left-padded; a row depends on its batch only through
     float rounding of batched matrix products), which is what makes a GPU run of every labelled
-    question affordable; the passes that read hidden states run one question at a time.
+    question affordable, and the greedy answers' statistics come from batched passes too
+    (:func:`answer_statistics_batch`); the IC and sampling passes that read hidden states run one question at a
+    time. ``batch_size``: rows decoded, and rows a statistics pass, at once (default: the rule of
+    :func:`grade.batch.sizing.batch_size` for each pass).
     """
+
     config = config or BaselineConfig()
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -443,12 +513,12 @@ def score_questions(lm: LoadedModel, items: list[dict], *, variant: str = "origi
         if "answer" in parts:  # greedy answers, then all hidden states of each answer's tokens
             for settings, group in _batches_by_settings(items, config):
                 t = time.perf_counter()
-                greedy = generate(lm, [prompt_ids[i] for i in group], settings)
+                prompts = [prompt_ids[i] for i in group]
+                greedy = [g for (g,) in generate(lm, prompts, settings, batch_size=batch_size)]
+                for i, record in zip(group, answer_statistics_batch(lm, prompts, greedy, config,
+                                                                    batch_size=batch_size)):
+                    records[i].update(record)
                 share("answer_s", time.perf_counter() - t, group)
-                for i, (answer,) in zip(group, greedy):
-                    t = time.perf_counter()
-                    records[i].update(answer_statistics(lm, prompt_ids[i], answer, config))
-                    timings[i]["answer_s"] += time.perf_counter() - t
 
         if "ic" in parts:
             for i, item in enumerate(items):
@@ -549,16 +619,39 @@ class ScoreCache:
         self.records.update((str(record["id"]), record) for record in records)
 
 
+def items_per_batch(lm: LoadedModel, items: list[dict], *, variant: str = "original",
+                    config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
+                    batch_size: int | None = None) -> int:
+    """Items handed to one :func:`score_questions` call: ``batch_size`` where given, else one decoding batch of the
+    longest prompt and answer among ``items`` (:func:`grade.batch.sizing.batch_size`; K rows an item where the
+    sampling pass runs), so that a progress bar moves once a batch."""
+    from ...batch.sizing import batch_size as size_rule
+
+    if batch_size is not None or not items:
+        return size_rule(lm, tokens=1, kind="generate", override=batch_size or 1)
+    config = config or BaselineConfig()
+    longest = 1
+    for item in items:
+        try:
+            longest = max(longest, len(encode_prompt(lm.tokenizer, task_prompt(lm, item, variant)))
+                          + _answer_settings(item, config).max_new_tokens)
+        except (InputError, KeyError, ValueError):
+            continue  # the item is refused with its reason when it is scored
+    rows = config.n_samples if "samples" in parts else 1
+    return size_rule(lm, tokens=longest, kind="generate", rows_per_item=rows)
+
+
 def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, variant: str = "original",
                 config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
                 progress: bool | Callable[[int, int, dict], None] = False,
                 callback: Callable[[int, int, dict], None] | None = None,
-                questions_per_batch: int = 1) -> dict[str, dict]:
+                questions_per_batch: int | None = None, batch_size: int | None = None) -> dict[str, dict]:
     """Score every item not yet in the cache at ``path``, appending one JSON line per question
     (:func:`grade.batch.run_local`, one batch of ``questions_per_batch`` questions decoded together
-    and written at a time: :func:`score_questions`). ``progress``: a progress bar on stderr;
-    ``callback(done, to do, record)`` after each (a function given as ``progress``, the older spelling, is the
-    callback).
+    and written at a time: :func:`score_questions`; default :func:`items_per_batch`). ``batch_size``: rows a
+    batched pass (default: the rule of :func:`grade.batch.sizing.batch_size`). ``progress``: a progress bar on
+    stderr; ``callback(done, to do, record)`` after each (a function given as ``progress``, the older spelling, is
+    the callback).
 
     Returns the full cache (old and new records), id -> record. Safe to interrupt and rerun.
     """
@@ -566,7 +659,10 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
         progress, callback = False, progress if callback is None else callback
     config = config or BaselineConfig()
     sink = ScoreCache(path)
-
+    items = list(items)
+    if questions_per_batch is None:
+        questions_per_batch = items_per_batch(lm, [i for i in items if str(i["id"]) not in sink.records],
+                                              variant=variant, config=config, parts=parts, batch_size=batch_size)
     if questions_per_batch < 1:
         raise InputError("questions_per_batch must be at least 1")
 
@@ -574,7 +670,7 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
         todo = list(todo)
         for start in range(0, len(todo), questions_per_batch):
             for record in score_questions(lm, todo[start:start + questions_per_batch], variant=variant,
-                                          config=config, parts=parts):
+                                          config=config, parts=parts, batch_size=batch_size):
                 yield record, record
 
     run_local(items, scored, sink, chunk_size=questions_per_batch, progress=progress, desc=f"baselines {variant}",
@@ -594,8 +690,9 @@ def read_caches(paths: Iterable[str | Path]) -> dict[str, dict]:
 
 __all__ = [
     "AnswerStates", "BaselineConfig", "METHODS", "PARTS", "SCORE_KEYS", "VARIANTS", "answer_states", "answer_statistics",
+    "answer_statistics_batch",
     "coe_scores",
     "decode_vector",
     "eigenscore", "encode_vector", "entropy_sum", "internal_confidence", "read_cache", "read_caches", "ScoreCache", "score_items",
-    "score_question", "score_questions", "self_consistency", "task_prompt",
+    "items_per_batch", "score_question", "score_questions", "self_consistency", "task_prompt",
 ]

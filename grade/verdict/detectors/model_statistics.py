@@ -101,35 +101,52 @@ def question_statistics(lm, prompt: str, *, task: str, statistics: Sequence[str]
     return values, missing
 
 
-def labelled_statistics(lm, rows: list[dict], statistic: str, *, progress: bool = False
-                        ) -> tuple[np.ndarray, list[int], list[tuple[str, str, str]]]:
+def labelled_statistics(lm, rows: list[dict], statistic: str, *, progress: bool = False,
+                        batch_size: int | None = None) -> tuple[np.ndarray, list[int], list[tuple[str, str, str]]]:
     """``statistic`` for labelled rows (:func:`grade.batch.features.read_labelled`), by the passes that made the
     training data: a GRADE_pre analysis (:func:`grade.batch.features.features_of_rows`) for ``loss_value``, the
-    benchmark's greedy-answer pass (:func:`grade.verdict.detectors.baselines.score_question`) for the answer statistics.
+    benchmark's greedy-answer pass (:func:`grade.verdict.detectors.baselines.score_questions`) for the answer
+    statistics, both batched: ``batch_size`` items at once (default: :func:`grade.batch.sizing.batch_size`, from the
+    device's free memory and the model's shape; 1 is the one-at-a-time path, with the same values up to float
+    rounding).
 
     Returns ((n_kept, d) values, the kept rows' indices, skipped ``(dataset, id, reason)``).
     """
     if statistic == "loss_value":
         from ...batch.features import features_of_rows
 
-        frame, skipped = features_of_rows(lm, rows, loss="pre", progress=progress)
+        frame, skipped = features_of_rows(lm, rows, loss="pre", progress=progress, batch_size=batch_size)
         where = {(str(r["dataset"]), str(r["id"]), bool(r.get("context"))): i for i, r in enumerate(rows)}
         kept = [where[(str(d), str(i), bool(c))] for d, i, c in zip(frame["dataset"], frame["id"], frame["has_context"])]
         return frame["loss_value"].to_numpy(dtype=np.float64)[:, None], kept, skipped
     if statistic not in ANSWER_STATISTICS:
         raise ProbeError(f"unknown statistic {statistic!r}")
-    from .baselines import score_question
+    from .baselines import items_per_batch, score_question, score_questions
 
+    chunk = items_per_batch(lm, rows, parts=("answer",), batch_size=batch_size)
     values, kept, skipped = [], [], []
+
+    def keep(i: int, record: dict) -> None:
+        values.append(record_statistic(record, statistic))
+        kept.append(i)
+
     with ProgressBar(progress, total=len(rows), desc=statistic, unit="q") as bar:
-        for i, row in enumerate(rows):
+        for start in range(0, len(rows), chunk):
+            part = list(range(start, min(start + chunk, len(rows))))
             try:
-                record = score_question(lm, row, parts=("answer",))
-            except GradeError as exc:  # one bad row must not stop the others
-                skipped.append((str(row.get("dataset")), str(row["id"]), str(exc)))
-            else:
-                values.append(record_statistic(record, statistic))
-                kept.append(i)
-            bar.update(1)
+                records = score_questions(lm, [rows[i] for i in part], parts=("answer",), batch_size=batch_size)
+            except GradeError:  # one bad row must not stop the others: this chunk one row at a time
+                records = None
+            if records is not None:
+                for i, record in zip(part, records):
+                    keep(i, record)
+                bar.update(len(part))
+                continue
+            for i in part:
+                try:
+                    keep(i, score_question(lm, rows[i], parts=("answer",)))
+                except GradeError as exc:
+                    skipped.append((str(rows[i].get("dataset")), str(rows[i]["id"]), str(exc)))
+                bar.update(1)
     width = values[0].shape[0] if values else 1
     return np.array(values, dtype=np.float64).reshape(len(values), width), kept, skipped

@@ -1,0 +1,129 @@
+"""The batched model passes give the one-at-a-time numbers (SmolLM2-135M on the CPU, float32), and the batch-size
+rule (grade.batch.sizing) sizes batches from the free memory and the model's shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grade.batch.features import read_labelled
+from grade.batch.sizing import CPU_MAX_BATCH, MEMORY_SHARE, ModelShape, batch_size, bytes_per_token
+from grade.common.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ROOT / "data" / "labels" / "smollm2-135m-instruct"
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _fact_rows(n: int) -> list[dict]:
+    """``n`` labelled fact questions of each class (short answers: the tests stay fast)."""
+    known = [r for r in read_labelled(LABELS / "facts_known.jsonl.xz") if r["label"] == 1][:n]
+    unknown = [r for r in read_labelled(LABELS / "facts_unknown.jsonl.xz") if r["label"] == 0][:n]
+    return [row for pair in zip(known, unknown) for row in pair]
+
+
+def test_the_rule_reads_the_models_shape_and_the_free_memory(smollm):
+    shape = ModelShape.of(smollm)
+    config = smollm.model.config
+    assert (shape.layers, shape.d_model, shape.d_ff, shape.kv_heads, shape.vocab) == (
+        config.num_hidden_layers, config.hidden_size, config.intermediate_size, config.num_key_value_heads,
+        config.vocab_size)
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * 4  # float32 on the CPU
+    assert bytes_per_token(shape, "generate") == kv
+    assert bytes_per_token(shape, "forward") > kv and bytes_per_token(shape, "grade") > bytes_per_token(shape, "forward")
+    # what fits in the free memory, capped on a CPU; one row at least; the user's size over all of it
+    per_row = 100 * kv + shape.vocab * 4 * 2
+    assert batch_size(smollm, tokens=100, kind="generate", free_bytes=int(3.5 * per_row / MEMORY_SHARE)) == 3
+    assert batch_size(smollm, tokens=100, kind="generate", free_bytes=10) == 1
+    assert batch_size(smollm, tokens=100, kind="generate", free_bytes=1 << 40) == CPU_MAX_BATCH
+    assert batch_size(smollm, tokens=100, kind="generate", rows_per_item=2,
+                      free_bytes=int(7 * per_row / MEMORY_SHARE)) == 3  # two samples a question
+    assert batch_size(smollm, tokens=100, kind="generate", rows_per_item=10, free_bytes=1 << 40) == 1  # CPU: rows
+    assert batch_size(smollm, tokens=100, kind="grade", free_bytes=1 << 40, override=300) == 300
+    with pytest.raises(InputError):
+        batch_size(smollm, tokens=100, kind="grade", override=0)
+    with pytest.raises(InputError):
+        batch_size(smollm, tokens=100, kind="backward")
+
+
+def test_sampled_answers_do_not_depend_on_the_batch(smollm):
+    """Each sample draws from its own seeded generator: batched sampling gives the samples of one at a time."""
+    from grade.models.sampling import SamplingSettings, sample_generations
+    from grade.tasks.prompts import format_prompt
+
+    rows = _fact_rows(2)
+    prompts = [format_prompt(smollm.tokenizer, r["question"]) for r in rows]
+    ids = [r["id"] for r in rows]
+    settings = SamplingSettings(n_samples=3, max_new_tokens=8)
+    batched = sample_generations(smollm, prompts, ids, settings, questions_per_batch=len(rows))
+    alone = sample_generations(smollm, prompts, ids, settings, one_at_a_time=True)
+    assert [[g.token_ids for g in per] for per in batched] == [[g.token_ids for g in per] for per in alone]
+
+
+def test_p_entropy_batched_gives_the_one_at_a_time_scores_and_auroc(smollm):
+    """``grade evaluate --detector p-entropy``'s statistics, batched and with --batch-size 1: the same values
+    (float rounding), hence the same detector probabilities and AUROC."""
+    from grade.common.metrics import binary_metrics
+    from grade.verdict.detectors import Detector, labelled_statistics, resolve_detector
+
+    rows = _fact_rows(3)
+    batched, kept, skipped = labelled_statistics(smollm, rows, "p_entropy", batch_size=len(rows))
+    alone, kept_alone, _ = labelled_statistics(smollm, rows, "p_entropy", batch_size=1)
+    assert kept == kept_alone == list(range(len(rows))) and not skipped
+    np.testing.assert_allclose(batched, alone, rtol=1e-4, atol=1e-4)
+    detector = Detector.load(resolve_detector("p-entropy", smollm.name))
+    kinds = [detector.kind_of(r.get("task") or "qa", bool(r.get("context")), str(r["dataset"]))[0] for r in rows]
+    y = np.array([r["label"] for r in rows])
+    p_batched = detector.predict_proba(batched, kinds)[:, 1]
+    p_alone = detector.predict_proba(alone, kinds)[:, 1]
+    np.testing.assert_allclose(p_batched, p_alone, atol=1e-5)
+    assert binary_metrics(y, p_batched, roc=False)["auroc"] == binary_metrics(y, p_alone, roc=False)["auroc"]
+
+
+def test_answer_statistics_of_a_batch_are_those_of_the_cached_pass(smollm):
+    """One pass over prompt + answer per row, left-padded, against the prompt pass then the answer pass from its
+    cache (the app's path): the same P-Entropy, CoE and stored vectors."""
+    from grade.models.generation import encode_prompt, generate, settings_for_task
+    from grade.verdict.detectors.baselines import answer_statistics, answer_statistics_batch, decode_vector, task_prompt
+
+    rows = _fact_rows(2)
+    prompts = [encode_prompt(smollm.tokenizer, task_prompt(smollm, r)) for r in rows]
+    answers = [g for (g,) in generate(smollm, prompts, settings_for_task("qa"))]
+    batched = answer_statistics_batch(smollm, prompts, answers)
+    for prompt, answer, record in zip(prompts, answers, batched):
+        alone = answer_statistics(smollm, prompt, answer)
+        assert record["greedy_answer"] == alone["greedy_answer"]
+        for key in ("p_entropy", "coe_r", "coe_c"):
+            assert record[key] == pytest.approx(alone[key], rel=1e-4, abs=1e-5), key
+        np.testing.assert_allclose(decode_vector(record["saplma_hidden"]), decode_vector(alone["saplma_hidden"]),
+                                   rtol=2e-3, atol=2e-3)
+        assert record["align_hidden"].keys() == alone["align_hidden"].keys()
+
+
+def test_extract_batched_gives_the_one_at_a_time_features(smollm):
+    """The GRADE_pre pass of many prompts at once (left-padded, one backward pass of the summed losses) gives each
+    row's own features: rank ratios, loss and hidden states as one row at a time."""
+    from grade.batch.features import features_of_rows
+
+    rows = _fact_rows(2) + read_labelled(LABELS / "mmlu.jsonl.xz")[:1]  # prompts of different lengths
+    batched, skipped = features_of_rows(smollm, rows, keep_hidden=True, batch_size=len(rows))
+    alone, _ = features_of_rows(smollm, rows, keep_hidden=True, batch_size=1)
+    assert not skipped and list(batched.id) == list(alone.id) == [r["id"] for r in rows]
+    assert list(batched.n_tokens) == list(alone.n_tokens) and len(set(batched.n_tokens)) > 1
+    np.testing.assert_allclose(np.stack(batched.rank_ratio), np.stack(alone.rank_ratio), rtol=1e-4)
+    np.testing.assert_allclose(batched.loss_value, alone.loss_value, rtol=1e-5)
+    np.testing.assert_allclose(np.stack([np.stack(h) for h in batched.hidden]),
+                               np.stack([np.stack(h) for h in alone.hidden]), rtol=1e-3, atol=1e-3)
+
+
+def test_a_bad_row_in_a_batch_is_skipped_alone(smollm):
+    from grade.batch.features import features_of_rows
+
+    rows = _fact_rows(1)
+    rows.insert(1, {**rows[0], "id": "too-long", "question": "word " * 9000})
+    frame, skipped = features_of_rows(smollm, rows, batch_size=3)
+    assert list(frame.id) == [rows[0]["id"], rows[2]["id"]]
+    assert [s[1] for s in skipped] == ["too-long"]
