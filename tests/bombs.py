@@ -17,6 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
+#: The zip method number of zstandard, which inspect_ai writes its .eval logs with.
+ZSTD_METHOD = 93
 
 
 def gzip_bomb(path: Path, mib: int = 1024) -> Path:
@@ -37,11 +39,12 @@ def xz_bomb(path: Path, mib: int = 1024) -> Path:
 
 
 def zip_bomb(path: Path, mib: int = 1024, member: str = "zeros.json", extra: dict[str, bytes] | None = None,
-             base: Path | None = None) -> Path:
+             base: Path | None = None, compression: int = zipfile.ZIP_DEFLATED) -> Path:
     """A zip with one member of ``mib`` MiB of zeros (deflated: about 1 MB per GiB), the members of the zip
-    ``base`` before it and ``extra`` members (name -> bytes)."""
+    ``base`` before it and ``extra`` members (name -> bytes). ``compression``: ZSTD_METHOD is what inspect_ai
+    writes (its import teaches zipfile to read and write it)."""
     zeros = b"\0" * MIB
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as out:
+    with zipfile.ZipFile(path, "w", compression=compression) as out:
         if base is not None:
             with zipfile.ZipFile(base) as source:
                 for info in source.infolist():

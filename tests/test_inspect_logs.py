@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bombs import ROOT, ZSTD_METHOD, lying_zip, read_in_child, zip_bomb
 from grade.commands.cli import main
 from grade.common.errors import InputError
 from grade.tasks.tasks import load_questions
@@ -219,3 +220,52 @@ def test_the_command_analyses_a_trace_of_an_inspect_log(logs, questions, tmp_pat
     assert np.isfinite(trace["grade_pos"]) and trace["grade_pos"] > 0 and trace["n_steps"] >= 1
     meta = json.loads((tmp_path / "store" / "meta.json").read_text())
     assert meta["source"]["format"] == "inspect" and meta["source"]["metric"] == "match"
+
+
+# ----------------------------------------------------------------------------- bombs (grade.common.bounded)
+
+@pytest.fixture(scope="module")
+def eval_bomb(logs, tmp_path_factory) -> Path:
+    """The real .eval log with one more sample member: 1 GiB of zeros, compressed with zstd as inspect_ai
+    compresses the others."""
+    import inspect_ai.log  # noqa: F401  (zipfile learns inspect_ai's zstd members)
+
+    return zip_bomb(tmp_path_factory.mktemp("bomb") / "bomb.eval", base=logs["eval"],
+                    member="samples/bomb_epoch_1.json", compression=ZSTD_METHOD)
+
+
+def test_an_eval_log_with_a_huge_member_is_refused_before_inspect_reads_it(eval_bomb, tmp_path):
+    assert eval_bomb.stat().st_size < 3 * 2**20
+    report = read_in_child("from grade.traces import read_traces", f"read_traces({str(eval_bomb)!r})")
+    assert report["outcome"] == "refused", report
+    assert "Inspect AI eval log" in report["message"] and "bomb.eval declares 1,024 MB; refused unread past" \
+        in report["message"], report
+    assert report["peak_increase_mb"] < 300, report
+    done = subprocess.run([sys.executable, "-m", "grade", "traces", "--samples", str(eval_bomb), "--out",
+                           str(tmp_path / "store"), "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "bomb.eval declares 1,024 MB" in done.stderr, done.stderr
+    assert not list((tmp_path / "store").rglob("*"))  # --out was checked writable; nothing was written
+
+
+def test_an_eval_log_whose_member_understates_its_size_is_refused_while_counting(eval_bomb, tmp_path):
+    liar = lying_zip(tmp_path / "liar.eval", eval_bomb)
+    report = read_in_child("from grade.traces import read_traces", f"read_traces({str(liar)!r})")
+    assert report["outcome"] == "refused", report
+    assert "member 'samples/bomb_epoch_1.json' is not readable" in report["message"], report
+    assert report["peak_increase_mb"] < 300, report
+
+
+def test_a_zip_bomb_inside_an_eval_log_is_never_unpacked(logs, tmp_path):
+    import inspect_ai.log  # noqa: F401  (zipfile learns inspect_ai's zstd members)
+
+    inner = zip_bomb(tmp_path / "inner.zip")  # 1 GiB of zeros one level down
+    nested = tmp_path / "nested.eval"
+    with zipfile.ZipFile(logs["eval"]) as source, zipfile.ZipFile(nested, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in source.infolist():
+            out.writestr(info, source.read(info))
+        out.write(inner, "samples/nested_epoch_1.json")
+    report = read_in_child("from grade.traces import read_traces", f"read_traces({str(nested)!r})")
+    # within the caps (about 1 MB), handed to inspect_ai, which reads the member as JSON, not as an archive
+    assert report["outcome"] == "refused" and "nested.eval is not a readable Inspect AI eval log" in report["message"]
+    assert report["peak_increase_mb"] < 300, report
