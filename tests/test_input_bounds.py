@@ -303,3 +303,35 @@ def test_a_saved_probe_gets_the_umasks_permissions(tmp_path):
     finally:
         os.umask(old)
     assert weights.stat().st_mode & 0o777 == 0o644 == meta.stat().st_mode & 0o777
+
+
+# ------------------------------------------------------------------------------------------ labels
+
+
+def test_one_label_rule_for_booleans_and_numbers_and_every_skip_named(tmp_path):
+    from grade.batch.features import label_value, read_labelled
+
+    values = [True, 1, 1.0, False, 0, 0.0, None, 0.5, "1", 2, [1]]
+    path = write_jsonl(tmp_path / "labels.jsonl",
+                       [{"id": f"q{k}", "question": f"Question {k}?", "label": v} for k, v in enumerate(values)])
+    skipped: list[str] = []
+    rows = read_labelled(path, skipped=skipped)
+    assert [(r["id"], r["label"]) for r in rows] == [("q0", 1), ("q1", 1), ("q2", 1), ("q3", 0), ("q4", 0), ("q5", 0)]
+    assert all(type(r["label"]) is int for r in rows)
+    assert [s.split(" ", 1)[0] for s in skipped] == [f"{path}:{n}" for n in (8, 9, 10, 11)]
+    assert skipped[0].endswith("label 0.5; use 1, 0, true, false or null") and "label '1'" in skipped[1]
+    assert [label_value(v)[0] for v in values[:7]] == [1, 1, 1, 0, 0, 0, None]
+
+
+def test_a_50_mb_line_that_is_a_files_only_line_is_named(tmp_path):
+    from grade.batch.features import read_labelled
+    from grade.traces import read_traces
+
+    path = tmp_path / "one-line.jsonl"
+    with open(path, "wb") as handle:  # 50 MB, no newline anywhere
+        handle.write(b'{"question": "' + b"x" * (50 * 2**20) + b'", "response": "4"}')
+    with pytest.raises(InputError, match=rf"one-line\.jsonl holds no traces: line 1 is longer than "
+                                         rf"{MAX_LINE_BYTES:,} bytes and was skipped unread"):
+        read_traces(path)
+    with pytest.raises(InputError, match=rf"no usable row in {path}; first: {path}:1 longer than"):
+        read_labelled(path)
