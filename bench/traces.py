@@ -1,6 +1,7 @@
 """Traces per minute of ``python -m grade traces``: step-wise GRADE_pos and token shock of each trace, stored.
 
     python -m bench.traces [--set fixture|own] [--samples FILE] [--limit N] [--device cuda] [--threads 2]
+    python -m bench.traces --triage --set own --limit 200 --full 4     # --verifier-only beside the full analysis
 
 Two routes over the same traces, side by side:
 
@@ -14,6 +15,11 @@ Trace sets: ``fixture`` (default) is ``tests/data/samples_gsm8k_*.jsonl``, the l
 answers to the first GSM8K problems of ``data/labels/smollm2-135m-instruct/gsm8k.jsonl`` (up to 256
 tokens, what a GSM8K evaluation of a small model produces); ``--samples`` takes any file ``grade traces``
 reads. The model is loaded and one trace analysed before timing. Prints a Markdown table and writes JSON.
+
+``--triage``: traces per minute of ``grade traces --verifier-only`` (the step verifier's reader and the check, no
+GRADE: :func:`grade.traces.runs.triage_traces`) over all --limit traces, beside the full analysis
+(:func:`grade.traces.analyze_traces`, GRADE and the verifier) over the first ``--full`` of the same traces, and the
+minutes a 1,000-trace run would take by each.
 """
 
 from __future__ import annotations
@@ -118,6 +124,57 @@ def run(lm, samples: Path, *, limit: int | None = None, exact: bool = True, log=
     return out
 
 
+def run_triage(lm, samples: Path, *, limit: int | None, n_full: int, log=print) -> dict:
+    """Time ``--verifier-only`` over the traces of ``samples`` and the full analysis over the first ``n_full``."""
+    import grade
+    from grade.steps.verifier import load_reader
+    from grade.traces import analyze_traces, read_traces
+    from grade.traces.runs import triage_traces
+
+    source = read_traces(samples, limit=limit)
+    reader = load_reader(lm)
+    first = source.items[0]
+    grade.analyze(lm, first.question, task=first.task, loss="pos", response=first.response.strip(), steps=True,
+                  spectra=False, token_scores=True)  # warm-up of both models
+    from grade.steps.verifier import verify_trace
+
+    verify_trace(reader, first.question, first.response.strip())
+    log(f"[triage] {len(source.items)} traces from {samples.name}; the full analysis on the first {n_full}")
+    out = {"samples": str(samples.relative_to(ROOT) if samples.is_relative_to(ROOT) else samples),
+           "traces": len(source.items), "full_traces": n_full, "model": lm.name, "reader": reader.name,
+           "device": str(lm.device), "threads": torch.get_num_threads()}
+    with tempfile.TemporaryDirectory(prefix="bench-triage-") as folder:
+        t, c = time.perf_counter(), time.process_time()
+        report = triage_traces(reader, source, Path(folder) / "triage", model=lm.name)
+        out.update(triage_s=time.perf_counter() - t, triage_cpu_s=time.process_time() - c)
+        assert report.written == len(source.items), report
+        full = read_traces(samples, limit=n_full)
+        t, c = time.perf_counter(), time.process_time()
+        report = analyze_traces(lm, full, Path(folder) / "full", chunk_size=8)
+        out.update(full_s=time.perf_counter() - t, full_cpu_s=time.process_time() - c)
+        assert report.written == len(full.items), report
+    out.update(triage_traces_per_min=60 * out["traces"] / out["triage_s"],
+               full_traces_per_min=60 * n_full / out["full_s"],
+               load_average=list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
+    out["triage_over_full_speed"] = out["triage_traces_per_min"] / out["full_traces_per_min"]
+    return out
+
+
+def triage_summary(result: dict) -> str:
+    rows = [{"route": "--verifier-only (verifier + check)", "traces": result["traces"],
+             "traces/min": result["triage_traces_per_min"],
+             "CPU s/trace": result["triage_cpu_s"] / result["traces"],
+             "1,000 traces (min)": 1000 / result["triage_traces_per_min"]},
+            {"route": "full (GRADE + verifier)", "traces": result["full_traces"],
+             "traces/min": result["full_traces_per_min"],
+             "CPU s/trace": result["full_cpu_s"] / result["full_traces"],
+             "1,000 traces (min)": 1000 / result["full_traces_per_min"]}]
+    head = (f"{result['samples']}: model {result['model']}, reader {result['reader']}, {result['device']}, "
+            f"{result['threads']} threads; load average {result['load_average']}")
+    return (head + "\n\n" + table(rows, ["route", "traces", "traces/min", "CPU s/trace", "1,000 traces (min)"])
+            + f"\n--verifier-only / full speed: {fmt(result['triage_over_full_speed'])}x")
+
+
 def summary(result: dict) -> str:
     rows = [{"route": "store (grade traces)", "traces/min": result["store_traces_per_min"],
              "median s/trace": statistics.median(result["store_trace_s"]),
@@ -146,6 +203,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-exact", action="store_true", help="time the store route only")
+    parser.add_argument("--triage", action="store_true", help="--verifier-only beside the full analysis")
+    parser.add_argument("--full", type=int, default=4, help="with --triage: traces given the full analysis")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -155,6 +214,16 @@ def main(argv=None) -> int:
     lm = grade.load_model(args.model, device=args.device, dtype=args.dtype)
     with tempfile.TemporaryDirectory() as folder:
         samples = args.samples or (FIXTURE if args.set == "fixture" else own_traces(Path(folder), args.limit or 6))
+        if args.triage:
+            result = run_triage(lm, samples, limit=args.limit, n_full=args.full,
+                                log=lambda line: print(line, file=sys.stderr))
+            result["set"] = "samples" if args.samples else args.set
+            payload = {"machine": machine(), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **result}
+            name = f"traces_triage_{result['set']}_{torch.device(args.device).type}.json"
+            write_json(args.out / name, payload)
+            print(triage_summary(result))
+            print(f"\n-> {args.out / name}")
+            return 0
         result = run(lm, samples, limit=args.limit if args.set == "fixture" or args.samples else None,
                      exact=not args.no_exact, log=lambda line: print(line, file=sys.stderr))
     result["set"] = "samples" if args.samples else args.set

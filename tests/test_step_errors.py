@@ -7,6 +7,7 @@ import json
 import lzma
 import random
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from grade.gradients.losses import split_steps
 from grade.steps.step_checks import check_step, check_steps, known_numbers, normalise
 from grade.steps.step_errors import INJECTIONS, OWN_KIND, inject, injected_traces, own_slips, split_of
 
+ROOT = Path(__file__).resolve().parents[1]
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
             "How many clips did Natalia sell altogether in April and May?")
 SOLUTION = "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in April and May.\n#### 72"
@@ -287,3 +289,150 @@ def test_integer_doc_ids_of_a_trace_jsonl_come_back_as_integers(tmp_path):
     source = read_traces(named)
     assert not source.int_ids and "int_ids" not in source.describe()
     assert [json_doc_id(item.doc_id, source.format, source.int_ids) for item in source.items] == ["7", "gsm8k-test-3"]
+
+
+# ------------------------------------------------------------------------------ one vocabulary of error kinds
+
+
+def test_every_name_of_a_kind_reads_as_one_id_and_unknown_names_are_refused():
+    from grade.steps.kinds import ERROR_KINDS, KIND_LABELS, canonical_kind, kind_label
+
+    assert ERROR_KINDS[-1] == "other" and set(ERROR_KINDS) == set(KIND_LABELS)
+    for kind in ERROR_KINDS:
+        assert canonical_kind(kind) == kind and canonical_kind(KIND_LABELS[kind]) == kind
+    # the store's first list and the injected errors' names
+    assert [canonical_kind(k) for k in ("arithmetic slip", "misread question", "wrong operation", "unit error")] == [
+        "calculation", "misread", "plan", "units"]
+    assert {canonical_kind(k) for k in INJECTIONS} <= set(ERROR_KINDS) and canonical_kind(OWN_KIND) == "calculation"
+    assert canonical_kind("  Misread   Question ") == "misread" and canonical_kind(None) is None
+    assert kind_label("result changed") == "calculation slip"
+    with pytest.raises(ValueError, match="unknown error kind"):
+        canonical_kind("bad luck")
+
+
+def test_every_annotation_file_names_its_kinds_in_the_vocabulary():
+    from grade.steps.kinds import ERROR_KINDS
+    from grade.steps.real_errors import annotated_traces
+
+    kinds = {t.kind for t in annotated_traces() if t.first_wrong is not None}
+    assert kinds and kinds <= set(ERROR_KINDS)
+
+
+def test_a_written_reason_gets_a_kind_by_the_keyword_rules():
+    from grade.steps.kinds import kind_from_reason
+
+    assert kind_from_reason("The model misunderstood the question: the 5 apples are per day.") == "misread"
+    assert kind_from_reason("Calculation error: 12 * 7 is 84, not 74.") == "calculation"
+    assert kind_from_reason("It forgot to add the cost of the tickets.") == "double_count_or_omission"
+    assert kind_from_reason("Minutes were not converted to hours.") == "units"
+    assert kind_from_reason("Expanding (x+1)^2 drops the middle term 2x.", math=True) == "algebra"
+    assert kind_from_reason("The approach is wrong: it should use the relative speed.") == "plan"
+    assert kind_from_reason("") == "other"
+
+
+# ------------------------------------------------------------------------------ external annotated traces
+
+
+def _converter():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
+    import external_step_errors
+
+    return external_step_errors
+
+
+def _check_rows(rows):
+    from grade.gradients.losses import split_steps
+    from grade.steps.verifier import step_paragraphs
+
+    for r in rows:
+        para = step_paragraphs(r["trace"])
+        assert r["n_steps"] == len(split_steps(r["trace"])) == len(para)
+        assert sorted(set(para.tolist())) == list(range(r["n_paragraphs"]))
+        assert r["split"] in ("dev", "test") and r["split"] == _converter().split_of(r["problem"])
+        if r["first_wrong_step"] is None:
+            assert r["first_wrong_paragraph"] is None and r["kind"] is None
+        else:  # the first of our steps that starts in the annotated paragraph
+            k, p = r["first_wrong_step"], r["first_wrong_paragraph"]
+            assert para[k] == p and (k == 0 or para[k - 1] < p)
+            assert r["trace"].split("\n\n")[p].startswith(r["first_wrong_text"].strip()[:20])
+
+
+def test_the_converter_on_records_in_both_sources_formats(tmp_path):
+    """Two records of this test's own making, one per source format: steps become paragraphs without their
+    "Step N:" label, the annotated step its first step, the reference solution a correct trace."""
+    conv = _converter()
+    (tmp_path / "mr" / "eval_results").mkdir(parents=True)
+    record = {"uuid": "u-1", "question": "A pen costs 3 dollars. Tom buys 4 pens and pays with a 20 dollar bill. "
+                                         "How much change does he get?",
+              "ground_truth_solution": "4 pens cost 4*3 = <<4*3=12>>12 dollars.\nHis change is 20-12 = <<20-12=8>>8.\n#### 8",
+              "ground_truth_answer": 8,
+              "model_output_steps": ["Step 1: 4 pens cost 4 * 3 = 12 dollars.", "Step 2: His change is 20 - 12 = 9 dollars.",
+                                     "Step 3: #### 9"],
+              "model_output_answer_correctness": "wrong", "model_output_solution_correctness": "wrong",
+              "model_output_solution_first_error_step": 2,
+              "model_output_solution_first_error_reason": "Calculation error: 20 - 12 is 8.", "question_type": "original"}
+    (tmp_path / "mr" / "eval_results" / "a.json").write_text(json.dumps([record, record]))
+    rows, refs, counts = conv.mr_gsm8k_rows(tmp_path / "mr")
+    assert counts["records"] == 1 and len(rows) == 1 and len(refs) == 1  # the same solution in two files: once
+    row = rows[0]
+    assert row["trace"] == "4 pens cost 4 * 3 = 12 dollars.\n\nHis change is 20 - 12 = 9 dollars.\n\n#### 9"
+    assert (row["first_wrong_paragraph"], row["first_wrong_step"], row["kind"], row["final_correct"]) == (
+        1, 1, "calculation", False)
+    assert refs[0]["first_wrong_step"] is None and refs[0]["final_correct"] is True
+    assert refs[0]["problem"] == row["problem"]  # one problem, one split
+    _check_rows(rows + refs)
+
+    (tmp_path / "ben" / "data").mkdir(parents=True)
+    solution = {"Question_UUID": "q-1", "Subject": "high_school_math", "Question": "What is 2 + 2 * 3?",
+                "Options": "A: 12\nB: 8\nC: 10\nD: 6", "Ground_Truth_Answer": "B", "Sampled_Model": "M",
+                "Model_Solution_Steps": ["Step 1: First add: 2 + 2 = 4.", "Step 2: Then 4 * 3 = 12.",
+                                         "Solution: Choice\\_A"],
+                "Model_Solution_Correctness": "incorrect", "Model_Solution_First_Error_Step": "1",
+                "Model_Solution_Error_Reason": ["Multiplication comes before addition; the approach is wrong."]}
+    right = {**solution, "Sampled_Model": "N", "Model_Solution_Steps": ["Step 1: 2 * 3 = 6.", "Step 2: 2 + 6 = 8.",
+                                                                        "Solution: Choice_B"],
+             "Model_Solution_Correctness": "correct", "Model_Solution_First_Error_Step": "N/A",
+             "Model_Solution_Error_Reason": []}
+    (tmp_path / "ben" / "data" / "math.json").write_text(json.dumps({"q-1": [solution, right]}))
+    rows, counts = conv.mr_ben_rows(tmp_path / "ben")
+    assert counts["rows"] == 2 and [r["final_correct"] for r in rows] == [False, True]
+    assert rows[0]["first_wrong_step"] == 0 and rows[0]["kind"] == "plan" and rows[1]["first_wrong_step"] is None
+    assert rows[0]["question"].endswith("D: 6") and rows[0]["answers"] == ["B"]
+    _check_rows(rows)
+
+
+def _external_source(name: str):
+    import os
+    from pathlib import Path
+
+    where = os.environ.get("GRADE_STEP_ERRORS_SOURCES")
+    base = Path(where) if where else ROOT.parent / "shared" / "datasets" / "step_errors"
+    return base / name
+
+
+def test_the_converter_on_the_fetched_mr_gsm8k():
+    conv = _converter()
+    source = _external_source("MR-GSM8K")
+    if not source.exists():
+        pytest.skip(f"MR-GSM8K is not at {source} (set GRADE_STEP_ERRORS_SOURCES to a folder holding a clone)")
+    rows, refs, counts = conv.mr_gsm8k_rows(source)
+    assert len(rows) >= 590 and counts["skipped"] == 0
+    assert all(r["first_wrong_step"] is not None for r in rows if r["final_correct"] is False)
+    _check_rows(rows[:80] + refs[:40])
+    by_problem = {}
+    for r in rows + refs:
+        by_problem.setdefault(r["problem"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in by_problem.values())
+
+
+def test_the_converter_on_the_fetched_mr_ben():
+    conv = _converter()
+    source = _external_source("Mr-Ben")
+    if not source.exists():
+        pytest.skip(f"Mr-Ben is not at {source} (set GRADE_STEP_ERRORS_SOURCES to a folder holding a clone)")
+    rows, counts = conv.mr_ben_rows(source)
+    assert counts["records"] == 918 and len(rows) >= 900
+    assert 140 <= sum(r["first_wrong_step"] is None for r in rows) <= 149
+    _check_rows(rows[:120])

@@ -189,7 +189,7 @@ def test_aggregates_count_what_they_say():
         "n_tokens": [10, 40, 20, 30, 5], "n_steps": [2, 5, 3, 4, 1], "peak_step": [1, 5, 2, 4, 1],
         "peak_token_step": [1, 4, 3, 4, 1], "peak_token_class": ["number", "word", "number", "operator", "other"],
         "error_step": pd.array([None, None, 2, 3, None], dtype="Int64"),
-        "error_kind": [None, None, "arithmetic slip", "unit error", None],
+        "error_kind": [None, None, "calculation", "units", None],
     })
     agg = aggregate(frame, n_boot=200)
     assert agg["counts"] == {"traces": 5, "correct": 2, "wrong": 2, "unknown": 1}
@@ -208,7 +208,7 @@ def test_aggregates_count_what_they_say():
     assert notes["with_step"] == 2 and notes["peak_step_is_error_step"] == 0.5  # d: step 3 marked, peak 4
     assert notes["peak_token_step_is_error_step"] == 0.0 and notes["peak_step_within_one"] == 1.0
     assert notes["chance"] == pytest.approx((1 / 3 + 1 / 4) / 2)
-    assert notes["kinds"] == {"arithmetic slip": 1, "unit error": 1}
+    assert notes["kinds"] == {"calculation": 1, "units": 1}
     assert agg["cut_off"] == {"known": 0, "traces": 0, "wrong": 0, "token_limit": None}  # no column: nothing known
     assert "stopped at" not in aggregate_markdown(agg)
 
@@ -726,3 +726,52 @@ def test_a_demo_copy_made_from_an_older_shipped_store_is_made_again_keeping_anno
     assert len(fresh) == len(shipped)
     assert list(fresh["verifier_threshold"]) == list(shipped["verifier_threshold"])
     assert TraceStore(copy).annotations()[first]["note"] == "mine"
+
+
+@pytest.mark.slow
+def test_verifier_only_triages_a_run_and_fill_grade_adds_the_analysis_later(tmp_path, capsys):
+    """``--verifier-only`` on the lm-eval fixture: every trace read by the verifier and the check, no GRADE columns
+    and no token rows, listed most suspect first; ``--fill-grade --limit 2`` analyses two of them, their verdicts
+    unchanged, the others still pending; the aggregates count only the analysed ones."""
+    import torch
+
+    from grade.commands.traces import triage_rows
+    from grade.traces.analysis import GRADE_COLUMNS, grade_pending
+
+    threads = torch.get_num_threads()
+    out = tmp_path / "triage"
+    try:
+        code = main(["traces", "--samples", str(GSM8K), "--out", str(out), "--verifier-only", "--json", "--quiet",
+                     "--threads", "1", "--model", "smollm2-135m-instruct"])
+        assert code == 0
+        printed = json.loads(capsys.readouterr().out)
+        store = TraceStore(out)
+        frame = store.traces().set_index("trace_id")
+        expected = file_correctness(GSM8K, "strict-match")
+        assert printed["n"] == len(frame) == len(expected) and len(store.tokens()) == 0
+        assert grade_pending(frame).all() and frame[list(GRADE_COLUMNS)].isna().all().all()
+        assert frame["verifier_reader"].eq("smollm2-135m-instruct").all()
+        assert {str(t["doc_id"]): t["correct"] for t in printed["traces"]} == expected
+        highest = [t["max_probability"] for t in printed["traces"]]
+        assert highest == sorted(highest, reverse=True)
+        for t in printed["traces"]:
+            row = frame.loc[f"{t['doc_id']}:{t['sample']}"]
+            assert len(t["verifier"]["step_probability"]) == row["n_steps"] == len(row["step_texts"])
+            assert len(row["step_check"]) == len(row["step_findings"]) == row["n_steps"]
+            if t["correct"] is False:  # the run graded it wrong: some step is wrong, the most suspect one named
+                assert t["verifier"]["suspect_step"] is not None
+
+        code = main(["traces", "--samples", str(GSM8K), "--out", str(out), "--fill-grade", "--limit", "2", "--json",
+                     "--quiet", "--threads", "1", "--model", "smollm2-135m-instruct"])
+        assert code == 0
+        printed = json.loads(capsys.readouterr().out)
+    finally:
+        torch.set_num_threads(threads)
+    filled = store.traces().set_index("trace_id")
+    assert len(filled) == len(frame) and (~grade_pending(filled)).sum() == 2 == printed["n"]
+    done = filled[~grade_pending(filled)]
+    assert np.isfinite(done["grade_pos"]).all() and set(store.tokens()["trace_id"]) == set(done.index)
+    for trace_id, row in done.iterrows():  # the same verdict as the triage's
+        np.testing.assert_allclose(row["step_verifier_probability"], frame.loc[trace_id, "step_verifier_probability"],
+                                   rtol=1e-5)
+    assert len(triage_rows(store.traces())) == len(frame)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..common.errors import GradeError, InputError
-from ..steps.locate import DEFAULT_LOCATOR, locate, ranked_steps, signals_of_result, token_shock  # noqa: F401 (token_shock: re-exported)
+from ..steps.locate import DEFAULT_LOCATOR, check_scores, locate, ranked_steps, signals_of_result, token_shock  # noqa: F401 (token_shock: re-exported)
 from .sources import TraceItem
 from .store import FORMAT_VERSION
 
@@ -75,6 +75,50 @@ def verify_item(lm, item: TraceItem, response: str) -> dict:
     except GradeError as exc:
         log.warning("no step verifier for trace %s: %s", item.trace_id, exc)
         return verifier_columns(None, None)
+
+
+#: The store's columns that only the step-wise GRADE analysis fills: null in a row of a verifier-only triage
+#: (:func:`verifier_only_record`), until ``grade traces --fill-grade`` analyses that trace.
+GRADE_COLUMNS = ("n_layers", "n_tokens", "grade_pos", "loss_value", "rank_ratio", "step_ratio", "step_loss",
+                 "step_start", "step_ratios", "peak_step", "peak_step_text", "peak_step_ratio", "peak_token",
+                 "peak_token_position", "peak_token_step", "peak_token_class", "locator", "suspect_step",
+                 "suspect_step_text", "step_ranking", "step_surprisal_max", "step_surprisal_mean", "step_shock_max",
+                 "step_shock_mean")
+
+
+def grade_pending(frame):
+    """Boolean Series: the rows of a trace store frame whose GRADE analysis has not run (verifier-only triage)."""
+    return frame["grade_pos"].isna()
+
+
+def verifier_only_record(reader, item: TraceItem, model: str, srank: str = "paper") -> tuple[dict, list[dict]]:
+    """A trace triaged without GRADE: the step verifier (one forward pass of ``reader``, the loaded reader model of
+    :func:`grade.steps.verifier.load_reader`) and the model-free check, as a store row whose GRADE columns
+    (:data:`GRADE_COLUMNS`) are null and no token rows. ``model``: the model whose run the trace is from (the store's
+    model). Raises InputError where the reader cannot read the trace."""
+    from ..steps.step_checks import check_steps
+    from ..steps.verifier import verify_trace
+
+    response = item.response.strip()
+    if not response:
+        raise InputError("the response is empty")
+    t = time.perf_counter()
+    final = None if item.cut_off else item.correct
+    verdict = verify_trace(reader, item.question, response, task=item.task, final_correct=final)
+    findings = [[f.to_dict() for f in found] for found in check_steps(item.question, verdict.step_texts)]
+    row = {name: None for name in GRADE_COLUMNS}
+    row.update({
+        "trace_id": item.trace_id, "doc_id": item.doc_id, "sample": item.sample, "task": item.task,
+        "source": item.source, "question": item.question, "response": response, "answers": list(item.answers),
+        "correct": item.correct, "model": model, "loss": "pos", "srank": srank, "n_steps": len(verdict.step_texts),
+        "step_texts": list(verdict.step_texts),
+        "step_check": [float(x) for x in check_scores(findings)],
+        "step_findings": [json.dumps(found) for found in findings],
+        "known_error_step": item.error_step, "known_error_kind": item.error_kind, "cut_off": item.cut_off,
+        **verifier_columns(verdict, reader.name),
+        "seconds": float(time.perf_counter() - t), "format_version": FORMAT_VERSION, "package_version": __version__,
+    })
+    return row, []
 
 
 def trace_records(item: TraceItem, result, display_tokens: list[str], seconds: float,
@@ -180,6 +224,19 @@ def _analysed(lm, items: Iterable[TraceItem], srank: str, skipped: list,
         try:
             row, tokens = analyze_trace_item(lm, item, srank=srank, verify=verify)
         except GradeError as exc:  # one bad trace (too long for the model, empty) must not stop a run
+            log.warning("skipped trace %s: %s", item.trace_id, exc)
+            skipped.append((item.trace_id, str(exc)))
+            yield item, None
+            continue
+        yield item, {"trace": row, "tokens": tokens}
+
+
+def _triaged(reader, items: Iterable[TraceItem], model: str, srank: str,
+             skipped: list) -> Iterable[tuple[TraceItem, dict | None]]:
+    for item in items:
+        try:
+            row, tokens = verifier_only_record(reader, item, model, srank)
+        except GradeError as exc:
             log.warning("skipped trace %s: %s", item.trace_id, exc)
             skipped.append((item.trace_id, str(exc)))
             yield item, None

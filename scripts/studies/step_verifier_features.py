@@ -2,6 +2,10 @@
 
     python scripts/studies/step_verifier_features.py --reader smollm2-135m-instruct [--threads 1] [--only annotated]
     python scripts/studies/step_verifier_features.py --reader qwen2.5-coder-1.5b-instruct --device cuda   # on a GPU
+    python scripts/studies/step_verifier_features.py --external data/real_step_errors_external --only annotated
+
+``--external DIR``: the annotated traces of other models (scripts/studies/external_step_errors.py) first, dev and
+test of each file in turn, then the project's own annotation files (the written ones last).
 
 Order: round robin over annotated dev, annotated test and injected errors in the model's own traces (a run cut
 short leaves comparable parts of each), then injected errors in reference solutions, then (``--own``) the model's
@@ -51,6 +55,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=None, help="the first this many traces of the order (a trial)")
     p.add_argument("--own", action="store_true",
                    help="also the model's own GSM8K replies as written (their labels come from scripts/studies/step_rollouts.py)")
+    p.add_argument("--external", type=Path, default=None, metavar="DIR",
+                   help="also the external annotation files in DIR, read first (scripts/studies/external_step_errors.py)")
     p.add_argument("--files", nargs="+", default=None, metavar="NAME",
                    help="annotated traces of these annotation files only (e.g. gsm8k_qwen.a gsm8k_qwen.b)")
     args = p.parse_args(argv)
@@ -70,6 +76,15 @@ def main(argv=None) -> int:
     order = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
     order += [t for t in train if t.source == "injected reference"]
     order += [t for t in train if t.source == "own"]
+    if args.external:
+        from grade.steps.real_errors import annotated_traces
+
+        external = annotated_traces(folder=args.external)
+        files = sorted({t.file for t in external})
+        queues = [[t for t in external if t.file == f] for f in files]
+        first = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
+        # the project's own annotated traces next, the written ones last
+        order = first + sorted(order, key=lambda t: (t.source != "annotated", "written" in t.file))
     if args.test_first:  # the scored half before more training traces, when time is short
         order = [t for t in order if t.split == "test"] + [t for t in order if t.split != "test"]
     if args.files:
