@@ -34,14 +34,94 @@ PLOTLY_CONFIG = {"displaylogo": False, "displayModeBar": False}
 MIN_TOP_MARGIN = 70  # pixels above the plot area: room for a title (and, in this module's figures, the legend)
 
 
-def for_display(fig: go.Figure) -> go.Figure:
+#: Presentation mode (a projector at a classroom's distance): every font this many times larger, and each figure
+#: at least this tall, so that one figure fills a 1080-pixel screen on its own.
+PRESENTATION_FONT_SCALE = 1.6
+PRESENTATION_HEIGHT = 720
+
+
+def for_display(fig: go.Figure, presentation: bool = False) -> go.Figure:
     """Any figure (these and :mod:`grade.studies.report`'s) as the app shows it: the title at the top left of the
-    figure with room above the plot, so nothing is drawn over it."""
+    figure with room above the plot, so nothing is drawn over it; dataset identifiers in its labels as their names
+    (:func:`grade.common.display.dataset_title`); with ``presentation``, larger fonts and one figure per screen."""
+    fig = titled(go.Figure(fig))
     if fig.layout.title.text:
         fig.update_layout(title=dict(x=0.0, xanchor="left", xref="container", y=0.98, yanchor="top",
                                      yref="container", pad=dict(l=12)))
         if (fig.layout.margin.t or 0) < MIN_TOP_MARGIN:
             fig.update_layout(margin=dict(t=MIN_TOP_MARGIN))
+    if presentation:
+        fig = presented(fig)
+    return fig
+
+
+def presented(fig: go.Figure) -> go.Figure:
+    """``fig`` for a projector: every font :data:`PRESENTATION_FONT_SCALE` times larger (the base font, the title,
+    the legend, the axes' titles and ticks, subplot titles and cell numbers) and at least
+    :data:`PRESENTATION_HEIGHT` pixels tall."""
+    k = PRESENTATION_FONT_SCALE
+    base = (fig.layout.font.size or 13) * k
+    fig.update_layout(font=dict(size=base), title_font_size=(fig.layout.title.font.size or 17) * k,
+                      legend_font_size=(fig.layout.legend.font.size or 12) * k,
+                      height=max(PRESENTATION_HEIGHT, int(fig.layout.height or 450)),
+                      margin=dict(t=max(fig.layout.margin.t or 0, 140), l=max(fig.layout.margin.l or 0, 90)))
+    fig.update_xaxes(title_font_size=base, tickfont_size=base * 0.9)
+    fig.update_yaxes(title_font_size=base, tickfont_size=base * 0.9)
+    for note in fig.layout.annotations or ():
+        note.font.size = (note.font.size or 14) * k
+    for trace in fig.data:
+        if getattr(trace, "texttemplate", None) is not None or trace.type == "heatmap":
+            trace.textfont = dict(size=(getattr(trace.textfont, "size", None) or 14) * k)
+    return fig
+
+
+def titled(fig: go.Figure) -> go.Figure:
+    """Dataset identifiers (``nq_open``) shown as their names ("NQ-Open") wherever a figure prints them: subplot
+    titles, trace names (a legend), category axes and heatmap axes."""
+    from grade.common.display import DATASET_TITLES, dataset_title
+
+    def name(value):
+        return dataset_title(value) if isinstance(value, str) and value in DATASET_TITLES else value
+
+    for note in fig.layout.annotations or ():
+        if isinstance(note.text, str) and note.text in DATASET_TITLES:
+            note.text = dataset_title(note.text)
+    for trace in fig.data:
+        if isinstance(getattr(trace, "name", None), str):
+            trace.name = ", ".join(name(part) for part in trace.name.split(", "))
+        if trace.type == "heatmap":
+            for axis in ("x", "y"):
+                values = getattr(trace, axis)
+                if values is not None and len(values) and all(isinstance(v, str) for v in values):
+                    setattr(trace, axis, [name(v) for v in values])
+    return fig
+
+
+def readable_transfer(fig: go.Figure) -> go.Figure:
+    """The transfer heatmaps (one panel per detector, train on rows, test on columns) readable from afar: the
+    dataset names once, on the first panel's rows, so that they do not run into the panel beside; cell numbers
+    large; each panel wide enough for its names."""
+    panels = [t for t in fig.data if t.type == "heatmap"]
+    if not panels:
+        return fig
+    n = len(panels)
+    for i, trace in enumerate(panels):
+        trace.update(textfont=dict(size=15), xgap=1, ygap=1)
+        if i:
+            fig.update_yaxes(showticklabels=False, title_text=None, row=1, col=i + 1)
+    fig.update_xaxes(tickangle=-35, tickfont_size=13)
+    fig.update_yaxes(tickfont_size=13, row=1, col=1)
+    fig.update_layout(height=520, width=None, margin=dict(l=220, b=150, t=110), font=dict(size=14))
+    for note in fig.layout.annotations or ():
+        note.font.size = 16
+    if n > 1:
+        # subplots were laid out with 0.08 between panels: the names now stand only left of the first panel
+        gap, width = 0.04, (1 - 0.04 * (n - 1)) / n
+        for i in range(n):
+            axis = "xaxis" if i == 0 else f"xaxis{i + 1}"
+            fig.layout[axis].domain = [i * (width + gap), i * (width + gap) + width]
+        for note, i in zip(fig.layout.annotations or (), range(n)):
+            note.x = i * (width + gap) + width / 2
     return fig
 
 

@@ -324,6 +324,7 @@ def model_picker() -> ModelSpec | None:
         else:
             dtype = col2.selectbox("dtype", DTYPES, key="model_dtype",
                                    help="auto: float32 on CPU, bfloat16 on a GPU")
+    presentation_toggle()
     if not source:
         return None
     return ModelSpec(source=source, device=device, dtype=dtype)
@@ -494,11 +495,30 @@ def png_export_available() -> bool:
     return bool(browser)
 
 
+PRESENTATION_KEY = "presentation_mode"
+
+
+def presentation_mode() -> bool:
+    """Whether the sidebar's presentation toggle is on (larger fonts, one figure per screen)."""
+    return bool(st.session_state.get(PRESENTATION_KEY))
+
+
+def presentation_toggle() -> None:
+    """The sidebar's toggle for a projector: every figure's fonts larger and one figure per screen
+    (:func:`studio.figures.presented`), the page's text larger too."""
+    with st.sidebar:
+        st.toggle("Presentation mode", key=PRESENTATION_KEY,
+                  help="For a projector: larger fonts in every figure and on the page, one figure per screen")
+    if presentation_mode():
+        st.html("<style>.stMainBlockContainer { font-size: 1.3rem; } "
+                ".stMainBlockContainer p, .stMainBlockContainer li { font-size: 1.3rem; }</style>")
+
+
 def show_figure(fig, name: str, *, key: str, downloads: bool = True) -> None:
     """An interactive Plotly chart with HTML (always) and PNG (when kaleido + Chromium work) downloads."""
     from .figures import PLOTLY_CONFIG, for_display
 
-    st.plotly_chart(for_display(fig), width="stretch", key=f"chart_{key}", config=PLOTLY_CONFIG)
+    st.plotly_chart(for_display(fig, presentation_mode()), width="stretch", key=f"chart_{key}", config=PLOTLY_CONFIG)
     if not downloads:
         return
     row = st.container(horizontal=True)

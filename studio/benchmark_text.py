@@ -1,0 +1,127 @@
+"""The Benchmarks page's sentences, each built from the rows its chart or table draws (no Streamlit).
+
+A sentence beside a chart takes the chart's own methods (:func:`drawn_methods` reads them off the figure) and
+names its metric, so that it can neither name a method the chart leaves out nor quote a number it does not
+draw; the page builds the chart first and hands it over.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+from grade.common.display import dataset_title
+from grade.studies import GRADE_METHODS, LENGTH_METHODS
+
+#: How each protocol's numbers were measured, said once at the top of the page.
+PROTOCOLS = {
+    "crossfit": ("**Protocol: cross-fitted.** Every labelled question is scored once, by detectors fitted on the other "
+                 "four of five folds (stratified by question), so every question counts and none is scored by a "
+                 "detector that saw it; per dataset, every method is scored on the same questions. Intervals: 95% "
+                 "stratified bootstrap."),
+    "capped": ("**Protocol: one held-out split.** A few capped rows per dataset are split 60/20/20 once; detectors "
+               "are fitted on the first part and scored on the held-out test part (a few dozen questions, so the "
+               "95% bootstrap intervals are wide)."),
+}
+#: The detector Home shows as "Entropy after the prompt": the GRADE_pre loss alone, a variant of the cross-fitted run.
+ENTROPY_AFTER_PROMPT = "Entropy after the prompt"
+LOSS_ALONE_VARIANT = "GRADE_pre[logreg,loss,all]"
+
+
+def protocol_text(protocol: Mapping | None) -> str:
+    name = (protocol or {}).get("protocol") or "capped"
+    return PROTOCOLS.get(name, PROTOCOLS["capped"])
+
+
+def _finite(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def drawn_methods(fig) -> list[str]:
+    """The methods a Plotly figure draws: its traces' names, the reference lines (oracle, answering everything)
+    left out."""
+    names = [getattr(t, "name", None) for t in fig.data]
+    return list(dict.fromkeys(n for n in names if n and n not in ("oracle", "answer everything (chance)")))
+
+
+def selective_sentence(rows: Sequence[Mapping], drawn: Iterable[str]) -> str | None:
+    """One sentence of the selective-answering rows whose method the chart draws (``drawn``): per dataset, the
+    best detector by the accuracy of the questions it lets the model answer at the table's coverage, its gain
+    over answering everything, GRADE's best curve where the best is another, and length alone where it does as
+    well (a confound, never "the best")."""
+    drawn = set(drawn)
+    by: dict[str, dict[str, Mapping]] = {}
+    lengths: dict[str, list[Mapping]] = {}
+    coverage = None
+    for r in rows:
+        if r["method"] not in drawn or not _finite(r.get("acc_at_coverage")):
+            continue
+        coverage = r.get("coverage", coverage)
+        if r["method"] in LENGTH_METHODS:
+            lengths.setdefault(r["dataset"], []).append(r)
+        else:
+            by.setdefault(r["dataset"], {})[r["method"]] = r
+    parts = []
+    for dataset, cells in by.items():
+        best = max(cells.values(), key=lambda r: r["acc_at_coverage"])
+        text = (f"on {dataset_title(dataset)} {best['method']} is best, {best['acc_at_coverage']:.2f} against "
+                f"{best['base_rate']:.2f} answering everything ({best['acc_at_coverage'] - best['base_rate']:+.2f})")
+        grade = [cells[m] for m in GRADE_METHODS if m in cells]
+        if grade and best["method"] not in GRADE_METHODS:
+            g = max(grade, key=lambda r: r["acc_at_coverage"])
+            text += f", GRADE's best curve {g['method']} {g['acc_at_coverage']:.2f}"
+        length = max(lengths.get(dataset, []), key=lambda r: r["acc_at_coverage"], default=None)
+        if length is not None and length["acc_at_coverage"] >= best["acc_at_coverage"]:
+            text += f", length alone as good or better ({length['method']} {length['acc_at_coverage']:.2f})"
+        parts.append(text)
+    if not parts:
+        return None
+    share = "half" if coverage in (None, 0.5) else f"{100 * float(coverage):.0f}%"
+    return (f"**Accuracy of the answered questions when the model answers only the {share} a detector is surest of** "
+            f"(the curves at {share if share != 'half' else '50%'} across): " + "; ".join(parts) + ".")
+
+
+def entropy_rows(variants: Sequence[Mapping]) -> list[dict]:
+    """Home's "Entropy after the prompt" as main-table rows (dataset, method, n, positives, auroc and accuracy with
+    their intervals), read from the cross-fitted run's GRADE variants (the ``pre`` loss alone)."""
+    out = []
+    for r in variants:
+        if r.get("variant") != LOSS_ALONE_VARIANT:
+            continue
+        out.append({"dataset": r["dataset"], "method": ENTROPY_AFTER_PROMPT, "n": r["n"], "positives": r["positives"],
+                    **{k: r.get(k) for k in ("auroc", "auroc_lo", "auroc_hi", "acc", "acc_lo", "acc_hi")}})
+    return out
+
+
+def split_notes(notes: Iterable[str]) -> tuple[list[str], list[str]]:
+    """A run's notes as (transfer pairs not measured, the rest); the "Against ..." findings of a cross-fitted run
+    are left out (the paired paragraph says them, from the same rows as its table)."""
+    missing, other = [], []
+    for note in notes:
+        if note.startswith("transfer ") and "not measured" in note:
+            missing.append(note)
+        elif not note.startswith("Against "):
+            other.append(note)
+    return missing, other
+
+
+def titled_text(text: str) -> str:
+    """A results file's note with its dataset identifiers (``nq_open``, ``hotpotqa_closed``) as their names."""
+    import re
+
+    from grade.common.display import DATASET_TITLES
+
+    names = sorted((k for k in DATASET_TITLES if k != "all"), key=len, reverse=True)
+    return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: dataset_title(m.group(1)), text)
+
+
+def titled_rows(rows: Iterable[Mapping]) -> list[dict]:
+    """Rows with their ``dataset`` as its name, for a sentence builder that prints it."""
+    return [{**r, "dataset": dataset_title(r["dataset"])} if "dataset" in r else dict(r) for r in rows]
+
+
+def missing_transfer_line(notes: Sequence[str]) -> str:
+    """The transfer pairs a run did not measure, in one line (the notes all give the same reason)."""
+    reasons = {n.split(": ", 1)[1] for n in notes if ": " in n}
+    why = f": {next(iter(reasons))}" if len(reasons) == 1 else ""
+    return f"{len(notes)} transfer pairs of this run were not measured{why}."
