@@ -14,13 +14,13 @@ from grade.common.errors import GradeError, InputError
 from grade.verdict.probe import INPUT_COLUMNS, INPUTS
 from studio import figures, session, waiting
 from studio import served as served_mode
+from studio import uploads as uploads_mod
 from studio.summaries import explain, small_sample_warning
 from studio.resources import (
     PROBES_DIR,
     REFERENCE_FEATURES,
     list_probes,
     read_probe_info,
-    store_uploaded_probe,
 )
 
 session.require_router()  # a direct URL on a fresh server goes through app.py too
@@ -213,9 +213,7 @@ with load_tab:
     if uploads:
         st.session_state.pop("probe_upload_refused", None)
         try:
-            served_mode.check_probe_upload_count(len(uploads))
-            for upload in uploads:
-                served_mode.check_upload(upload.name, upload.size, LIMITS)
+            uploads_mod.check_uploads(uploads, LIMITS, probe_pair=True)  # a refused upload's bytes go at once
         except GradeError as exc:
             st.session_state["probe_upload_refused"] = session.user_message(exc)
             st.session_state["probe_upload_generation"] = generation + 1
@@ -235,9 +233,9 @@ with load_tab:
                     raise InputError("upload exactly one .safetensors file and one .json file")
                 for upload in (weights[0], metas[0]):
                     served_mode.check_upload(upload.name, upload.size, LIMITS)
-                _check_uploaded_metadata(metas[0].getvalue(), metas[0].name)  # before anything is stored
-                path = store_uploaded_probe(weights[0].getvalue(), metas[0].getvalue(), weights[0].name,
-                                            session.upload_folder(), quota=session.quota())
+                # checked, stored and loaded; a pair that does not load leaves nothing in the user's folder
+                path = uploads_mod.keep_probe_upload(weights[0], metas[0], session.upload_folder(), quota=session.quota(),
+                                                     check=_check_uploaded_metadata, load=session.cached_probe)
                 session.after_user_write()
             elif path_text.strip():
                 path = Path(path_text.strip()).expanduser()
@@ -288,9 +286,9 @@ def _feature_source() -> pd.DataFrame | None:
         try:
             from grade.batch.features import TRAINING_COLUMNS
 
-            served_mode.check_upload(upload.name, upload.size, LIMITS)
-            # rows, decoded size and columns from the Parquet metadata: a refused file is never decoded or cached
-            served_mode.check_parquet_upload(upload.getvalue(), upload.name, LIMITS, TRAINING_COLUMNS)
+            # size, then rows, decoded size and columns from the Parquet metadata: a refused file is never decoded
+            # or cached, and its bytes are released at once
+            uploads_mod.check_feature_upload(upload, LIMITS, TRAINING_COLUMNS)
             frame = _uploaded_frame(upload.getvalue())
         except GradeError as exc:
             _error(exc)
@@ -311,7 +309,7 @@ def _feature_source() -> pd.DataFrame | None:
     if upload is None:
         return None
     try:
-        served_mode.check_upload(upload.name, upload.size, LIMITS)
+        uploads_mod.check_uploads([upload], LIMITS)
     except GradeError as exc:
         _error(exc)
         return None

@@ -12,9 +12,12 @@ TEMPLATE_TOKENS = 64
 
 
 def prompt_tokens(lm, question: str, context: str | None, limits) -> int:
-    """Tokens of the prompt of ``question`` with ``context`` (each cut just past its cap: a longer one is refused by
-    the job, unread)."""
-    text = (question or "")[: limits.question_chars + 1] + " " + (context or "")[: limits.context_chars + 1]
+    """Tokens of the prompt of ``question`` with ``context``; a question or document past its character cap is
+    refused here (:func:`studio.served.check_question`), before it is tokenised or queued."""
+    from .served import check_question
+
+    check_question(question, limits, context)
+    text = (question or "") + " " + (context or "")
     return len(lm.tokenizer(text, add_special_tokens=False)["input_ids"]) + TEMPLATE_TOKENS
 
 

@@ -32,6 +32,7 @@ thread cannot write to a Streamlit page.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
@@ -43,6 +44,8 @@ from grade.models.cancel import Cancelled, cancellable
 from grade.common.errors import InputError
 
 from .served import env_number
+
+log = logging.getLogger("grade.studio")
 
 WORKERS_VARIABLE = "GRADE_QUEUE_WORKERS"
 MAX_RUNNING_VARIABLE = "GRADE_MAX_RUNNING"
@@ -103,6 +106,8 @@ class Ticket:
     job: Job
     on_result: Callable[[Any], None] | None = None
     cancelled: bool = False
+    position: int = 0  # its job's place in the queue when the ticket was given (0: it joined a running job)
+    delivered: float | None = None  # when the page first took the result (time.monotonic())
 
     @property
     def state(self) -> str:
@@ -120,6 +125,13 @@ class Ticket:
 
     def result(self):
         """The job's result; its exception is raised again where it failed."""
+        if self.delivered is None and self.done:
+            self.delivered = time.monotonic()
+            job = self.job
+            if job.started is not None and job.finished is not None:
+                log.info("analysis delivered: queue position %d, waited %.1f s, its work %.1f s, taken %.1f s after "
+                         "it ended", self.position, self.delivered - job.submitted, job.finished - job.started,
+                         self.delivered - job.finished)
         if self.cancelled or self.job.state == CANCELLED:
             raise QueueRefused("The analysis was cancelled.")
         if self.job.state == FAILED:
@@ -204,7 +216,7 @@ class AnalysisQueue:
                 waiting.append(job)
                 self._by_key[(model, job_key)] = job
                 self._start_workers(model)
-            ticket = Ticket(id=next(self._ids), user=user, job=job, on_result=on_result)
+            ticket = Ticket(id=next(self._ids), user=user, job=job, on_result=on_result, position=self._position(job))
             job.tickets.append(ticket)
             self._users[user] = ticket
             self._cond.notify_all()
@@ -368,12 +380,13 @@ class AnalysisQueue:
                     self.completed += 1
                 callbacks = [t.on_result for t in job.tickets if t.on_result is not None] if error is None else []
                 self._cond.notify_all()
+            # the waiting pages first: a callback (a cache writing the result to disk) must not hold back the result
+            job.done_event.set()
             for callback in callbacks:
                 try:
                     callback(result)
                 except Exception:  # a cache that refuses an entry must not stop the worker
                     pass
-            job.done_event.set()
 
 
 _shared: AnalysisQueue | None = None

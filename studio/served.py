@@ -221,6 +221,27 @@ def check_trace(n_chars: int, n_tokens: int, n_steps: int, limits: Limits) -> No
                          "(each step costs a backward pass). Shorten it or merge steps.")
 
 
+def check_question(question: str, limits: Limits, context: str | None = None) -> None:
+    """A question (and its document) within the character caps: counted before anything is tokenised."""
+    _cap(len((question or "").strip()), limits.question_chars, "The question", "characters")
+    _cap(len((context or "").strip()), limits.context_chars, "The document", "characters")
+
+
+def check_trace_text(question: str, response: str, tokenizer, limits: Limits) -> list[int]:
+    """Every cap of a reasoning trace, checked before any model reads it (the step verifier's pass, the queued
+    analysis): the question's and the trace's characters first, so that an over-long paste is refused without
+    being tokenised; then its tokens and steps with ``tokenizer``. Returns the trace's token ids."""
+    from grade.gradients.losses import steps_for_response
+
+    check_question(question, limits)
+    text = (response or "").strip()
+    if len(text) > limits.trace_chars:
+        check_trace(len(text), 0, 0, limits)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    check_trace(len(text), len(ids), len(steps_for_response(tokenizer, ids, 0, text)), limits)
+    return ids
+
+
 def check_upload(name: str, size: int, limits: Limits) -> None:
     if size > limits.upload_mb * MB:
         raise InputError(f"{safe_display_name(name)} is {size / MB:.1f} MB; this studio accepts files of at most "
@@ -277,27 +298,17 @@ def check_labelled_row(row: dict, tokenizer, loss: str, limits: Limits) -> None:
 
 def check_parquet_upload(data: bytes, name: str, limits: Limits, columns: tuple[str, ...] = ()) -> None:
     """Refuse an uploaded Parquet file from its metadata alone, before a row is decoded: more rows than
-    ``upload_rows``, more decoded bytes than ``upload_decoded_mb``, or a missing column of ``columns``.
-    (A few hundred KB of Parquet can hold tens of millions of rows.)"""
+    ``upload_rows``, more decoded bytes than ``upload_decoded_mb`` or than the package's caps allow
+    (:func:`grade.common.bounded.check_parquet`), or a missing column of ``columns``. (A few hundred KB of
+    Parquet can hold tens of millions of rows.)"""
     import io
 
-    import pyarrow.parquet as pq
+    from grade.common.bounded import check_parquet
 
     shown = safe_display_name(name)
-    try:
-        parquet = pq.ParquetFile(io.BytesIO(data))
-        meta = parquet.metadata
-        decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-        names = set(parquet.schema_arrow.names)
-    except Exception as exc:  # a corrupt or foreign file: pyarrow raises many types
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"Could not read {shown} as Parquet: {first}") from None
-    if meta.num_rows > limits.upload_rows:
-        raise InputError(f"{shown} holds {meta.num_rows:,} rows; this studio reads feature files of at most "
-                         f"{limits.upload_rows:,} rows.")
-    if decoded > limits.upload_decoded_mb * MB:
-        raise InputError(f"{shown} decodes to {decoded / MB:,.0f} MB; this studio reads feature files of at most "
-                         f"{limits.upload_decoded_mb:,} MB decoded.")
+    parquet = check_parquet(io.BytesIO(data), shown, stored=len(data), max_rows=limits.upload_rows,
+                            max_decoded_mb=limits.upload_decoded_mb)
+    names = set(parquet.schema_arrow.names)
     missing = [c for c in columns if c not in names]
     if missing:
         raise InputError(f"The features in {shown} lack the column(s) {', '.join(missing)}: not features written by "
@@ -401,11 +412,8 @@ def save_probe(probe, folder: Path, name: str, *, replace_existing: bool = False
     return weights
 
 
-def store_upload(weights: bytes, metadata: bytes, name: str, folder: Path, *,
-                 quota: tuple[Path, Limits] | None = None) -> Path:
-    """Write an uploaded probe pair under ``folder/<content hash>/`` atomically (within ``quota``, see
-    :func:`save_probe`) and return its weights path; the same upload twice is stored once."""
-    from grade.common.io import atomic_paths
+def upload_path(weights: bytes, metadata: bytes, name: str, folder: Path) -> Path:
+    """The weights path an uploaded probe pair is stored under: ``folder/<content hash>/<safe name>.safetensors``."""
     from grade.verdict.probe import probe_paths
 
     digest = hashlib.sha1(weights + b"\0" + metadata).hexdigest()[:16]
@@ -413,7 +421,17 @@ def store_upload(weights: bytes, metadata: bytes, name: str, folder: Path, *,
         stem = safe_probe_name(Path(str(name)).stem)
     except InputError:
         stem = "probe"
-    weights_path, meta_path = probe_paths(folder / digest / stem)
+    return probe_paths(folder / digest / stem)[0]
+
+
+def store_upload(weights: bytes, metadata: bytes, name: str, folder: Path, *,
+                 quota: tuple[Path, Limits] | None = None) -> Path:
+    """Write an uploaded probe pair under ``folder/<content hash>/`` atomically (within ``quota``, see
+    :func:`save_probe`) and return its weights path; the same upload twice is stored once."""
+    from grade.common.io import atomic_paths
+    from grade.verdict.probe import probe_paths
+
+    weights_path, meta_path = probe_paths(upload_path(weights, metadata, name, folder))
     if weights_path.exists() and meta_path.exists():
         return weights_path
     if quota is not None:

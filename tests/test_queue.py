@@ -94,6 +94,9 @@ def test_identical_requests_are_computed_once_and_each_gets_its_result():
     gate.set()
     assert all(t.wait(30) for t in tickets[:2])
     assert calls == [1] and tickets[0].result() is tickets[1].result()
+    deadline = time.monotonic() + 30  # the waiting pages get the result first, the caches right after
+    while len(received) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert set(received) == {"bob", "carol", "dave"}  # every cache key gets the result
 
 
@@ -258,3 +261,20 @@ def test_served_home_precomputes_its_examples_and_answers_one_at_once(monkeypatc
     analysis = at.session_state[session.ANALYSIS]
     assert analysis.from_cache and "Paris" in analysis.answer  # from the cache: precomputed, not queued
     session._settings.cache_clear()
+
+
+def test_each_ticket_gets_its_result_when_its_own_job_ends_not_when_the_queue_empties():
+    queue = AnalysisQueue(workers=1, max_running=1)
+    blocker, first_gate, started = _gate()
+    queue.submit("m", "alice", "blocker", blocker)
+    assert started.wait(10)
+    held, second_gate, second_started = _gate()
+    early = queue.submit("m", "bob", "quick", lambda p: "bob's")
+    late = queue.submit("m", "carol", "slow", held)
+    assert (early.position, late.position) == (1, 2)  # their places when they were queued
+    first_gate.set()
+    assert early.wait(30) and second_started.wait(30)
+    assert late.job.state == "running" and not late.done  # the job behind it still runs
+    assert early.result() == "bob's" and early.delivered is not None and early.delivered >= early.job.finished
+    second_gate.set()
+    assert late.wait(30) and late.delivered is None  # delivered only once a page takes it

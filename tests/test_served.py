@@ -504,3 +504,36 @@ def test_a_broken_chosen_probe_can_always_be_reset(monkeypatch, tmp_path, smollm
         assert "probe_path" not in at.session_state
     finally:
         session._settings.cache_clear()
+
+
+@slow
+def test_a_probe_upload_that_does_not_load_leaves_nothing_in_the_users_folder(served):
+    weights, meta = _probe_pair(served)
+    at = _app()
+    at.switch_page("pages/probes.py").run()
+    at.file_uploader(key="probe_upload").set_value([("p.safetensors", weights[: len(weights) // 2],
+                                                     "application/octet-stream"), ("p.json", meta, "application/json")])
+    at.button(key="load_probe").click().run()
+    _no_exception(at)
+    assert any("Probe not loaded" in e for e in _errors(at)), _errors(at)
+    users = served / "users"
+    assert not users.exists() or not [f for f in _files(users) if "uploads" in f], _files(users)
+    at.file_uploader(key="probe_upload").set_value([("p.safetensors", weights, "application/octet-stream"),
+                                                    ("p.json", meta, "application/json")])
+    at.button(key="load_probe").click().run()  # the whole pair loads and is kept
+    assert not _errors(at), _errors(at)
+    assert len([f for f in _files(users) if "uploads" in f]) == 2
+
+
+def test_trace_caps_are_checked_before_anything_is_tokenised():
+    from grade.common.errors import InputError
+    from studio.memory import prompt_tokens
+    from studio.served import SERVED_LIMITS, check_trace_text
+
+    # no tokenizer and no model: a text past its character cap must be refused before either is touched
+    with pytest.raises(InputError, match="The reasoning trace is 200,000 characters; this studio allows at most 2,000"):
+        check_trace_text("What is 2 + 2?", "7." * 100_000, None, SERVED_LIMITS)
+    with pytest.raises(InputError, match="The question is 2,001 characters"):
+        check_trace_text("x" * 2001, "4", None, SERVED_LIMITS)
+    with pytest.raises(InputError, match="The document is 6,001 characters"):
+        prompt_tokens(None, "What is 2 + 2?", "y" * 6001, SERVED_LIMITS)
