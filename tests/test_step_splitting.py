@@ -1,8 +1,9 @@
 """Where a reasoning trace is cut into steps, on the formats other models write, and which tokens each step owns.
 
-A token belongs to the step in which it starts (``grade.gradients.losses.steps_for_response``, and the step
-verifier's ``step_token_ranges``): the spaces between two sentences must therefore open the next step, or the
-next sentence's first word (" Each") is scored and drawn in the step before it.
+The spaces between two steps stay with the step before (the annotation files number steps in these spans, and
+dropping a step drops its own separator); a token belongs to the step of its first visible character
+(``grade.gradients.losses.steps_for_response``), so that a word's glued leading space (" Each") does not put it into
+the step before.
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ def _covers(text: str) -> None:
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # no gap, no overlap
 
 
-def test_a_sentence_break_puts_the_space_with_the_next_sentence():
+def test_a_sentence_break_keeps_the_space_with_the_sentence_before():
     text = "She pays 20 dollars after the reduction. Each week she saves 5 dollars."
     spans = split_steps(text)
-    assert [text[a:b] for a, b in spans] == ["She pays 20 dollars after the reduction.", " Each week she saves 5 dollars."]
+    assert [text[a:b] for a, b in spans] == ["She pays 20 dollars after the reduction. ", "Each week she saves 5 dollars."]
 
 
-def test_line_breaks_end_the_step_and_an_indented_bullet_opens_its_own():
+def test_an_indented_bullet_is_a_step_of_its_own():
     text = "She has two kinds:\n  - 3 apples.\n  - 2 pears.\n\nSo 3 + 2 = 5."
     spans = split_steps(text)
-    assert [text[a:b] for a, b in spans] == ["She has two kinds:\n", "  - 3 apples.\n", "  - 2 pears.\n\n", "So 3 + 2 = 5."]
+    # the indentation after a full stop's line break stays with the step before, after a colon's with the next:
+    # either way, the dash's token lands in its own step (below, with a tokenizer)
+    assert [text[a:b].strip() for a, b in spans] == ["She has two kinds:", "- 3 apples.", "- 2 pears.", "So 3 + 2 = 5."]
     _covers(text)
 
 
@@ -65,7 +68,7 @@ def test_a_display_block_over_several_lines_is_cut_at_its_lines():
 @pytest.mark.slow
 def test_each_token_is_in_the_step_of_its_word(smollm):
     """With SmolLM2's tokenizer (" Each", "\\n ", " -" are single tokens): no step ends with the next one's first word,
-    and a bullet's dash is the first token of its own step."""
+    and a bullet's dash is the first token of its own step; the steps' text is split_steps' own."""
     tok = smollm.tokenizer
     text = ("So the cost after the reduction. Each week she saves 5 dollars.\n  - She has 3 apples.\n"
             "  - She buys 2 more.\n\nSo 3 + 2 = 5.")
@@ -74,3 +77,4 @@ def test_each_token_is_in_the_step_of_its_word(smollm):
     words = [[tok.decode([i]) for i in ids[s.start:s.end]] for s in steps]
     assert [w[0].strip() for w in words] == ["So", "Each", "-", "-", "So"]
     assert all(w[-1].strip() in (".", "") for w in words)  # every step ends on its own full stop or a line break
+    assert [s.text for s in steps] == [text[a:b] for a, b in split_steps(text)]

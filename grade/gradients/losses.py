@@ -61,21 +61,14 @@ class Step:
 
 
 def split_steps(response: str) -> list[tuple[int, int]]:
-    """Character spans of the punctuation-delimited steps of ``response``; a list marker stays with the step it
-    opens.
-
-    The line breaks between two steps end the step before; the spaces after them (or after a sentence's full stop
-    on the same line) open the step after. Most tokenizers glue a word's leading space to it (" Each", " -"), and a
-    token belongs to the step in which it starts: with those spaces in the step before, the next sentence's first
-    word was scored, and drawn, in the previous step ("...reduction. Each | week"), and an indented "-" bullet
-    outside its own step."""
+    """Character spans of the punctuation-delimited steps of ``response`` (whitespace stays with the step before;
+    a list marker stays with the step it opens)."""
     spans, start = [], 0
     for match in STEP_BOUNDARY.finditer(response):
         text = response[start : match.start()].strip()
         if text and not LIST_MARKER.fullmatch(text):
-            cut = match.start() + match.group().rfind("\n") + 1  # after the last line break, else where the gap starts
-            spans.append((start, cut))
-            start = cut
+            spans.append((start, match.end()))
+            start = match.end()
     if response[start:].strip():
         spans.append((start, len(response)))
     elif spans:
@@ -96,17 +89,22 @@ def token_char_ends(tokenizer, token_ids: list[int]) -> list[int]:
 def steps_for_response(tokenizer, response_ids: list[int], offset: int, response_text: str | None = None) -> list[Step]:
     """Cut a tokenised response into steps.
 
-    ``offset`` is the sequence index of the first response token. A token belongs to the step in which it
-    starts; every step gets at least one token (steps too short to own a token merge into the next).
+    ``offset`` is the sequence index of the first response token. A token belongs to the step in which its first
+    visible character lies (a token of whitespace only: where it starts): most tokenizers glue a word's leading
+    space to it (" Each", " -"), and that space ends the step before, so a token placed where it starts put the
+    next sentence's first word, or a bullet's dash, into the step before. Every step gets at least one token
+    (steps too short to own a token merge into the next).
     """
     text = tokenizer.decode(response_ids, skip_special_tokens=False) if response_text is None else response_text
     ends = token_char_ends(tokenizer, response_ids)
     starts = [0] + ends[:-1]
+    anchors = [a + (len(text[a:b]) - len(text[a:b].lstrip()) if text[a:b].strip() else 0)
+               for a, b in zip(starts, ends)]
     steps: list[Step] = []
     token = 0
     for char_start, char_end in split_steps(text):
         first = token
-        while token < len(response_ids) and starts[token] < char_end:
+        while token < len(response_ids) and anchors[token] < char_end:
             token += 1
         if token > first:
             steps.append(Step(text[char_start:char_end], char_start, char_end, offset + first, offset + token))
