@@ -13,7 +13,9 @@ is computed. Then, side by side in one run:
    verdict appears.
 
 Before both, one analysis of another question warms the server up (untimed; its time is reported). Reported per
-session: the queue positions its page showed, its wait (click to verdict), its answer and
+session: the queue positions its page showed, its wait (click to verdict), and in queue order its job's own work and
+when the server handed its page the result (from the server's log, ``studio.queue``) beside when the page showed it;
+its answer and
 GRADE number against the one-after-another run of the same question (no mixing), and the server's peak RSS
 (sampled every 0.2 s over the whole run). The checks (SmolLM2, 8 sessions): all complete with their own
 question's result; every page that waited showed its position; the last finishes within 1.5x the
@@ -387,6 +389,29 @@ def all_at_once(drivers, url: str, questions, timeout: float, at_start=lambda: N
     return sessions, start_box[0]
 
 
+#: The server's line for each result a page took from the queue (studio.queue.Ticket.result).
+_DELIVERED = re.compile(r"analysis delivered: queue position (\d+), waited ([\d.]+) s, its work ([\d.]+) s, "
+                        r"taken ([\d.]+) s after it ended")
+
+
+def deliveries(log_text: str, n: int) -> list[dict]:
+    """The server's last ``n`` deliveries (the all-at-once run's), in the order they were taken: each one's queue
+    position when it was asked, its wait on the server (ask to result taken), its job's own work and how long the
+    page's script took to take it after the job ended."""
+    found = [{"position": int(m[1]), "server_wait_s": float(m[2]), "work_s": float(m[3]), "taken_after_s": float(m[4])}
+             for m in _DELIVERED.finditer(log_text)]
+    return found[-n:]
+
+
+def per_position(rows: list[dict], delivered: list[dict]) -> list[dict]:
+    """Each session's wait as its page saw it beside the server's side of it, in queue order: the pages in the
+    order their verdicts came on the server (one worker serves the queue in order) matched to the sessions by the
+    first position their page showed (the session served first showed none)."""
+    order = sorted(rows, key=lambda r: (min(r["positions"]) if r["positions"] else 0, r["wait_s"] or float("inf")))
+    return [{"queue_order": k + 1, "question": r["question"], "positions_shown": sorted(set(r["positions"])),
+             "page_wait_s": r["wait_s"], **d} for k, (r, d) in enumerate(zip(order, sorted(delivered, key=lambda d: d["server_wait_s"])))]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.load_test", description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=None, help="simultaneous sessions (default: the check's)")
@@ -475,6 +500,7 @@ def main(argv=None) -> int:
         rows.append({**asdict(s), "wait_s": s.wait_s, "alone_s": alone.wait_s,
                      "own_result": (s.error is None and s.question_box == s.question and s.answer == alone.answer
                                     and s.grade == alone.grade and alone.error is None)})
+    queue_order = per_position(rows, deliveries(Path(log.name).read_text(errors="replace"), n))
     waited = [r for r in rows if r["positions"]]
     checks = {
         "all_complete": all(r["finished"] is not None and r["error"] is None for r in rows),
@@ -485,8 +511,12 @@ def main(argv=None) -> int:
     }
     if ratio_bound is not None:
         checks["last_within_ratio"] = last <= ratio_bound * serial_total
+    if queue_order:  # the session served first sees its verdict within 1.5x its own work
+        first = queue_order[0]
+        checks["first_within_1_5x_its_work"] = first["page_wait_s"] is not None and \
+            first["page_wait_s"] <= 1.5 * first["work_s"]
     report.update({"serial": [asdict(s) | {"wait_s": s.wait_s} for s in serial], "serial_total_s": serial_total,
-                   "together": rows, "last_finished_s": last, "ratio_last_to_serial": last / serial_total,
+                   "together": rows, "queue_order": queue_order, "last_finished_s": last, "ratio_last_to_serial": last / serial_total,
                    "serial_settled_total_s": serial_settled, "last_settled_s": last_settled,
                    "ratio_settled": last_settled / serial_settled,
                    "rss_bound_gb": rss_bound, "ratio_bound": ratio_bound, "checks": checks, "server_log": log.name})
@@ -502,6 +532,11 @@ def main(argv=None) -> int:
         shown = ",".join(str(p) for p in dict.fromkeys(r["positions"])) or "-"
         print(f"| {i + 1} | {r['question'][:40]} | {shown} | {r['wait_s'] or float('nan'):.1f} | "
               f"{r['alone_s'] or float('nan'):.1f} | {'yes' if r['own_result'] else 'NO: ' + str(r['error'])} |")
+    print("\n| queue order | positions shown | own work (s) | server: result taken after (s) | page saw it after (s) |")
+    print("|---:|---|---:|---:|---:|")
+    for q in queue_order:
+        print(f"| {q['queue_order']} | {','.join(map(str, q['positions_shown'])) or '-'} | {q['work_s']:.1f} | "
+              f"{q['server_wait_s']:.1f} | {q['page_wait_s'] or float('nan'):.1f} |")
     print(f"\none after another: {serial_total:.1f} s in all; all at once: the last finished after {last:.1f} s "
           f"(ratio {last / serial_total:.2f}, bound {ratio_bound}); to the pages' last drawing: {serial_settled:.1f} s "
           f"and {last_settled:.1f} s (ratio {last_settled / serial_settled:.2f}); server peak RSS {report['peak_rss_gb']:.2f} GB "

@@ -82,7 +82,7 @@ def _limit_bytes(stored: int, limits: Caps) -> int:
 
 def _refuse(where: str, decoded: int, stored: int, limits: Caps, *, declared: bool = False) -> TooLarge:
     said, how = ("declares", "refused unread past") if declared else ("decompresses to more than", "refused past")
-    if decoded > limits.decompressed_mb * MB:
+    if limits.decompressed_mb * MB <= max(limits.ratio_floor_mb * MB, limits.ratio * max(stored, 1)):
         cap = f"{limits.decompressed_mb:,} MB decoded (GRADE_MAX_DECOMPRESSED_MB)"
     else:
         cap = f"{limits.ratio}x its {stored / MB:,.1f} MB on disk (GRADE_MAX_RATIO)"
