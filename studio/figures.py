@@ -153,6 +153,15 @@ def reference_bands(ratios: np.ndarray, labels: np.ndarray, low: float = 25, hig
     return bands
 
 
+def reference_scale(bands: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the middle of the reference questions (the mean of the two classes' medians) and their spread
+    (the mean of the two inter-quartile ranges): the units in which :func:`rank_ratio_trend` draws a question."""
+    mids = np.stack([bands[k][1] for k in bands])
+    spreads = np.stack([bands[k][2] - bands[k][0] for k in bands])
+    spread = spreads.mean(axis=0)
+    return mids.mean(axis=0), np.where(spread > 0, spread, 1.0)
+
+
 def rank_ratio_trend(
     ratio: np.ndarray | None,
     bands: dict[int, np.ndarray] | None = None,
@@ -161,28 +170,48 @@ def rank_ratio_trend(
     name: str = "this question",
     height: int = 360,
     extra: Sequence[tuple[str, np.ndarray]] = (),
+    relative: bool | None = None,
 ) -> go.Figure:
-    """The GRADE feature vector (L,) as a line, over inter-quartile bands of a reference set."""
+    """The GRADE feature vector (L,) as a line, over inter-quartile bands of a reference set.
+
+    With bands (``relative`` None or True), every layer is drawn relative to the reference questions: 0 is their
+    middle at that layer, 1 one inter-quartile range above it (:func:`reference_scale`). In raw units the ratios
+    of the middle layers lie within a few hundredths of each other, so every question looks flat there and two
+    questions cannot be told apart; relative to the reference, each layer shows how far a question lies from what
+    is usual at that layer and on which class's side. The raw ratio stays in the hover."""
+    relative = bool(bands) if relative is None else relative and bool(bands)
+    centre, spread = reference_scale(bands) if relative else (0.0, 1.0)
+
+    def drawn(values):
+        return (np.asarray(values, dtype=float) - centre) / spread
+
     fig = go.Figure()
     for label, color, text in ((1, COLOR_YES, "answerable"), (0, COLOR_NO, "unanswerable")):
         if not bands or label not in bands:
             continue
         low, mid, high = bands[label]
         layers = np.arange(len(mid))
-        fig.add_trace(go.Scatter(x=layers, y=high, mode="lines", line=dict(width=0), showlegend=False,
+        fig.add_trace(go.Scatter(x=layers, y=drawn(high), mode="lines", line=dict(width=0), showlegend=False,
                                  hoverinfo="skip", legendgroup=text))
-        fig.add_trace(go.Scatter(x=layers, y=low, mode="lines", line=dict(width=0), fill="tonexty",
+        fig.add_trace(go.Scatter(x=layers, y=drawn(low), mode="lines", line=dict(width=0), fill="tonexty",
                                  fillcolor=_rgba(color, 0.18), name=f"{text} (reference, 25-75%)",
                                  hoverinfo="skip", legendgroup=text))
-        fig.add_trace(go.Scatter(x=layers, y=mid, mode="lines", line=dict(color=color, width=1.5, dash="dot"),
-                                 name=f"{text} median", legendgroup=text))
+        fig.add_trace(go.Scatter(x=layers, y=drawn(mid), mode="lines", line=dict(color=color, width=1.5, dash="dot"),
+                                 name=f"{text} median", legendgroup=text, customdata=mid,
+                                 hovertemplate="%{customdata:.4f}" if relative else None))
     for i, (label, values) in enumerate(extra):
-        fig.add_trace(go.Scatter(x=np.arange(len(values)), y=values, mode="lines+markers", name=label,
-                                 line=dict(color=TRACE_COLORS[i % len(TRACE_COLORS)], width=2), marker=dict(size=5)))
+        fig.add_trace(go.Scatter(x=np.arange(len(values)), y=drawn(values), mode="lines+markers", name=label,
+                                 line=dict(color=TRACE_COLORS[i % len(TRACE_COLORS)], width=2), marker=dict(size=5),
+                                 customdata=values, hovertemplate="%{customdata:.4f}" if relative else None))
     if ratio is not None:
-        fig.add_trace(go.Scatter(x=np.arange(len(ratio)), y=ratio, mode="lines+markers", name=name,
-                                 line=dict(color=COLOR_CURRENT, width=2.5), marker=dict(size=6)))
-    return _layout(fig, title, "layer", "rank ratio", height=height)
+        fig.add_trace(go.Scatter(x=np.arange(len(ratio)), y=drawn(ratio), mode="lines+markers", name=name,
+                                 line=dict(color=COLOR_CURRENT, width=2.5), marker=dict(size=6),
+                                 customdata=ratio, hovertemplate="%{customdata:.4f}" if relative else None))
+    y_title = "rank ratio vs. the reference<br>(0: its middle; 1: one IQR above)" if relative else "rank ratio"
+    fig = _layout(fig, title, "layer", y_title, height=height)
+    if relative:
+        fig.add_hline(y=0, line_color="#999", line_width=1)
+    return fig
 
 
 def probe_inputs_figure(bands, x: np.ndarray, *, height: int = 380) -> go.Figure:
