@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     import grade
     from grade.models.generation import TorchBackend
     from studio.resources import DETECTORS_DIR, default_probe, list_probes, load_detectors, load_probe
-    from studio.workflows import HOME_ANSWER_TOKENS, analyze_question
+    from studio.workflows import analyze_question, home_answer_tokens
 
     flags = cmake_args()
     lm = grade.load_model(MODEL, device="cpu")
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def analyse() -> float:
         start = time.perf_counter()
-        analyze_question(lm, args.question, task="qa", probe=probe, probe_info=info, max_new_tokens=HOME_ANSWER_TOKENS,
+        analyze_question(lm, args.question, task="qa", probe=probe, probe_info=info, max_new_tokens=home_answer_tokens("qa"),
                          detectors=detectors)
         return time.perf_counter() - start
 

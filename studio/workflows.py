@@ -19,6 +19,7 @@ import numpy as np
 
 import grade
 import grade.tasks.prompts
+import grade.tasks.registry
 from grade.verdict.detectors import (
     ANSWER_STATISTICS,
     DetectorVerdict,
@@ -30,7 +31,7 @@ from grade.verdict.detectors import (
 from grade.common.errors import InputError, ProbeError
 from grade.models.generation import greedy_answer, settings_for_task, shorter_answer
 from grade.tasks.tasks import answer_format
-from grade.verdict.verdict import Verdict, probe_verdict as verdict_of
+from grade.verdict.verdict import Verdict, detector_reads_answer, probe_verdict as verdict_of, withheld
 
 from .resources import ProbeInfo
 from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace
@@ -39,8 +40,45 @@ Progress = Callable[[str], None]
 
 MAX_QUESTION_CHARS = LOCAL_LIMITS.question_chars
 MAX_CONTEXT_CHARS = LOCAL_LIMITS.context_chars
-#: Home's answer length before the user changes it (the widget's default; shipped examples are computed with it).
-HOME_ANSWER_TOKENS = 48
+#: Home's question types: the typed ones and multiple choice (a choices box), in the registry's order.
+HOME_TASKS: tuple[str, ...] = tuple(grade.tasks.registry.REGISTRY)
+#: The letters of a multiple-choice question's options, as its prompt writes them and its grader reads them.
+CHOICE_LETTERS = "ABCD"
+
+
+def home_answer_tokens(task: str, limits: Limits = LOCAL_LIMITS) -> int:
+    """Home's answer length before the user changes it: the length the task's labels were sampled with (the
+    answer the labels, and so the verdicts' evidence, judge), within this studio's cap."""
+    return min(answer_format(task).max_new_tokens, limits.answer_tokens)
+
+
+def raised_answer_tokens(tokens: int, limits: Limits = LOCAL_LIMITS) -> int | None:
+    """The next answer length to offer after an answer was cut off at ``tokens``: twice as long, within the cap;
+    None at the cap."""
+    return None if tokens >= limits.answer_tokens else min(2 * tokens, limits.answer_tokens)
+
+
+_OPTION_MARK = re.compile(r"^\s*(?:\(?[A-Da-d][.):]|[A-Da-d]\s*[-–]|\d+[.)])\s+")
+
+
+def parse_choices(text: str | None) -> list[str]:
+    """The options of a multiple-choice question typed one per line (a leading "A." / "(b)" / "1." the user
+    typed is dropped: the prompt letters them itself); empty lines are skipped. Raises InputError unless there
+    are 2 to 4: the multiple-choice prompt and its letter rule know A to D."""
+    options = [_OPTION_MARK.sub("", line).strip() for line in (text or "").splitlines()]
+    options = [o for o in options if o]
+    if not 2 <= len(options) <= len(CHOICE_LETTERS):
+        raise InputError(f"A multiple-choice question needs 2 to {len(CHOICE_LETTERS)} options, one per line in the "
+                         f"choices box (it has {len(options)}).")
+    return options
+
+
+def asked_text(question: str, choices: list[str] | None) -> str:
+    """The question as analysed: with its lettered options where it has some (what a result is cached under)."""
+    question = (question or "").strip()
+    if not choices:
+        return question
+    return question + "\n" + "\n".join(f"{letter}. {c}" for letter, c in zip(CHOICE_LETTERS, choices))
 
 
 def home_examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
@@ -183,6 +221,9 @@ class QuestionAnalysis:
     computed_at: float = field(default_factory=time.time)  # when it was computed (time.time())
     from_cache: bool = False  # True when Home took it from the analysis cache instead of computing it
     origin: dict[str, Any] | None = None  # a shipped result: what was asked, where and how it was computed
+    max_new_tokens: int | None = None  # the answer length it was generated with
+    cut_off: bool = False  # the answer stopped at max_new_tokens before it ended: the model had not finished
+    choices: list[str] | None = None  # a multiple-choice question's options (lettered A-D in its prompt)
 
     def as_cached(self, computed_at: float) -> "QuestionAnalysis":
         """A copy marked as coming from the cache (the stored object itself is shared and left alone)."""
@@ -199,7 +240,8 @@ class QuestionAnalysis:
             "verdict": dataclasses.asdict(self.verdict) if self.verdict is not None else None,
             "probe_problem": self.probe_problem, "detectors_problem": self.detectors_problem,
             "detector_verdicts": [dataclasses.asdict(v) for v in self.detector_verdicts],
-            "computed_at": self.computed_at, "origin": self.origin})
+            "computed_at": self.computed_at, "origin": self.origin, "max_new_tokens": self.max_new_tokens,
+            "cut_off": self.cut_off, "choices": self.choices})
 
     @classmethod
     def load(cls, path: str | Path) -> "QuestionAnalysis":
@@ -211,13 +253,47 @@ class QuestionAnalysis:
                    probe_problem=fields.get("probe_problem"),
                    detector_verdicts=[DetectorVerdict(**v) for v in fields.get("detector_verdicts") or []],
                    detectors_problem=fields.get("detectors_problem"), computed_at=fields["computed_at"],
-                   origin=fields.get("origin"))
+                   origin=fields.get("origin"), max_new_tokens=fields.get("max_new_tokens"),
+                   cut_off=bool(fields.get("cut_off")), choices=fields.get("choices"))
 
     @property
     def disagreement(self) -> str | None:
-        """One sentence when the probe and the other detectors do not all say the same, else None."""
-        votes = [("the GRADE probe", self.verdict.answerable)] if self.verdict is not None else []
-        return disagreement(votes + [(v.title, v.answerable) for v in self.detector_verdicts])
+        """One sentence when the probe and the other detectors do not all say the same, else None (verdicts
+        withheld, :meth:`withheld`, do not vote)."""
+        votes = [("the GRADE probe", self.verdict.answerable)] if self.verdict is not None and self.probe_withheld is None else []
+        return disagreement(votes + [(v.title, v.answerable) for v in self.detector_verdicts if self.withheld(v) is None])
+
+    @property
+    def probe_withheld(self) -> str | None:
+        """Why the probe's verdict is not presented as meaningful (:func:`grade.verdict.verdict.withheld`), else None."""
+        if self.verdict is None:
+            return None
+        return withheld(reads_answer=self.verdict.loss == "pos", cut_off=self.cut_off, max_new_tokens=self.max_new_tokens,
+                        in_range=self.verdict.in_range)
+
+    def withheld(self, detector: DetectorVerdict) -> str | None:
+        """Why a detector's verdict is not presented as meaningful on this answer, else None."""
+        return withheld(reads_answer=detector_reads_answer(detector.name), cut_off=self.cut_off,
+                        max_new_tokens=self.max_new_tokens)
+
+    def correct(self, gold: str | None) -> bool | None:
+        """Whether the answer is right by the task's own grader against ``gold`` (one accepted answer; for
+        multiple choice its letter), None without a gold answer (:func:`grade_answer`)."""
+        return grade_answer(self.result.task, self.answer, gold, self.choices)
+
+
+def grade_answer(task: str, answer: str, gold: str | None, choices: list[str] | None = None) -> bool | None:
+    """``answer`` marked right or wrong against ``gold`` by ``task``'s grader, the labels' lenient reading
+    (:mod:`grade.tasks.grading`: short answer = the gold words in the reply; multiple choice = the letter;
+    GSM8K = the final number; MATH = the boxed answer). ``gold`` may hold several accepted answers separated
+    by "|". None when no gold answer is given."""
+    spec = grade.tasks.registry.task_spec(task)
+    accepted = [g.strip() for g in (gold or "").split("|") if g.strip()]
+    if not accepted or spec is None or spec.checker is None:
+        return None
+    if spec.choices:
+        accepted = [g.upper().strip("().") for g in accepted]
+    return bool(spec.is_correct(answer, accepted, choices, lenient=True))
 
 
 def check_inputs(question: str, context: str | None, limits: Limits = LOCAL_LIMITS) -> tuple[str, str | None]:
@@ -256,6 +332,7 @@ def analyze_question(
     model_label: str = "",
     limits: Limits = LOCAL_LIMITS,
     detectors: list | None = None,
+    choices: list[str] | None = None,
 ) -> QuestionAnalysis:
     """Features (with spectra and hidden states), the greedy answer, the probe's verdict and the verdicts
     of ``detectors`` (:mod:`grade.verdict.detectors`, loaded for this model) for one question.
@@ -263,10 +340,20 @@ def analyze_question(
     The feature loss follows the probe (``pre`` if none). Under ``pre`` the answer is generated
     separately, only to show it; under ``pos`` it is the response the features are computed on. Either
     way it is the answer the labels judge: the task's length (unless ``max_new_tokens``) and stop rule.
+    ``choices``: a multiple-choice question's options (task ``mmlu``: lettered A-D in the prompt, as MMLU's
+    labelled questions were asked). The result says whether the answer was cut off by its length.
     """
     say = progress or (lambda line: None)
     question, context = check_inputs(question, context, limits)
+    if grade.tasks.registry.REGISTRY.get(task) is not None and grade.tasks.registry.REGISTRY[task].choices:
+        if not choices:
+            raise InputError("A multiple-choice question needs its options: one per line in the choices box.")
+    elif choices:
+        raise InputError(f"Only a multiple-choice question takes options (this one is {task!r}).")
     max_new_tokens = check_answer_tokens(max_new_tokens or answer_format(task).max_new_tokens, limits)
+    # the labelled questions' own prompt (grade.tasks.question_sets.Question.prompt): options lettered after it
+    prompt = (grade.tasks.prompts.format_prompt(lm.tokenizer, question, task=task, context=context, choices=choices)
+              if choices else None)
     loss = probe_loss(probe_info)
     srank = str((probe_info.metadata.get("srank") if probe_info else None) or "paper")
     seconds: dict[str, float] = {}
@@ -275,8 +362,11 @@ def analyze_question(
         say("Generating the answer and computing GRADE features (pos loss) ...")
         t = time.perf_counter()
         result = grade.analyze(lm, question, context=context, task=task, loss="pos", generate=True, srank=srank,
-                               keep_hidden=True, max_new_tokens=max_new_tokens, memory_mb=limits.analysis_memory_mb)
+                               keep_hidden=True, max_new_tokens=max_new_tokens, memory_mb=limits.analysis_memory_mb,
+                               prompt=prompt)
         answer = result.response or ""
+        # generation stops at the length only when no stop rule ended it first: every token was used
+        cut_off = len(result.input_ids) - (result.response_start or 0) >= max_new_tokens
         seconds["analysis_s"] = time.perf_counter() - t
     else:
         say("Computing GRADE features (entropy after the prompt) ...")
@@ -285,13 +375,14 @@ def analyze_question(
         # cache instead of reading the prompt again: on a CPU a pass over a short prompt costs about as much
         # as the whole answer (bench/home_speed.py).
         result = grade.analyze(lm, question, context=context, task=task, loss="pre", srank=srank, keep_hidden=True,
-                               keep_prompt_pass=True, memory_mb=limits.analysis_memory_mb)
+                               keep_prompt_pass=True, memory_mb=limits.analysis_memory_mb, prompt=prompt)
         seconds["analysis_s"] = time.perf_counter() - t
         say("Generating the model's answer ...")
         t = time.perf_counter()
         shown = greedy_answer(lm, result.prompt, task=task, max_new_tokens=max_new_tokens,
                               prompt_pass=result.prompt_pass)
         answer = shown.text
+        cut_off = shown.finish == "length"
         seconds["generation_s"] = time.perf_counter() - t
     verdict, problem = None, None
     if probe is not None and probe_info is not None:
@@ -321,7 +412,8 @@ def analyze_question(
         seconds["detectors_s"] = time.perf_counter() - t
     result.prompt_pass = None  # the cache is for this analysis' own passes, not for the analysis cache to keep
     return QuestionAnalysis(result=result, answer=answer, verdict=verdict, model_label=model_label, seconds=seconds,
-                            probe_problem=problem, detector_verdicts=others)
+                            probe_problem=problem, detector_verdicts=others, max_new_tokens=max_new_tokens,
+                            cut_off=cut_off, choices=list(choices) if choices else None)
 
 
 def probe_verdict(probe, probe_info: ProbeInfo, lm: grade.LoadedModel, result: grade.GradeResult) -> Verdict:

@@ -30,10 +30,10 @@ def _home_request(lm, question, context, task, *, tokens=None, probe_path=None, 
     from studio.analysis_cache import home_request
     from studio.resources import DETECTORS_DIR, default_probe, list_probes
     from studio.served import LOCAL_LIMITS
-    from studio.workflows import HOME_ANSWER_TOKENS
+    from studio.workflows import home_answer_tokens
 
     probe_path = probe_path or default_probe(lm.name, list_probes(), task=task).path
-    return home_request(lm, question, context, task, tokens or HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
+    return home_request(lm, question, context, task, tokens or home_answer_tokens(task), LOCAL_LIMITS.answer_tokens,
                         probe_path, detectors if detectors is not None else detectors_for(lm.name, DETECTORS_DIR))
 
 

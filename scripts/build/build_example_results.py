@@ -69,7 +69,7 @@ def build_home(lm, say, missing: bool = False) -> tuple[list[Path], set[str]]:
     from studio.resources import (DETECTORS_DIR, REFERENCE_FEATURES, ModelSpec, default_probe, list_probes,
                                   load_detectors, load_probe, reference_set)
     from studio.served import LOCAL_LIMITS
-    from studio.workflows import HOME_ANSWER_TOKENS, analyze_question, home_examples
+    from studio.workflows import analyze_question, home_answer_tokens, home_examples
 
     detectors, detectors_problem = load_detectors(lm.name, DETECTORS_DIR)
     probes, written, generators = list_probes(), [], set()
@@ -83,7 +83,7 @@ def build_home(lm, say, missing: bool = False) -> tuple[list[Path], set[str]]:
                 if info is None:
                     say(f"  skipped (no probe for {task}): {name}")
                     continue
-                request = home_request(lm, question, context, task, HOME_ANSWER_TOKENS, LOCAL_LIMITS.answer_tokens,
+                request = home_request(lm, question, context, task, home_answer_tokens(task), LOCAL_LIMITS.answer_tokens,
                                        info.path, detectors_for(lm.name, DETECTORS_DIR))
                 path = shipped_path(request)
                 generators.add(request["generator"])
@@ -92,7 +92,7 @@ def build_home(lm, say, missing: bool = False) -> tuple[list[Path], set[str]]:
                     continue
                 start = time.perf_counter()
                 analysis = analyze_question(lm, question, context=context, task=task, probe=load_probe(info.path),
-                                            probe_info=info, max_new_tokens=HOME_ANSWER_TOKENS, model_label=label,
+                                            probe_info=info, max_new_tokens=home_answer_tokens(task), model_label=label,
                                             limits=LOCAL_LIMITS, detectors=detectors)
                 analysis.detectors_problem = detectors_problem  # as Home sets it
                 analysis.origin = origin(request)
