@@ -10,6 +10,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from grade.common.display import dataset_title
 from studio import figures, session
 from studio.analysis_cache import embedding_request, find_embedding
 from studio.projections import embed
@@ -63,7 +64,8 @@ else:
                 "the layer the reference set stores.")
 stored = reference.hidden_layers.index(layer)  # position of that layer in reference.hidden
 datasets = sorted(set(reference.datasets))
-chosen = c3.multiselect("Datasets", datasets, default=datasets, key="pj_datasets", **session.KEEP)
+chosen = c3.multiselect("Datasets", datasets, default=datasets, key="pj_datasets", **session.KEEP,
+                        format_func=dataset_title)
 mask = np.isin(reference.datasets, chosen)
 if mask.sum() < 10:
     st.info("Pick datasets with at least 10 labelled questions.")

@@ -12,7 +12,7 @@ import streamlit as st
 from grade.models.cancel import Cancelled
 from grade.common.errors import GradeError, InputError
 from grade.tasks.tasks import answer_format
-from studio import figures, localization, session, tokens, waiting, workflows
+from studio import figures, localization, page_state, session, tokens, waiting, workflows
 from studio.analysis_cache import shipped_trace
 from studio.memory import prompt_tokens
 from studio.resources import load_questions, trace_examples
@@ -83,6 +83,15 @@ for key in TRACES:
     pending = st.session_state.pop(f"rt_pending_{key}", None)
     if pending is not None:
         st.session_state[f"rt_text_{key}"] = pending
+
+# What each trace's results were made from (its problem and text): a result whose inputs changed is dropped here,
+# the one place that knows it, so that no panel below shows a verdict or an analysis of another text. The gold
+# answer is not among them: what depends on it (correct / wrong, the verifier's verdict) is decided again from it
+# on every run.
+_inputs = {k: (str(st.session_state.get("rt_question") or "").strip(), str(st.session_state.get(f"rt_text_{k}") or "").strip())
+           for k in TRACES}
+page_state.keep_current("rt_verdicts", _inputs, lambda v: (v["question"], v["response"]))
+page_state.keep_current("rt_traces", _inputs, lambda t: (t.question.strip(), t.response.strip()))
 
 if "rt_question" not in st.session_state and problems:
     st.session_state["rt_choice"] = next(iter(dev or problems))
@@ -256,10 +265,20 @@ def _verify(keys: list[str], texts: dict[str, str], question: str | None = None)
         with st.spinner(f"The step verifier reads trace {key} ..."):
             try:
                 verdicts[key] = {"question": question.strip(), "response": texts[key].strip(), "reader": reader.name,
-                                 "result": verify_trace(reader, question, texts[key])}
+                                 "result": verify_trace(reader, question, texts[key],
+                                                        final_correct=_outcome(key, texts[key]))}
             except GradeError as exc:  # too long for the reader, ...: shown, and the analysis goes on
                 session.show_error(exc, f"Trace {key}: step verifier")
     st.session_state["rt_verdicts"] = verdicts
+
+
+def _outcome(key: str, text: str) -> bool | None:
+    """What the verifier is told of trace ``key``'s final answer: right or wrong by the gold answer typed, nothing
+    without one or where the generation was cut off (:func:`studio.localization.known_outcome`, the Traces page's
+    rule)."""
+    cut = st.session_state.get(f"rt_cut_{key}")
+    cut_off = bool(cut and cut[0] == text.strip())
+    return localization.known_outcome(localization.trace_outcome(text, _gold()), cut_off)
 
 
 def _show_verdicts(keys: list[str]) -> None:
@@ -271,21 +290,22 @@ def _show_verdicts(keys: list[str]) -> None:
     st.subheader("Step verifier: where does the trace first go wrong, if anywhere?")
     for key, column in zip(keys, st.columns(len(keys), gap="medium")):
         v, result = verdicts[key], verdicts[key]["result"]
+        outcome = _outcome(key, v["response"])  # the gold answer as it is now
+        suspect, threshold = localization.verifier_verdict(v["reader"], result.step_probability, outcome)
         with column, st.container(border=True, key=f"rt_verdict_{key}"):
             st.markdown(f"**Trace {key}.** "
-                        + localization.verdict_line(result.suspect_step, result.step_probability, result.threshold))
-            if result.suspect_step is not None:
-                st.markdown(f"> {session.plain(result.step_texts[result.suspect_step - 1].strip()[:200])}")
-            st.caption(localization.reader_line(v["reader"], lm.name) + f" {result.seconds:.1f} s.")
-            text = str(st.session_state.get(f"rt_text_{key}") or "").strip()
-            if text != v["response"] or str(st.session_state.get("rt_question", "")).strip() != v["question"]:
-                st.caption("The text was edited after this verdict; press **Analyze traces** to update.")
+                        + localization.verdict_line(suspect, result.step_probability, threshold, outcome))
+            if suspect is not None:
+                st.markdown(f"> {session.plain(result.step_texts[suspect - 1].strip()[:200])}")
+            st.caption(localization.outcome_line(outcome) + " " + localization.reader_line(v["reader"], lm.name)
+                       + f" {result.seconds:.1f} s.")
             with st.expander("Probability per step"):
                 st.dataframe(localization.probability_table(result.step_texts, result.step_probability),
                              hide_index=True, key=f"rt_vprob_{key}",
                              column_config={"P(first wrong)": st.column_config.NumberColumn(format="%.3f"),
                                             "text": st.column_config.TextColumn(width="large")})
-    st.caption(localization.verifier_accuracy_line(verdicts[keys[0]]["reader"])
+    known = any(_outcome(k, verdicts[k]["response"]) is not None for k in keys)
+    st.caption(localization.verifier_accuracy_line(verdicts[keys[0]]["reader"], final_known=known)
                + " The GRADE step analysis below is the slower second view.")
 
 
@@ -303,9 +323,8 @@ if st.button("Analyze traces", key="rt_analyze", type="primary", disabled=not fi
     current = {k: str(st.session_state.get(f"rt_text_{k}") or "") for k in filled}
     before = st.session_state.get("rt_traces") or {}
     question = str(st.session_state.get("rt_question", ""))
-    # a trace whose text and problem did not change keeps its analysis
-    changed = [k for k in filled if k not in before or before[k].response != current[k].strip()
-               or before[k].question.strip() != question.strip()]
+    # a trace whose text and problem did not change keeps its analysis (page_state dropped the others above)
+    changed = [k for k in filled if k not in before]
     if changed:
         _verify(changed, current, question)
         _submit_or_refuse("analyze", changed, current)
@@ -330,19 +349,29 @@ if not traces:
 shown = [traces[k] for k in TRACES if k in traces]
 n_layers = shown[0].result.n_layers
 SHOCK, SURPRISAL = "epistemic shock (heatmap)", "token surprisal (heatmap)"
-colour_by = st.radio("Colour tokens by", [SHOCK, SURPRISAL], horizontal=True, key="rt_colour", **session.KEEP,
+_verdicts = st.session_state.get("rt_verdicts") or {}
+_verified = all(t.title[-1] in _verdicts for t in shown)
+colour_by = st.radio("Colour tokens by", ([localization.VERIFIER_VIEW] if _verified else []) + [SHOCK, SURPRISAL],
+                     horizontal=True, key="rt_colour", **session.KEEP,
                      help="Each choice has its own colour scale, shared by the traces shown")
 layer = None
-if colour_by == SHOCK:
+if colour_by == localization.VERIFIER_VIEW:
+    scored = [tokens.TokenScores(t.display_tokens, *t.surprisal_tokens()) for t in shown]
+elif colour_by == SHOCK:
     layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(n_layers)), key="rt_layer",
                                     **session.KEEP, help="Each layer is scaled by its largest score over both traces before averaging")
     layer = None if layer_choice == "mean over layers" else int(layer_choice)
     scored = [tokens.TokenScores(t.display_tokens, *t.scored_tokens()) for t in shown]
 else:
     scored = [tokens.TokenScores(t.display_tokens, *t.surprisal_tokens()) for t in shown]
-values = tokens.shared_scale(scored, layer)
-st.html(tokens.colorbar_html(f"{colour_by.split(' (')[0]} (shared scale)"))
-st.caption(localization.accuracy_line(lm.name, colour_by))
+if colour_by == localization.VERIFIER_VIEW:  # probabilities: one scale already, never rescaled
+    values = [tokens.step_probability_values(sc, _verdicts[t.title[-1]]["result"].step_probability)
+              for t, sc in zip(shown, scored)]
+    st.html(tokens.colorbar_html("the step verifier's probability that the step is the first wrong one (0 to 1)"))
+else:
+    values = tokens.shared_scale(scored, layer)
+    st.html(tokens.colorbar_html(f"{colour_by.split(' (')[0]} (shared scale)"))
+    st.caption(localization.accuracy_line(lm.name, colour_by))
 
 all_ratios = np.concatenate([t.step_ratios for t in shown if len(t.step_ratios)]) if shown else np.zeros((1, 1))
 zmin, zmax = float(np.nanmin(all_ratios)), float(np.nanmax(all_ratios))
@@ -350,7 +379,8 @@ zmin, zmax = float(np.nanmin(all_ratios)), float(np.nanmax(all_ratios))
 columns = st.columns(len(shown), gap="medium")
 for trace, score, value, column in zip(shown, scored, values, columns):
     with column, st.container(border=True, key=f"trace_{trace.title[-1]}"):
-        badge = {True: ":green-badge[correct]", False: ":red-badge[wrong]", None: ":gray-badge[not checked]"}[trace.correct]
+        correct = localization.trace_outcome(trace.response, _gold())  # by the gold answer as it is now
+        badge = {True: ":green-badge[correct]", False: ":red-badge[wrong]", None: ":gray-badge[not checked]"}[correct]
         cut = st.session_state.get(f"rt_cut_{trace.title[-1]}")
         cut = cut[1] if cut and cut[0] == trace.response.strip() else None
         if cut:
@@ -358,7 +388,7 @@ for trace, score, value, column in zip(shown, scored, values, columns):
         st.markdown(f"#### {trace.title} {badge}")
         if cut:
             st.warning(f"Generation stopped at the {cut}-token limit before the model finished its answer"
-                       + (", so \"wrong\" may only mean unfinished" if trace.correct is False else "")
+                       + (", so \"wrong\" may only mean unfinished" if correct is False else "")
                        + ". Raise *Max. generated tokens* and generate again.", icon=":material/content_cut:")
         m1, m2, m3 = st.columns(3)
         m1.metric("GRADE_pos", f"{trace.grade_pos:.3f}", help="Mean rank ratio over steps and layers")
@@ -367,11 +397,12 @@ for trace, score, value, column in zip(shown, scored, values, columns):
         if trace.origin is not None:  # a shipped result (studio.analysis_cache): say so, and how to recompute it
             st.caption(f"Precomputed, shipped with the app (computed on {trace.origin.get('computed_on')}); edit a step "
                        "and re-run below to compute it here.")
-        raw = np.nanmean(score.scores, axis=0) if layer is None else score.scores[layer]
+        raw = value if colour_by == localization.VERIFIER_VIEW else \
+            np.nanmean(score.scores, axis=0) if layer is None else score.scores[layer]
         signals = trace.localization()[0]
         ranked = localization.ranked_table(trace.step_texts, signals)
         suspect = int(ranked["step"].iloc[0])
-        st.html(tokens.token_html(score, value, raw=raw, label="shock" if colour_by == SHOCK else "surprisal",
+        st.html(tokens.token_html(score, value, raw=raw, label={SHOCK: "shock", SURPRISAL: "surprisal"}.get(colour_by, "P(first wrong step)"),
                                   flagged={k - 1 for k, v in enumerate(signals.values["check"], 1) if v > 0},
                                   suspect=suspect - 1))
         flagged = int((ranked["check"] != "").sum())
@@ -382,8 +413,6 @@ for trace, score, value, column in zip(shown, scored, values, columns):
         with st.expander(f"Steps ranked by suspicion ({flagged} flagged by the check)"):
             st.dataframe(ranked, hide_index=True, key=f"rt_ranked_{trace.title[-1]}",
                          column_config={"text": st.column_config.TextColumn(width="large")})
-        if str(st.session_state.get(f"rt_text_{trace.title[-1]}") or "").strip() != trace.response:
-            st.caption("The text above was edited after this analysis; press **Analyze traces** to update.")
 
 if len(shown) > 1 or len(shown[0].result.steps) > 1:
     session.show_figure(figures.step_grade_figure([(t.title, t.step_ratios.mean(axis=1)) for t in shown]),

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from grade.common.display import kind_title
 from grade.common.errors import GradeError, InputError
 from grade.steps.locate import DEFAULT_LOCATOR, LOCATORS, signals_of_row
 from grade.traces import ERROR_KINDS, TraceStore, aggregate, cut_off_line, read_traces
-from studio import figures, localization, session, tokens
+from studio import figures, localization, page_state, session, tokens
 from studio import traces as tr
 
 session.require_router()  # a direct URL on a fresh server goes through app.py too
@@ -202,7 +203,7 @@ def _range(label: str, column: str, key: str, integer: bool = False):
 with st.container(border=True, key="tr_filters"):
     c1, c2, c3 = st.columns([2, 2, 1])
     correctness = c1.multiselect("Correctness", list(tr.CORRECTNESS), default=list(tr.CORRECTNESS), key="tr_correct")
-    sort = c2.selectbox("Sort by", list(tr.SORT_KEYS), key="tr_sort")
+    sort = c2.selectbox("Sort by", tr.sort_options(frame), key="tr_sort")
     descending = c3.toggle("Descending", value=True, key="tr_desc")
     c1, c2, c3 = st.columns(3)
     with c1:
@@ -217,22 +218,18 @@ table = tr.triage_table(frame, correctness=correctness, grade_range=grade_range,
 st.caption(f"{len(table)} of {len(frame)} traces. Select a row (or pick a trace below) to open it.")
 columns = {c: st.column_config.Column(help=h) for c, h in tr.COLUMN_HELP.items()}
 columns.update({c: st.column_config.NumberColumn(format="%.4f", help=tr.COLUMN_HELP[c]) for c in ("GRADE_pos", "peak shock")})
+columns["verifier P"] = st.column_config.NumberColumn(format="%.2f", help=tr.COLUMN_HELP["verifier P"])
 # medium, not large: with a large question column the triage table ran 36 px past the 978 px main column of the
 # browser test (tests/test_browser_pictures.py) and scrolled sideways; the whole question shows once a trace is opened
 columns["question"] = st.column_config.TextColumn(width="medium", help=tr.COLUMN_HELP["question"])
-event = st.dataframe(table, key="tr_table", hide_index=True, width="stretch", on_select="rerun",
-                     selection_mode="single-row", column_config=columns,
-                     column_order=[c for c in tr.FIRST_COLUMNS if c in table.columns])
+rows = list(table["trace"])
+page_state.synced_selection("tr_table", rows, "tr_open")  # the ticked row is the trace opened below
+st.dataframe(table, key="tr_table", hide_index=True, width="stretch", on_select="rerun",
+             selection_mode="single-row", column_config=columns,
+             column_order=[c for c in tr.FIRST_COLUMNS if c in table.columns])
 with st.expander("More columns: check flags, the peak step and token, length, error kind"):
     st.dataframe(table, key="tr_table_more", hide_index=True, width="stretch", column_config=columns,
                  column_order=tr.more_columns(table))
-rows = list(table["trace"])
-selected = getattr(getattr(event, "selection", None), "rows", None) or []
-if selected and selected[0] < len(rows) and st.session_state.get("tr_selected_row") != rows[selected[0]]:
-    st.session_state["tr_selected_row"] = rows[selected[0]]
-    st.session_state["tr_open"] = rows[selected[0]]
-if st.session_state.get("tr_open") not in rows:
-    st.session_state.pop("tr_open", None)
 
 downloads = st.container(horizontal=True)
 downloads.download_button("Annotations (CSV)", lambda: store.export_annotations("csv"), file_name="annotations.csv",
@@ -293,13 +290,13 @@ with st.container(border=True, key="tr_trace"):
     st.markdown(f"**Question.** {session.plain(str(row['question']))}")
     reader = row["verifier_reader"] if "verifier_reader" in row else None
     # what the verifier knew of the final answer (grade.traces.analysis.verify_item): nothing where the reply was cut
-    final_known = None if tr.is_cut_off(row["cut_off"]) else row["correct"]
+    final_known = localization.known_outcome(row["correct"], row["cut_off"])
     if not pd.isna(reader):  # the verifier ran on this trace (stores of format 3): its verdict first
         st.markdown("**Step verifier.** " + localization.verdict_line(
             row["verifier_suspect_step"], row["step_verifier_probability"], float(row["verifier_threshold"]),
             final_known))
         st.caption(localization.reader_line(str(reader), model_name) + " "
-                   + localization.verifier_accuracy_line(str(reader), final_known=not pd.isna(final_known)))
+                   + localization.verifier_accuracy_line(str(reader), final_known=final_known is not None))
     signals = signals_of_row(row, token_rows)
     ranked = localization.ranked_table(list(row["step_texts"]), signals)
     suspect = int(ranked["step"].iloc[0])
@@ -315,22 +312,33 @@ with st.container(border=True, key="tr_trace"):
     st.caption(localization.accuracy_line(model_name, "suspect step") + " "
                + localization.accuracy_line(model_name, "peak step (step rank ratio)"))
     SHOCK, SURPRISAL = "epistemic shock (heatmap)", "token surprisal (heatmap)"
-    colour_by = st.radio("Colour tokens by", [SHOCK, SURPRISAL], horizontal=True, key="tr_colour",
+    verified = not pd.isna(reader) and "step_verifier_probability" in row
+    views = ([localization.VERIFIER_VIEW] if verified else []) + [SHOCK, SURPRISAL]
+    colour_by = st.radio("Colour tokens by", views, horizontal=True, key="tr_colour",
                          help="Each choice has its own colour scale")
     layer = None
-    if colour_by == SHOCK:
+    if colour_by == localization.VERIFIER_VIEW:
+        pass
+    elif colour_by == SHOCK:
         layer_choice = st.select_slider("Token colours from", ["mean over layers"] + list(range(int(row["n_layers"]))),
                                         key="tr_layer")
         layer = None if layer_choice == "mean over layers" else int(layer_choice)
     else:
         trace_tokens = tr.token_scores(token_rows, int(row["n_layers"]), surprisal=True)
-    values = tokens.shared_scale([trace_tokens], layer)[0]
-    st.html(tokens.colorbar_html(f"{colour_by.split(' (')[0]} (this trace)"))
-    raw = np.nanmean(trace_tokens.scores, axis=0) if layer is None else trace_tokens.scores[layer]
-    st.html(tokens.token_html(trace_tokens, values, raw=raw, label="shock" if colour_by == SHOCK else "surprisal",
+    if colour_by == localization.VERIFIER_VIEW:
+        values = tokens.step_probability_values(trace_tokens, row["step_verifier_probability"])
+        raw, label = values, "P(first wrong step)"
+        st.html(tokens.colorbar_html("the step verifier's probability that the step is the first wrong one (0 to 1)"))
+    else:
+        values = tokens.shared_scale([trace_tokens], layer)[0]
+        st.html(tokens.colorbar_html(f"{colour_by.split(' (')[0]} (this trace)"))
+        raw = np.nanmean(trace_tokens.scores, axis=0) if layer is None else trace_tokens.scores[layer]
+        label = "shock" if colour_by == SHOCK else "surprisal"
+    st.html(tokens.token_html(trace_tokens, values, raw=raw, label=label,
                               flagged={k - 1 for k, v in enumerate(signals.values["check"], 1) if v > 0},
                               suspect=suspect - 1))
-    st.caption(localization.accuracy_line(model_name, colour_by))
+    if colour_by != localization.VERIFIER_VIEW:
+        st.caption(localization.accuracy_line(model_name, colour_by))
     if colour_by == SHOCK:
         st.caption(f"Highest-shock token: {row['peak_token']!r} ({row['peak_token_class']}) in step {int(row['peak_token_step'])}.")
     with st.expander(f"Steps ranked by suspicion ({int((ranked['check'] != '').sum())} flagged by the check)"):
@@ -355,9 +363,8 @@ notes = store.annotations().get(chosen, {})
 known = {"error_step": None if pd.isna(row["error_step"]) else int(row["error_step"]),
          "kind": row["error_kind"] if isinstance(row["error_kind"], str) else None}
 marked = notes or known
-if not notes and known["error_step"] is not None:
-    st.caption(f"Known error step, given with the trace: **step {known['error_step']}**"
-               + (f" ({known['kind']})" if known["kind"] else "") + ". Save to keep your own mark instead.")
+if line := tr.mark_line(notes, known):  # one line: the saved mark where there is one, else the given one
+    (st.success if notes else st.caption)(line)
 steps = list(row["step_texts"])
 options = [None] + list(range(1, len(steps) + 1))
 # Keys per trace: a half-filled form never carries over to the next trace opened.
@@ -368,7 +375,7 @@ with st.form(f"tr_form_{suffix}", border=True):
                  key=step_key, format_func=lambda k: "no error step" if k is None else f"step {k}: {steps[k - 1][:80]}")
     st.selectbox("Kind of error", [None, *ERROR_KINDS], key=kind_key,
                  index=([None, *ERROR_KINDS].index(marked.get("kind")) if marked.get("kind") in ERROR_KINDS else 0),
-                 format_func=lambda k: "(not set)" if k is None else k)
+                 format_func=lambda k: "(not set)" if k is None else kind_title(k))
     st.text_input("Note", value=notes.get("note", ""), key=note_key)
     saved = st.form_submit_button("Save annotation", type="primary")
 if saved:
@@ -380,9 +387,7 @@ if saved:
     except GradeError as exc:
         session.show_error(exc, "Annotation not saved")
 if st.session_state.get("tr_saved") == chosen and notes:
-    step = notes.get("error_step")
-    st.success(f"Saved: {'step ' + str(step) if step else 'no step'}, {notes.get('kind') or 'kind not set'} "
-               f"({notes.get('updated')}); stored in {store.annotations_path}")
+    st.caption(f"Stored in {session.shown_path(store.annotations_path)}.")
 
 
 def _edit_in_reasoning_trace() -> None:

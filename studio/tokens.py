@@ -48,6 +48,14 @@ def shared_scale(traces: Sequence[TokenScores], layer: int | None = None) -> lis
     return [np.nan_to_num(v / top) for v in values]
 
 
+def step_probability_values(trace: TokenScores, probability) -> np.ndarray:
+    """Each token's colour value under the step verifier's view: its step's probability of being the first wrong
+    step (already in [0, 1], so not rescaled: the same colour means the same probability on every trace); 0
+    where a token has no step or the verifier read fewer steps."""
+    p = [float(x) for x in (probability if probability is not None else [])]
+    return np.array([p[k] if 0 <= k < len(p) else 0.0 for k in trace.step_of_token[: len(trace.tokens)]], dtype=float)
+
+
 def _text_color(value: float) -> str:
     return "#ffffff" if value > 0.72 else "#111111"
 

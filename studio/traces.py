@@ -29,6 +29,7 @@ from .tokens import TokenScores
 
 #: Sort keys of the triage table: label -> column.
 SORT_KEYS = {
+    "verifier: highest step probability": "verifier_p",
     "GRADE_pos": "grade_pos",
     "peak shock (step rank ratio)": "peak_step_ratio",
     "steps": "n_steps",
@@ -47,6 +48,7 @@ COLUMN_HELP = {
     "cut off": "Stopped at the token limit before an answer: its 'wrong' may only mean unfinished",
     "verifier": "The step verifier's first wrong step, or 'no step stands out' (one forward pass of its reader; "
                 "blank: it did not run on this trace)",
+    "verifier P": "The step verifier's highest probability, over the trace's steps, that a step is the first wrong one",
     "suspect step": "Where the trace most plausibly goes wrong first (arithmetic check, else token surprisal)",
     "error step": "The known (given with the trace) or marked error step, 1-based",
     "GRADE_pos": "Mean rank ratio over steps and layers: higher is taken to mean wrong",
@@ -207,6 +209,20 @@ def start_job(lm, source: TraceSource, store: Path, *, srank: str = "paper") -> 
 # --------------------------------------------------------------------------------------------- table
 
 
+def verifier_peak(frame: pd.DataFrame) -> pd.Series:
+    """Per trace, the step verifier's highest probability that a step is the first wrong one (NaN where the
+    verifier did not run): the Traces page's default order, most suspect first."""
+    if "step_verifier_probability" not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return frame["step_verifier_probability"].map(
+        lambda p: float(np.max(p)) if p is not None and not (isinstance(p, float) and np.isnan(p)) and len(p) else np.nan)
+
+
+def sort_options(frame: pd.DataFrame) -> list[str]:
+    """The sort keys a store offers, the verifier's probability first where the verifier ran on its traces."""
+    return [k for k in SORT_KEYS if SORT_KEYS[k] != "verifier_p" or verifier_peak(frame).notna().any()]
+
+
 def correctness_label(value) -> str:
     return "unknown" if value is None or pd.isna(value) else ("correct" if bool(value) else "wrong")
 
@@ -245,13 +261,13 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
 
     Ranges are inclusive ``(low, high)``; ``None`` keeps everything.
     """
-    shown = frame.assign(correctness=[correctness_label(v) for v in frame["correct"]])
+    shown = frame.assign(correctness=[correctness_label(v) for v in frame["correct"]], verifier_p=verifier_peak(frame))
     keep = shown["correctness"].isin(list(correctness))
     for column, bounds in (("grade_pos", grade_range), ("peak_step_ratio", peak_range), ("n_steps", steps_range)):
         if bounds is not None:
             keep &= shown[column].between(bounds[0], bounds[1])
     shown = shown[keep]
-    column = SORT_KEYS[sort]
+    column = SORT_KEYS[sort] if SORT_KEYS[sort] in shown and shown[SORT_KEYS[sort]].notna().any() else "grade_pos"
     shown = shown.sort_values([column, "trace_id"], ascending=[not descending, True], kind="stable")
     missing = pd.Series([None] * len(shown), index=shown.index, dtype="object")
     suspect = shown["suspect_step"] if "suspect_step" in shown else missing  # stores of format 1 have none
@@ -265,6 +281,7 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
     if "verifier_reader" in shown and shown["verifier_reader"].notna().any():
         columns["verifier"] = [None if pd.isna(reader) else verdict_label(step)
                                for reader, step in zip(shown["verifier_reader"], shown["verifier_suspect_step"])]
+        columns["verifier P"] = shown["verifier_p"]
     return pd.DataFrame({
         **columns,
         "suspect step": suspect,
@@ -284,6 +301,25 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
 def more_columns(table: pd.DataFrame) -> list[str]:
     """The triage table's columns that are not among :data:`FIRST_COLUMNS`, after the trace id."""
     return ["trace", *(c for c in table.columns if c not in FIRST_COLUMNS)]
+
+
+def mark_line(saved: dict, given: dict) -> str:
+    """What the page says of a trace's error step: the analyst's saved mark where there is one (``saved``: the
+    store's annotation), else the step given with the trace (``given``: ``error_step``, ``kind``), else ""."""
+    from grade.common.display import kind_title
+
+    def what(mark: dict) -> str:
+        step = mark.get("error_step")
+        kind = mark.get("kind")
+        return (f"**step {int(step)}**" if step is not None and not pd.isna(step) else "**no error step**") + \
+            (f" ({kind_title(kind)})" if isinstance(kind, str) and kind else "")
+
+    if saved:
+        when = str(saved.get("updated") or "").replace("T", " ")
+        return f"Your mark, saved{' ' + when if when else ''}: {what(saved)}."
+    if given.get("error_step") is not None:
+        return f"Known error step, given with the trace: {what(given)}. Save to keep your own mark instead."
+    return ""
 
 
 def ranking_note(ranking: list[dict]) -> str | None:

@@ -70,7 +70,7 @@ def test_a_detector_that_ranks_better_answers_better_at_half_coverage_in_qwens_r
 def test_the_benchmarks_page_shows_qwens_selective_answering_without_loading_qwen(monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from grade.studies import BenchmarkResult, selective_summary
+    from grade.studies import BenchmarkResult
     from studio import session
     from studio.resources import ModelSpec
     from studio.summaries import small_sample_warning
@@ -83,27 +83,34 @@ def test_the_benchmarks_page_shows_qwens_selective_answering_without_loading_qwe
     assert not at.exception, [e.value for e in at.exception]
     tab = next(t for t in at.tabs if t.label == "Selective answering")
     expected = BenchmarkResult.load(ROOT / "results" / QWEN)
-    sentence = selective_summary(expected.selective)
-    assert sentence and f"**{QWEN}:** {sentence}" in [m.value for m in tab.markdown]
-    assert "on gsm8k the best is" in sentence and "answering everything" in sentence
-    explanation = next(e for e in tab.expander if e.label.startswith("What you are looking at"))
-    assert "coverage" in explanation.markdown[0].value and "chance" in explanation.markdown[0].value
     charts = tab.get("plotly_chart")
     assert len(charts) == 1
     import json
 
+    from studio.benchmark_text import selective_sentence
+
     figure = json.loads(charts[0].proto.spec)
     names = {trace.get("name") for trace in figure["data"]}
+    # the sentence is built from the chart's own curves: every method it names is drawn
+    sentence = selective_sentence(expected.selective, names)
+    assert sentence and sentence in [m.value for m in tab.markdown]
+    assert "on GSM8K" in sentence and "answering everything" in sentence and "Accuracy of the answered" in sentence
+    assert not any(f"{m} " in sentence for m in {r["method"] for r in expected.selective} - names
+                   if m not in {"GRADE_pre", "GRADE_pos"})
+    explanation = next(e for e in tab.expander if e.label.startswith("What you are looking at"))
+    assert "coverage" in explanation.markdown[0].value and "chance" in explanation.markdown[0].value
     assert {"GRADE_pre", "GRADE_pos", "P-Entropy", "SAPLMA", "oracle", "answer everything (chance)"} <= names
-    assert {a["text"] for a in figure["layout"]["annotations"]} >= {r["dataset"] for r in expected.selective}
+    from grade.common.display import dataset_title
+
+    assert {a["text"] for a in figure["layout"]["annotations"]} >= {dataset_title(r["dataset"]) for r in expected.selective}
     table = tab.dataframe[0].value
-    row = table[(table["dataset"] == "triviaqa") & (table["method"] == "GRADE_pre")].iloc[0]
+    row = table[(table["dataset"] == "TriviaQA") & (table["method"] == "GRADE_pre")].iloc[0]
     cell = next(r for r in expected.selective if r["dataset"] == "triviaqa" and r["method"] == "GRADE_pre")
-    assert row["Acc at 50% coverage [95% CI]"].startswith(f"{cell['acc_at_coverage']:.3f} [")
+    assert row["accuracy at 50% answered [95% interval]"].startswith(f"{cell['acc_at_coverage']:.3f} [")
     first = {}
     for r in expected.selective:
         first.setdefault(r["dataset"], (r["n"], r["positives"]))
-    wanted = small_sample_warning((d, n, pos) for d, (n, pos) in first.items())
+    wanted = small_sample_warning((dataset_title(d), n, pos) for d, (n, pos) in first.items())
     shown = [w.value for w in tab.warning]
     if wanted:  # a dataset scored on too few questions is flagged; with every one large enough, none is
         assert wanted in shown

@@ -22,6 +22,11 @@ DATASET_TITLES = {
     "math": "MATH",
     "mmlu": "MMLU",
     "facts": "world facts",
+    "facts_known": "world facts (known)",
+    "facts_unknown": "world facts (unknown)",
+    "math_steps": "math word problems",
+    "with_document": "questions with a document",
+    "reworded": "reworded questions",
     "arithmetic": "arithmetic",
     "all": "all datasets",
 }
