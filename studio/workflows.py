@@ -34,7 +34,7 @@ from grade.tasks.tasks import answer_format
 from grade.verdict.verdict import Verdict, detector_reads_answer, probe_verdict as verdict_of, withheld
 
 from .resources import ProbeInfo
-from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace
+from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace_text
 
 Progress = Callable[[str], None]
 
@@ -528,18 +528,12 @@ def analyze_trace(lm: grade.LoadedModel, question: str, response: str, *, title:
     spectrum per layer) and refused with a message above ``limits``. While it runs, ``progress`` gets one line
     per finished step group (steps done of all, seconds so far); past ``limits.trace_seconds`` it stops with
     one message naming how far it got (:func:`trace_progress`)."""
-    from grade.gradients.losses import steps_for_response
-
     question, _ = check_inputs(question, None, limits)
     from grade.common.visible import is_blank
 
     if is_blank(response):
         raise InputError(f"{title}: the reasoning trace is empty; generate one or paste one.")
-    text = response.strip()
-    if len(text) > limits.trace_chars:  # before tokenising a text that may be huge
-        check_trace(len(text), 0, 0, limits)
-    ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
-    check_trace(len(text), len(ids), len(steps_for_response(lm.tokenizer, ids, 0, text)), limits)
+    check_trace_text(question, response, lm.tokenizer, limits)  # characters before tokens, then tokens and steps
     # No eigen-decompositions: stable ranks through their identities and token shock from C_g = ΔΔᵀ where C_h is
     # certified full rank, the exact route's values (bench/trace_page.py measures both routes side by side).
     from grade.common.progress import reporting
