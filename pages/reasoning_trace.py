@@ -300,10 +300,9 @@ def _show_verdicts(keys: list[str]) -> None:
             st.caption(localization.outcome_line(outcome) + " " + localization.reader_line(v["reader"], lm.name)
                        + f" {result.seconds:.1f} s.")
             with st.expander("Probability per step"):
-                st.dataframe(localization.probability_table(result.step_texts, result.step_probability),
-                             hide_index=True, key=f"rt_vprob_{key}",
-                             column_config={"P(first wrong)": st.column_config.NumberColumn(format="%.3f"),
-                                            "text": st.column_config.TextColumn(width="large")})
+                # a static table: its step texts wrap instead of being cut at the column's edge
+                st.table(localization.probability_table(result.step_texts, result.step_probability)
+                         .style.format({"P(first wrong)": "{:.3f}"}).hide(axis="index"))
     known = any(_outcome(k, verdicts[k]["response"]) is not None for k in keys)
     st.caption(localization.verifier_accuracy_line(verdicts[keys[0]]["reader"], final_known=known)
                + " The GRADE step analysis below is the slower second view.")
@@ -411,8 +410,7 @@ for trace, score, value, column in zip(shown, scored, values, columns):
                        "  \n:gray-badge[no check finding] ranked by token surprisal"))
         st.caption(localization.accuracy_line(lm.name, "suspect step"))
         with st.expander(f"Steps ranked by suspicion ({flagged} flagged by the check)"):
-            st.dataframe(ranked, hide_index=True, key=f"rt_ranked_{trace.title[-1]}",
-                         column_config={"text": st.column_config.TextColumn(width="large")})
+            st.table(localization.ranked_style(ranked))  # static: the step texts wrap, never cut
 
 if len(shown) > 1 or len(shown[0].result.steps) > 1:
     session.show_figure(figures.step_grade_figure([(t.title, t.step_ratios.mean(axis=1)) for t in shown]),

@@ -342,8 +342,7 @@ with st.container(border=True, key="tr_trace"):
     if colour_by == SHOCK:
         st.caption(f"Highest-shock token: {row['peak_token']!r} ({row['peak_token_class']}) in step {int(row['peak_token_step'])}.")
     with st.expander(f"Steps ranked by suspicion ({int((ranked['check'] != '').sum())} flagged by the check)"):
-        st.dataframe(ranked, hide_index=True, key="tr_ranked",
-                     column_config={"text": st.column_config.TextColumn(width="large")})
+        st.table(localization.ranked_style(ranked))  # static: the step texts wrap, never cut
 
 left, right = st.columns(2, gap="medium")
 with left:

@@ -96,6 +96,12 @@ def ranked_table(step_texts, signals: StepSignals) -> pd.DataFrame:
     })
 
 
+def ranked_style(ranked: pd.DataFrame):
+    """:func:`ranked_table` as a page shows it in a static table (whose text wraps): three decimals, no index."""
+    numbers = [c for c in ("max surprisal", "step rank ratio", "max shock") if c in ranked]
+    return ranked.style.format({c: "{:.3f}" for c in numbers}).hide(axis="index")
+
+
 # ------------------------------------------------------------------------------------ the step verifier
 
 #: The token colouring by the step verifier's probability per step (a page's colour choice).
