@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from grade.common.display import kind_title
+from grade.common.display import column_title, kind_title, titled_columns
 from grade.common.errors import GradeError, InputError
 from grade.steps.locate import DEFAULT_LOCATOR, LOCATORS, signals_of_row
 from grade.traces import ERROR_KINDS, TraceStore, aggregate, cut_off_line, read_traces
@@ -250,12 +250,17 @@ with st.expander("Aggregates: where the shock peaks, and how well GRADE_pos find
                 "score, higher was taken to mean wrong before looking at data)")
     if note := tr.ranking_note(agg["ranking"]):
         st.warning(note, icon=":material/warning:")
-    st.dataframe(ranking, hide_index=True, key="tr_agg_ranking",
-                 column_config={k: st.column_config.NumberColumn(format="%.3f") for k in ("auroc", "lo", "hi")})
+    st.dataframe(ranking.rename(columns=titled_columns(ranking.columns) | {"n": "traces", "wrong": "wrong traces"}),
+                 hide_index=True, key="tr_agg_ranking",
+                 column_config={column_title(k): st.column_config.NumberColumn(format="%.3f") for k in ("auroc", "lo", "hi")})
     st.markdown("**Where the step shock peaks** (relative position: 0 = first step, 1 = last)")
-    st.dataframe(pd.DataFrame(agg["peak_position"]), hide_index=True, key="tr_agg_position")
+    position = pd.DataFrame(agg["peak_position"])
+    st.dataframe(position.rename(columns=titled_columns(position.columns) | {"n": "traces"}), hide_index=True,
+                 key="tr_agg_position")
     st.markdown("**Token class of the highest-shock token**, beside each class's share of all tokens")
-    st.dataframe(pd.DataFrame(agg["peak_token_class"]), hide_index=True, key="tr_agg_class")
+    classes = pd.DataFrame(agg["peak_token_class"])
+    st.dataframe(classes.rename(columns=titled_columns(classes.columns) | {"n": "tokens"}), hide_index=True,
+                 key="tr_agg_class")
     notes = agg["annotations"]
     if notes.get("with_step") and "suspect_step_is_error_step" in notes:
         st.markdown(f"**Suspect step.** It is the marked (or known) error step in "

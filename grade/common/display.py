@@ -37,7 +37,7 @@ COLUMN_TITLES = {
     "method": "method",
     "variant": "variant",
     "loss": "loss",
-    "n": "questions",
+    "n": "n",
     "positives": "answerable",
     "answerable": "answerable",
     "unanswerable": "unanswerable",
@@ -45,8 +45,8 @@ COLUMN_TITLES = {
     "auroc": "AUROC",
     "auroc_lo": "AUROC 95% interval, low",
     "auroc_hi": "AUROC 95% interval, high",
-    "lo": "95% interval, low",
-    "hi": "95% interval, high",
+    "lo": "95% interval: low",
+    "hi": "95% interval: high",
     "acc_lo": "accuracy 95% interval, low",
     "acc_hi": "accuracy 95% interval, high",
     "auroc_rel_change": "AUROC change (relative)",
@@ -75,6 +75,12 @@ COLUMN_TITLES = {
     "median": "median",
     "position": "relative position",
     "traces": "traces",
+    "group": "group",
+    "mean_relative": "mean relative position",
+    "last_step": "share in the last step",
+    "first_third": "first third",
+    "middle_third": "middle third",
+    "last_third": "last third",
 }
 
 #: Loss identifiers -> words.
