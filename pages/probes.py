@@ -11,7 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from grade.common.errors import GradeError, InputError
-from grade.verdict.probe import INPUT_COLUMNS, INPUTS
+from grade.verdict.detectors.routing import kind_of_dataset
+from grade.verdict.measured import MIN_PER_CLASS, dataset_title, shipped_probe_quality
+from grade.verdict.probe import INPUT_COLUMNS, INPUTS, SHIPPED_PROBES_DIR
 from studio import figures, session, waiting
 from studio import served as served_mode
 from studio import uploads as uploads_mod
@@ -60,18 +62,60 @@ def _error(exc: BaseException, what: str = "") -> None:
         session.show_error(exc, what)
 
 
+def _shipped(info) -> bool:
+    """A probe shipped with the package: its quality is what the cards cite, not its own training run's test split."""
+    return Path(info.path).resolve().parent == Path(SHIPPED_PROBES_DIR).resolve()
+
+
+def _quality_rows(model: str, loss: str) -> pd.DataFrame:
+    """The shipped probe's cited numbers (:func:`grade.verdict.measured.shipped_probe_quality`), one row per kind
+    of question: the same numbers, from the same file, as Home's verdict card and the Benchmarks page."""
+    rows = []
+    for m in shipped_probe_quality(model, loss):
+        cited = m.enough and m.auroc is not None
+        rows.append({
+            "questions like": getattr(kind_of_dataset(m.datasets[0]), "title", ""),
+            "datasets": dataset_title(m.dataset),
+            "answerable / unanswerable": f"{m.answerable} / {m.unanswerable}",
+            "AUROC [95% interval]": (f"{m.auroc:.2f} [{m.auroc_lo:.2f}, {m.auroc_hi:.2f}]" if cited and
+                                     m.auroc_lo is not None else (f"{m.auroc:.2f}" if cited else "–")),
+            "accuracy (always the larger class)": (f"{m.acc:.0%} ({m.accuracy_chance:.0%})"
+                                                   if cited and m.acc is not None else "–"),
+            "what it says": (m.adds_nothing or "better than guessing") if cited else m.too_few,
+            "measured": m.protocol_sentence,
+        })
+    return pd.DataFrame(rows)
+
+
+def _show_quality(model: str, loss: str, key: str) -> bool:
+    """The shipped probe's cited numbers as a table; False where its model has none."""
+    table = _quality_rows(model, loss)
+    if table.empty:
+        return False
+    st.markdown(f"**What the verdict cards cite for the shipped GRADE_{_shown(loss)} probe** (each question scored by "
+                f"the probe Home picks for its task; a number needs {MIN_PER_CLASS} questions of each class):")
+    st.dataframe(table, hide_index=True, width="stretch", key=key)
+    return True
+
+
 lm = session.current_model()
 with st.container(border=True, key="active_probe"):
     try:
         probe, info, problem = session.active_probe(lm)
         if probe is not None and info is not None:
-            auroc = f"{info.auroc:.3f}" if info.auroc is not None else "not recorded"
             chosen = "chosen by you" if st.session_state.get(session.PROBE_PATH) else "default for this model"
-            st.markdown(f"**Active probe:** {_shown(info.name)} ({chosen}) · model {_shown(info.model)} · "
-                        f"loss {_shown(info.loss)} · {_shown(info.kind)} · test AUROC **{auroc}**")
-            small = small_sample_warning([(info.name, info.test_metrics.get("n"), info.test_metrics.get("positives"))])
-            if small and info.auroc is not None:
-                st.warning(_shown(small), icon=":material/warning:")
+            if _shipped(info):
+                st.markdown(f"**Active probe:** {_shown(info.name)} ({chosen}) · model {_shown(info.model)} · "
+                            f"loss {_shown(info.loss)} · {_shown(info.kind)}")
+                if not _show_quality(info.model, info.loss, "active_quality"):
+                    st.info("No measured numbers ship for this model: its verdict cards cite none.")
+            else:
+                auroc = f"{info.auroc:.3f}" if info.auroc is not None else "not recorded"
+                st.markdown(f"**Active probe:** {_shown(info.name)} ({chosen}) · model {_shown(info.model)} · "
+                            f"loss {_shown(info.loss)} · {_shown(info.kind)} · its own test split: test AUROC **{auroc}**")
+                small = small_sample_warning([(info.name, info.test_metrics.get("n"), info.test_metrics.get("positives"))])
+                if small and info.auroc is not None:
+                    st.warning(_shown(small), icon=":material/warning:")
             if lm is not None:
                 try:
                     probe.check_compatible(lm)
@@ -98,11 +142,13 @@ def _use(path: Path) -> None:
 
 
 def _probe_table(probes) -> pd.DataFrame:
+    """Every probe; a shipped one's own training-run test numbers are left out (its cited numbers are below)."""
     return pd.DataFrame([{
         "name": p.name, "model": p.model, "loss": p.loss, "kind": p.kind,
         "layers": p.metadata.get("n_layers"),
-        "test accuracy": p.accuracy, "test AUROC": p.auroc,
-        "test rows": p.test_metrics.get("n"),
+        "numbers": "held out before training (below)" if _shipped(p) else "its own test split",
+        "test accuracy": None if _shipped(p) else p.accuracy, "test AUROC": None if _shipped(p) else p.auroc,
+        "test rows": None if _shipped(p) else p.test_metrics.get("n"),
         "train (answerable / unanswerable)": "{answerable} / {unanswerable}".format(**p.metadata["train_balance"])
         if isinstance(p.metadata.get("train_balance"), dict) else None,
         "file": session.shown_path(p.path),
@@ -189,7 +235,9 @@ with shipped_tab:
         picked = next(p for p in probes if str(p.path) == pick)
         if st.button("Use this probe", key="use_probe", type="primary"):
             _use(picked.path)
-        curve = _roc_from_metrics(picked.name, picked.test_metrics)
+        curve = None if _shipped(picked) else _roc_from_metrics(picked.name, picked.test_metrics)
+        if _shipped(picked):
+            _show_quality(picked.model, picked.loss, "picked_quality")
         if curve is not None:
             left, right = st.columns([3, 2], gap="large")
             with left:

@@ -6,7 +6,9 @@ model), offline, from the benchmark's caches only (``data/benchmark/<model>/{fea
 
 1. the benchmark's tables are assembled exactly as ``python -m grade benchmark`` assembles them
    (:func:`grade.studies.benchmark.build_tables`: the same labelled files, per-class caps and seeded 60/20/20
-   train / validation / test split per dataset);
+   train / validation / test split per dataset); for a model with a held-out split drawn before training
+   (``results/<model>/heldout_split.csv``, ``scripts/build/score_shipped_probes.py --draw-split``), every
+   labelled question instead, the split's questions as the test rows and the rest 75/25 train / validation;
 2. every detector of :data:`grade.verdict.detectors.DETECTORS` is fitted on the train rows of all datasets
    together, selects what it selects on their validation rows, and is scored on each dataset's test
    rows, which it never saw (AUROC with a 95% stratified-bootstrap interval, :mod:`grade.common.metrics`);
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from grade.verdict.detectors.baselines import cache_path
 from grade.studies.benchmark import build_tables, feature_store
+from grade.studies.shipped_probes import SPLIT_FILE, every_question_tables, read_split, split_for_heldout
 from grade.commands.cli import build_parser
 from grade.commands.benchmark import config_from_args, repository_runs
 from grade.verdict.detectors import DETECTORS, SHIPPED_DETECTORS_DIR, Detector, detector_file, fit_detector
@@ -64,9 +67,17 @@ def sources(config, built) -> list[dict]:
 
 def build(model: str, out_dir: Path) -> list[Detector]:
     name, extra = model, RUNS[model][1]
+    split = ROOT / "results" / model / SPLIT_FILE
+    if split.is_file():  # every labelled question, the held-out split drawn before training as the test rows
+        extra = [a for a in extra if a != "--crossfit"] + ["--max-per-class", "1000000"]
     args = build_parser().parse_args(["benchmark", "--model", RUNS[name][0], *extra, "--offline", "--variants", "none"])
     config = config_from_args(args)
-    built = build_tables(config, None, lambda line: log(f"  {line}"))
+    if split.is_file():
+        built = every_question_tables(model, ROOT)
+        built.tables = split_for_heldout(built.tables, read_split(split))
+        log(f"  every labelled question; the {len(read_split(split))} of {split.relative_to(ROOT)} are the test rows")
+    else:
+        built = build_tables(config, None, lambda line: log(f"  {line}"))
     if not built.tables:
         raise SystemExit(f"error: no benchmark table for {model}; restore the caches first "
                          "(scripts/build/restore_benchmark_caches.sh)")

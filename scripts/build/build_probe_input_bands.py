@@ -2,7 +2,9 @@
 
 A probe that reads log srank(C_h), log srank(C_g) and the loss (Qwen2.5-Coder's) gets its bands from the
 feature stores it was trained on (``data/probe_features/<model>/<loss>/*.parquet``; restore them with
-``scripts/build/restore_benchmark_caches.sh``), restricted to the datasets its metadata lists and to its class counts per dataset. A probe that reads
+``scripts/build/restore_benchmark_caches.sh``), without the questions held out before training
+(``results/<model>/heldout_split.csv``), restricted to the datasets its metadata lists and to its class counts per
+dataset. A probe that reads
 rank ratios gets them from the shipped reference set (``grade/assets/reference_features.parquet``), the
 labelled rows the Home page already draws its rank-ratio bands from.
 
@@ -20,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from grade.batch.features import load_features
+from grade.studies.shipped_probes import BENCHMARK_NAMES, SPLIT_FILE, read_split
 from grade.verdict.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES, probe_inputs
 from grade.verdict.probe_reading import SHIPPED_BANDS_DIR, InputBands
 from grade.verdict.training_sets import dedupe
@@ -36,13 +39,20 @@ def rows_of(meta: dict, features_root: Path) -> tuple[pd.DataFrame, str]:
         ref = ref[(ref["model"] == model) & (ref["loss"] == loss)].reset_index(drop=True)
         return ref, f"the shipped reference set ({model}, {loss}): {len(ref)} labelled questions"
     folder = features_root / "data" / "probe_features" / model / loss
+    split = ROOT / "results" / model / SPLIT_FILE
+    held = read_split(split) if split.is_file() else set()
     stores = [folder / f"{name}.parquet" for name in datasets]
     stores += [folder / f"{name}_context.parquet" for name in datasets
                if (folder / f"{name}_context.parquet").exists()]
     missing = [str(p) for p in stores if not p.exists()]
     if missing:
         raise SystemExit(f"error: missing feature stores {', '.join(missing)}; run scripts/build/restore_benchmark_caches.sh")
-    df = dedupe(pd.concat([load_features(p, hidden=False) for p in stores], ignore_index=True))
+    frames = []
+    for p in stores:  # the questions held out before training (results/<model>/heldout_split.csv) it never saw
+        frame = load_features(p, hidden=False)
+        name = BENCHMARK_NAMES.get(p.stem.removesuffix(".parquet"), p.stem)
+        frames.append(frame[[(name, str(i)) not in held for i in frame["id"]]])
+    df = dedupe(pd.concat(frames, ignore_index=True))
     df = df[df["dataset"].isin(datasets)]
     # The probe's data capped some sets (at most 150 unanswerable questions per labelled file, 1000 a class):
     # keep as many of each (dataset, class) as its metadata counts, so the bands describe what it learned from.

@@ -12,7 +12,9 @@ For each (model, loss) in :data:`CONFIGS`:
    *other* datasets and scored on that one, which it never saw;
 3. the shipped MLP probe is trained on all datasets (seeded 70/15/15 split, stratified by dataset and
    label) and scored on its test split, per dataset; a logistic-regression probe on the same split
-   is the comparison;
+   is the comparison. Where ``results/<model>/heldout_split.csv`` exists (drawn before training by
+   ``scripts/build/score_shipped_probes.py --draw-split``), its questions are left out of all of this: the
+   cards cite the probe on them (``grade.studies.shipped_probes``);
 4. ``grade/assets/probes/<model>-<loss>.{safetensors,json}`` are written, then ``grade/assets/probes/README.md``
    and ``grade/assets/reference_features.parquet`` (a few hundred rows per (model, loss): rank ratios,
    labels, dataset, with/without document, and one middle layer's hidden state).
@@ -27,6 +29,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -34,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from grade.common.io import find_jsonl
+from grade.studies.shipped_probes import SPLIT_FILE, labels_without_heldout, read_split
 from grade.verdict.probe import SHIPPED_PROBES_DIR, SHIPPED_REFERENCE_FEATURES
 from grade.verdict.training_sets import MAX_PER_CLASS, MAX_UNANSWERABLE_PER_SET, current_rows, extract_all
 
@@ -335,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the leave-one-dataset-out runs (two trainings per dataset; slow on a busy CPU)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1 is fastest on a shared CPU; raise it on an idle machine)")
+    parser.add_argument("--no-heldout", action="store_true",
+                        help=f"train on every labelled question, also those of results/<model>/{SPLIT_FILE}")
     args = parser.parse_args(argv)
+    heldout_labels = tempfile.TemporaryDirectory()
 
     import torch
 
@@ -357,9 +364,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_label and not args.skip_extract and model not in labelled:
             label_probe_sets(model, args.threads)
             labelled.add(model)
+        # the questions held out to measure the shipped probes (drawn before training) stay out of training
+        labels_dirs = args.labels_dir
+        split = ROOT / "results" / model / SPLIT_FILE
+        if split.is_file() and not args.no_heldout:
+            labels_dirs = labels_without_heldout(model, args.labels_dir, split, Path(heldout_labels.name))
+            log(f"  {len(read_split(split))} questions of {split.relative_to(ROOT)} left out")
         # the per-set cap on unanswerable rows keeps one large set from swamping a mixture; a probe for one
         # kind of question keeps every row up to the reference's cap per class
-        stores = extract_all(model, loss, args.labels_dir, args.features_dir, compute=not args.skip_extract,
+        stores = extract_all(model, loss, labels_dirs, args.features_dir, compute=not args.skip_extract,
                              max_unanswerable=MAX_PER_CLASS if kind else MAX_UNANSWERABLE_PER_SET)
         if not stores:
             log(f"  no labelled data for {model} in {', '.join(str(d / model) for d in args.labels_dir)}: {name} not built")

@@ -1,143 +1,97 @@
-"""Score the shipped probes and detectors of a model as shipped, on the labelled questions each never saw
-(:mod:`grade.studies.shipped_probes`), and write ``results/<model>/shipped_probes.csv`` and
-``shipped_detectors.csv``, which ``scripts/build/run_benchmark.py`` folds into the numbers the verdict and detector
-cards cite (``grade/assets/measured``). The detectors' training rows are the train and validation rows of the
-capped benchmark run they were built from (``scripts/build/build_detectors.py``), checked against their recorded balances.
+"""The held-out split the shipped probes and detectors of a model are measured on, drawn before they are trained,
+and their scores on it (:mod:`grade.studies.shipped_probes`).
 
-    python scripts/build/score_shipped_probes.py --labels-at a27493d^     # Qwen2.5-Coder-1.5B-Instruct
+    python scripts/build/score_shipped_probes.py --draw-split     # once, before build_probes / build_detectors
+    python scripts/build/build_probes.py --only ...               # both leave the split's questions out
+    python scripts/build/build_detectors.py --models ...
+    python scripts/build/score_shipped_probes.py                  # results/<model>/heldout_scores.csv.xz
+    python scripts/build/run_benchmark.py --readme-only           # folds them into grade/assets/measured
 
-``--labels-at``: the commit whose label files the probes were built from (later relabelling, e.g. MMLU's, changes
-which rows the training table held); the rebuilt split is checked against the probe's recorded class balances.
-Needs the feature stores the probes trained on (data/probe_features, ``scripts/build/restore_benchmark_caches.sh``) and
-the benchmark's stores of every labelled question (data/benchmark/<model>/crossfit_features). CPU, a minute.
+``--draw-split`` writes ``results/<model>/heldout_split.csv`` (dataset, id, label of every held-out question;
+seeded, per dataset and class, :func:`~grade.studies.shipped_probes.draw_heldout`) from the stores of every
+labelled question (``data/benchmark/<model>/crossfit_features``, restored by
+``scripts/build/restore_benchmark_caches.sh``). Scoring needs those stores and the benchmark's baseline caches
+(the detectors' statistics). CPU, a minute; no model is loaded.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-COLUMNS = ("dataset", "method", "probe", "n", "positives", "acc", "acc_lo", "acc_hi", "auroc", "auroc_lo", "auroc_hi",
-           "protocol", "labels_at")
+LOSSES = ("pre", "pos")
+
+
+def stores(model: str, data_root: Path) -> dict:
+    """{(loss, benchmark dataset name): feature table} of every labelled question."""
+    from grade.batch.features import load_features
+    from grade.studies.shipped_probes import BENCHMARK_NAMES
+
+    folder = data_root / "data" / "benchmark" / model / "crossfit_features"
+    found = {(loss, BENCHMARK_NAMES.get(p.stem, p.stem)): load_features(p, hidden=False)
+             for loss in LOSSES for p in sorted((folder / loss).glob("*.parquet"))}
+    if not found:
+        raise SystemExit(f"error: no feature stores in {folder}; run scripts/build/restore_benchmark_caches.sh first")
+    return found
+
+
+def draw(model: str, data_root: Path, out: Path) -> None:
+    import pandas as pd
+
+    from grade.studies.shipped_probes import draw_heldout
+
+    frames = stores(model, data_root)
+    keys = {loss: {(d, str(i)) for (l, d), f in frames.items() if l == loss for i in f["id"]} for loss in LOSSES}
+    rows = pd.concat([f[["id", "label"]].assign(dataset=d) for (loss, d), f in frames.items() if loss == "pre"],
+                     ignore_index=True)
+    rows = rows[rows["label"].isin([0, 1])]
+    rows["id"] = rows["id"].astype(str)
+    rows["scored"] = [all((d, i) in keys[loss] for loss in LOSSES) for d, i in zip(rows["dataset"], rows["id"])]
+    split = draw_heldout(rows)
+    held = split[split["heldout"]][["dataset", "id", "label"]].sort_values(["dataset", "id"])
+    held.to_csv(out, index=False)
+    counts = held.groupby("dataset")["label"].agg(["size", "sum"])
+    for dataset, row in counts.iterrows():
+        print(f"  {dataset}: {row['size']} held out ({row['sum']} answerable)")
+    print(out)
+
+
+def score(model: str, data_root: Path, split_path: Path, out: Path) -> None:
+    import pandas as pd
+
+    from grade.studies.shipped_probes import every_question_tables, heldout_detector_scores, heldout_probe_scores
+    from grade.verdict.detectors import Detector, detectors_for
+
+    heldout = pd.read_csv(split_path, dtype={"id": str})
+    rows = heldout_probe_scores(model, heldout, stores(model, data_root))
+    detectors = [Detector.load(p) for p in detectors_for(model)]
+    rows += heldout_detector_scores(detectors, every_question_tables(model, data_root).tables, heldout)
+    frame = pd.DataFrame(rows)
+    frame.to_csv(out, index=False, float_format="%.6g")
+    summary = frame.groupby(["method", "dataset"])["label"].agg(["size", "sum"])
+    print(summary.to_string())
+    print(out)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--labels-at", required=True, help="the commit whose label files the probes were built from")
     parser.add_argument("--data-root", type=Path, default=ROOT, help="where data/ holds the feature stores")
-    parser.add_argument("--out", type=Path, default=None, help="default results/<model>/shipped_probes.csv")
+    parser.add_argument("--draw-split", action="store_true", help="draw the held-out split (before training)")
+    parser.add_argument("--out-dir", type=Path, default=None, help="default results/<model>")
     args = parser.parse_args()
+    from grade.studies.shipped_probes import SCORES_FILE, SPLIT_FILE
 
-    from grade.batch.features import load_features
-    from grade.studies.shipped_probes import METHOD, score_unseen, seen_questions
-    from grade.verdict.probe import Probe, list_probes
-    from grade.verdict.training_sets import MAX_PER_CLASS, MAX_UNANSWERABLE_PER_SET
-    from grade.verdict.verdict import default_probe
-
-    sys.path.insert(0, str(ROOT / "scripts" / "build"))
-    from build_probes import KINDS, PROBE_LABELS_DIR
-
-    model = args.model
-    benchmark = args.data_root / "data" / "benchmark" / model / "crossfit_features"
-    rows_out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        (tmp / "labels").mkdir()
-        archive = subprocess.run(["git", "archive", args.labels_at, f"data/labels/{model}"], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-        shutil.move(str(tmp / "data" / "labels" / model), tmp / "labels" / model)
-        shutil.copytree(args.data_root / "data" / "probe_features" / model, tmp / "features" / model)  # extract_all refreshes it
-        probes = list_probes()
-        for loss in ("pre", "pos"):
-            seen_of: dict = {}
-            for store in sorted((benchmark / loss).glob("*.parquet")):
-                frame = load_features(store, hidden=False)
-                task = frame["task"].mode().iloc[0]
-                info = default_probe(model, probes, loss=loss, task=task)
-                if info is None or info.loss != loss:
-                    continue
-                if info.name not in seen_of:
-                    kind = info.metadata.get("kind_of_question")
-                    seen_of[info.name] = seen_questions(
-                        info, loss, [tmp / "labels", PROBE_LABELS_DIR], tmp / "features",
-                        max_unanswerable=MAX_PER_CLASS if kind else MAX_UNANSWERABLE_PER_SET,
-                        datasets=KINDS[kind] if kind else None)
-                    print(f"{info.name}: " + ("split found again" if seen_of[info.name] is not None else
-                                              "its split cannot be found again from these stores: not scored"))
-                seen = seen_of[info.name]
-                if seen is None:
-                    continue
-                probe = Probe.load(info.path)
-                for dataset, m in score_unseen(probe, seen, {store.stem: frame}).items():
-                    rows_out.append({"dataset": dataset, "method": METHOD.format(loss=loss), "probe": info.name,
-                                     **{k: m[k] for k in ("n", "positives", "acc", "acc_lo", "acc_hi", "auroc",
-                                                          "auroc_lo", "auroc_hi")},
-                                     "protocol": "unseen", "labels_at": args.labels_at})
-                    print(f"  {dataset}: AUROC {m['auroc']:.3f} [{m['auroc_lo']:.3f}, {m['auroc_hi']:.3f}] on {m['n']} "
-                          f"unseen questions ({m['positives']} answerable)")
-    out = args.out or ROOT / "results" / model / "shipped_probes.csv"
-    write(out, rows_out)
-    write(out.with_name("shipped_detectors.csv"), score_detectors(model, args.data_root))
+    out_dir = args.out_dir or ROOT / "results" / args.model
+    if args.draw_split:
+        draw(args.model, args.data_root, out_dir / SPLIT_FILE)
+    else:
+        score(args.model, args.data_root, ROOT / "results" / args.model / SPLIT_FILE, out_dir / SCORES_FILE)
     return 0
-
-
-def write(path: Path, rows: list[dict]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})
-    print(path)
-
-
-def score_detectors(model: str, data_root: Path) -> list[dict]:
-    """Every shipped detector of ``model`` on the labelled questions outside the capped run's train and
-    validation rows it was built from; the tables read from ``data_root``'s benchmark caches."""
-    from grade.commands.benchmark import DATA_FOLDERS, config_from_args, repository_runs
-    from grade.commands.cli import build_parser
-    from grade.studies.benchmark import build_tables
-    from grade.studies.shipped_probes import DETECTOR_METHOD, detector_seen, score_detector_unseen
-    from grade.verdict.detectors import Detector, detectors_for
-
-    extra = list(repository_runs()[f"{model}-capped"][1])
-    cap = extra.index("--max-per-class")
-    end = next(i for i in range(cap + 1, len(extra)) if extra[i].startswith("--"))
-    every = extra[:cap + 1] + ["1000000"] + extra[end:]  # the same run with every labelled question
-    # the label files are the checkout's (tracked); only the caches come from data_root
-    cache = ["--cache-dir", str(Path(data_root) / DATA_FOLDERS["benchmark"])]
-
-    def tables(run_args):
-        args = build_parser().parse_args(["benchmark", "--model", model, *run_args, *cache, "--offline",
-                                          "--variants", "none"])
-        return build_tables(config_from_args(args), None, lambda line: None).tables
-
-    capped, everything = tables(extra), tables(every)
-    rows = []
-    for path in detectors_for(model):
-        detector = Detector.load(path)
-        seen = detector_seen(detector, capped)
-        print(f"{detector.name}: " + ("training rows found again" if seen is not None else
-                                      "its training rows cannot be found again: not scored"))
-        if seen is None:
-            continue
-        method = DETECTOR_METHOD.format(form=detector.spec.measured_as)
-        for dataset, m in score_detector_unseen(detector, seen, everything).items():
-            rows.append({"dataset": dataset, "method": method, "probe": detector.name,
-                         **{k: m[k] for k in ("n", "positives", "acc", "acc_lo", "acc_hi", "auroc", "auroc_lo",
-                                              "auroc_hi")}, "protocol": "unseen", "labels_at": "HEAD"})
-            print(f"  {dataset}: AUROC {m['auroc']:.3f} [{m['auroc_lo']:.3f}, {m['auroc_hi']:.3f}] on {m['n']} "
-                  f"unseen questions ({m['positives']} answerable)")
-    return rows
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""A detector's answer on one question: which training dataset the question is like, so that its calibration and
-test AUROC apply (:func:`closest_kind`), each detector's verdict (:func:`verdicts`) and the sentence the app
+"""Which labelled datasets a question is like (:func:`closest_datasets`: the one rule every card on a screen asks,
+the probe's and each detector's), a detector's answer on one question: which of its training datasets applies
+(:func:`closest_kind`, inside that rule), each detector's verdict (:func:`verdicts`) and the sentence the app
 shows when verdicts differ (:func:`disagreement`). Detectors are read through their public methods only."""
 
 from __future__ import annotations
@@ -19,6 +20,88 @@ RELATED_TASKS: dict[str, tuple[str, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class QuestionKind:
+    """A kind of question and the labelled datasets whose numbers speak for it, pooled (benchmark names)."""
+
+    name: str
+    title: str  # how a card's reader would call such questions
+    tasks: tuple[str, ...]
+    with_document: bool | None  # None: either
+    datasets: tuple[str, ...]
+
+
+#: The one closest-dataset rule, first match wins. Short answers without a document pool every labelled set of
+#: such questions (one of them alone has too few answerable questions on a model that knows little), with a
+#: document HotpotQA with its paragraphs, and each other task its own benchmark. ``facts`` and ``arithmetic`` are
+#: this project's own labelled sets (the small models' benchmark).
+QUESTION_KINDS: tuple[QuestionKind, ...] = (
+    QuestionKind("short_document", "short answers with a document", ("qa", "qa_doc"), True, ("hotpotqa",)),
+    QuestionKind("short", "short answers, no document", ("qa",), False,
+                 ("triviaqa", "nq_open", "hotpotqa_closed", "facts")),
+    QuestionKind("multiple_choice", "multiple choice (A to D)", ("mmlu",), None, ("mmlu",)),
+    QuestionKind("word_problem", "grade-school word problems", ("gsm8k", "cot"), None, ("gsm8k", "arithmetic")),
+    QuestionKind("competition_math", "competition math", ("math",), None, ("math",)),
+)
+
+
+@dataclass(frozen=True)
+class QuestionsLike:
+    """What :func:`closest_datasets` says of one question: its kind and the datasets (among those measured) that
+    every card on the screen cites, pooled; ``datasets`` is empty when none of them was measured."""
+
+    task: str
+    has_context: bool
+    kind: QuestionKind | None
+    datasets: tuple[str, ...]
+    why: str = ""
+
+    @property
+    def key(self) -> str:
+        """The name a pooled row is stored under (``grade.verdict.measured``): the datasets joined by ``+``."""
+        return pooled_name(self.datasets)
+
+
+def pooled_name(datasets) -> str:
+    return "+".join(datasets)
+
+
+def question_kind(task: str, has_context: bool) -> QuestionKind | None:
+    """The kind of a question of ``task`` with or without a document (:data:`QUESTION_KINDS`), None where no
+    kind has its task."""
+    task = "qa" if task == "qa_doc" else task
+    for kind in QUESTION_KINDS:
+        if task in kind.tasks and kind.with_document in (None, bool(has_context)):
+            return kind
+    return None
+
+
+def kind_of_dataset(dataset: str) -> QuestionKind | None:
+    """The kind whose pool holds ``dataset`` (a benchmark name), None for a dataset no kind pools."""
+    return next((kind for kind in QUESTION_KINDS if dataset in kind.datasets), None)
+
+
+def closest_datasets(task: str, has_context: bool, available=None) -> QuestionsLike:
+    """The datasets whose numbers every card cites for a question of ``task`` (with or without a document): its
+    kind's pool (:data:`QUESTION_KINDS`) among ``available`` (the measured datasets; None: all of the pool); where
+    none of them was measured, the pool of the nearest kind (:data:`RELATED_TASKS`) that was, said in ``why``."""
+    task = "qa" if task == "qa_doc" else task
+    has = (lambda d: True) if available is None else set(available).__contains__
+    kind = question_kind(task, has_context)
+    if kind is not None and (found := tuple(d for d in kind.datasets if has(d))):
+        return QuestionsLike(task, bool(has_context), kind, found)
+    # the same task with the other document condition, then the related tasks
+    nearest = [(task, not has_context)] + [(t, doc) for t in RELATED_TASKS.get(task, ())
+                                           for doc in (has_context, not has_context)]
+    for related, doc in nearest:
+        other = question_kind(related, doc)
+        if other is not None and other != kind and (found := tuple(d for d in other.datasets if has(d))):
+            mine = kind.title if kind is not None else f"{task} questions"
+            return QuestionsLike(task, bool(has_context), other, found,
+                                 f"none of {mine} were measured; {other.title} are the nearest")
+    return QuestionsLike(task, bool(has_context), kind, (), "no labelled questions like this one were measured")
+
+
 def closest_kind(kinds: dict[str, dict], task: str, has_context: bool) -> tuple[str | None, str]:
     """(training dataset, why) closest to a question of ``task``, with or without a document.
 
@@ -32,6 +115,9 @@ def closest_kind(kinds: dict[str, dict], task: str, has_context: bool) -> tuple[
         raise ProbeError("the detector names no training dataset")
     task = "qa" if task == "qa_doc" else task
     related = RELATED_TASKS.get(task, ())
+    # the one closest-dataset rule first (the datasets the cards cite), then the tiers below among those
+    like = closest_datasets(task, has_context, kinds)
+    candidates = like.datasets if like.datasets and not like.why else tuple(kinds)
 
     def tier(meta: dict) -> int:
         same_doc = bool(meta.get("with_document")) == bool(has_context)
@@ -44,7 +130,7 @@ def closest_kind(kinds: dict[str, dict], task: str, has_context: bool) -> tuple[
     def size(name: str) -> int:
         return int(((kinds[name].get("test") or {}).get("n")) or 0)
 
-    best = min(kinds, key=lambda name: (tier(kinds[name]), -size(name), name))
+    best = min(candidates, key=lambda name: (tier(kinds[name]), -size(name), name))
     doc = "with a document" if has_context else "without a document"
     level = tier(kinds[best])
     if level == 4:
