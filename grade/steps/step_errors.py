@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..gradients.losses import split_steps
+from .kinds import canonical_kind
 from .step_checks import CONSTANTS, check_steps, known_numbers
 
 INJECTIONS = ("result changed", "question number copied wrong", "wrong operation", "dropped step")
@@ -305,6 +306,12 @@ def score_store(frame, tokens, *, probe_train_split: str = "train", n_boot: int 
         groups.setdefault(f"{source}: all", []).append((row, s, r, e))
         if source == "injected":
             groups.setdefault(f"injected: {row['error_kind']}", []).append((row, s, r, e))
+        try:  # every kind also under its id in the one vocabulary (grade.steps.kinds): injected, own or marked
+            kind = canonical_kind(row["error_kind"])
+        except ValueError:
+            kind = None
+        if kind is not None:
+            groups.setdefault(f"kind: {kind}", []).append((row, s, r, e))
     results: dict = {"groups": {}, "locators": {n: d for n, (d, _) in LOCATORS.items()}}
     for group, members in groups.items():
         table = {}
