@@ -97,32 +97,34 @@ def titled(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def readable_transfer(fig: go.Figure) -> go.Figure:
-    """The transfer heatmaps (one panel per detector, train on rows, test on columns) readable from afar: the
-    dataset names once, on the first panel's rows, so that they do not run into the panel beside; cell numbers
-    large; each panel wide enough for its names."""
+def readable_transfer(fig: go.Figure, columns: int = 2) -> go.Figure:
+    """The transfer heatmaps (one panel per detector, train on rows, test on columns) readable from afar: laid out
+    ``columns`` panels a row (side by side, seven datasets' cells of four panels ran into each other), the dataset
+    names once per row of panels, cell numbers large, a thin gap between cells."""
+    from plotly.subplots import make_subplots
+
     panels = [t for t in fig.data if t.type == "heatmap"]
     if not panels:
         return fig
-    n = len(panels)
+    names = [a.text for a in fig.layout.annotations or ()][: len(panels)]
+    columns = max(1, min(columns, len(panels)))
+    rows = -(-len(panels) // columns)
+    size = max(len(panels[0].x or ()), 1)
+    out = make_subplots(rows=rows, cols=columns, subplot_titles=names, horizontal_spacing=0.03,
+                        vertical_spacing=0.5 / rows if rows > 1 else 0.1)
     for i, trace in enumerate(panels):
-        trace.update(textfont=dict(size=15), xgap=1, ygap=1)
-        if i:
-            fig.update_yaxes(showticklabels=False, title_text=None, row=1, col=i + 1)
-    fig.update_xaxes(tickangle=-35, tickfont_size=13)
-    fig.update_yaxes(tickfont_size=13, row=1, col=1)
-    fig.update_layout(height=520, width=None, margin=dict(l=220, b=150, t=110), font=dict(size=14))
-    for note in fig.layout.annotations or ():
+        row, col = i // columns + 1, i % columns + 1
+        out.add_trace(go.Heatmap(trace).update(textfont=dict(size=14), xgap=2, ygap=2,
+                                               showscale=i == len(panels) - 1), row=row, col=col)
+        out.update_xaxes(tickangle=-35, tickfont_size=13, title_text="test on" if row == rows else None,
+                         row=row, col=col)
+        out.update_yaxes(tickfont_size=13, showticklabels=col == 1, title_text="train on" if col == 1 else None,
+                         row=row, col=col)
+    for note in out.layout.annotations or ():
         note.font.size = 16
-    if n > 1:
-        # subplots were laid out with 0.08 between panels: the names now stand only left of the first panel
-        gap, width = 0.04, (1 - 0.04 * (n - 1)) / n
-        for i in range(n):
-            axis = "xaxis" if i == 0 else f"xaxis{i + 1}"
-            fig.layout[axis].domain = [i * (width + gap), i * (width + gap) + width]
-        for note, i in zip(fig.layout.annotations or (), range(n)):
-            note.x = i * (width + gap) + width / 2
-    return fig
+    out.update_layout(title=fig.layout.title, template="plotly_white", font=dict(size=14),
+                      height=140 + rows * (60 + 46 * size), margin=dict(l=40, r=20, t=110, b=150))
+    return out
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 380, **extra) -> go.Figure:

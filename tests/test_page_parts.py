@@ -83,8 +83,8 @@ def test_the_transfer_heatmap_names_datasets_once_with_large_numbers():
     assert "TriviaQA" in heatmaps[0].y and "triviaqa" not in heatmaps[0].y
     assert all(t.textfont.size >= 14 for t in heatmaps)
     assert fig.layout.yaxis2.showticklabels is False  # the names stand left of the first panel only
-    domains = [fig.layout[f"xaxis{'' if i == 0 else i + 1}"].domain for i in range(len(heatmaps))]
-    assert all(a[1] < b[0] for a, b in zip(domains, domains[1:]))
+    assert fig.layout.xaxis.domain[1] < fig.layout.xaxis2.domain[0]  # two panels a row, apart
+    assert len(heatmaps) <= 2 or fig.layout.yaxis3.domain[1] < fig.layout.yaxis.domain[0]  # the next below
 
 
 def test_the_rank_ratio_overview_separates_questions_that_are_flat_in_raw_units():
