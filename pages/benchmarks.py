@@ -138,7 +138,7 @@ def _capped_main_table() -> None:
     if summary:
         st.markdown(f"**Where GRADE wins and loses ({choice}):** {summary}")
     _tabs_per_dataset(main, METHOD_ORDER, "capped_main")
-    _warn_small(result.main, lambda r: r["dataset"])
+    _warn_small(result.main, lambda r: dataset_title(r["dataset"]))
     st.caption("Judge gives a yes/no answer: accuracy only. Length_pre / Length_pos: the number of tokens alone "
                "(prompt; prompt + response), the confound every feature carries. Training-free scores use the accuracy-maximising threshold "
                "of the training + validation questions; probes use 0.5.")
