@@ -134,7 +134,7 @@ def test_the_annotation_line_shows_the_saved_mark_not_the_given_one():
     from studio.traces import mark_line
 
     given = {"error_step": 5, "kind": "misread"}
-    assert mark_line({}, given).startswith("Known error step, given with the trace: **step 5** (misread)")
+    assert mark_line({}, given).startswith("Known error step, given with the trace: **step 5** (misread question)")
     saved = {"error_step": 6, "kind": "arithmetic slip", "updated": "2026-11-28T20:00:00"}
     line = mark_line(saved, given)
     assert line.startswith("Your mark, saved 2026-11-28 20:00:00: **step 6**") and "step 5" not in line

@@ -8,7 +8,7 @@ in a table is turned into words by :func:`words` rather than shown raw.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from typing import Iterable
 
 #: Dataset identifiers (``grade.tasks.registry``, the results tables) -> their published names.
 DATASET_TITLES = {
@@ -112,16 +112,13 @@ def titled_columns(columns: Iterable[str]) -> dict[str, str]:
 
 
 def kind_title(kind) -> str:
-    """An error kind as a person reads it: the one vocabulary's own label where it knows the kind
-    (``grade.steps``), else the kind in words."""
+    """An error kind as a person reads it: the one vocabulary's label (:func:`grade.steps.kinds.kind_label`, which
+    also reads the older names), else the kind in words."""
     if kind is None:
         return ""
-    try:  # the step-error kinds' one vocabulary, where it names its own labels
-        from ..steps import kinds as vocabulary  # type: ignore[attr-defined]
+    try:
+        from ..steps.kinds import kind_label
 
-        labels: Mapping[str, str] = getattr(vocabulary, "LABELS", {})
-        if str(kind) in labels:
-            return labels[str(kind)]
-    except ImportError:
-        pass
-    return words(kind)
+        return kind_label(kind) or ""
+    except (ImportError, ValueError):  # a name outside the vocabulary: shown, in words
+        return words(kind)
