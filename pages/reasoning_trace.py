@@ -104,6 +104,9 @@ st.session_state.setdefault("rt_max_tokens", min(answer_format("gsm8k").max_new_
 _listed = problems.get(st.session_state.get("rt_choice"))
 if _listed is not None and _listed["question"].strip() != str(st.session_state.get("rt_question") or "").strip():
     st.session_state["rt_choice"] = OWN
+    # the listed problem's gold answer goes with it: kept, it would mark a trace of the typed problem wrong
+    if str(st.session_state.get("rt_gold") or "").strip() == ", ".join(_listed["answers"]).strip():
+        st.session_state["rt_gold"] = ""
 st.selectbox("Math problem (the model's own solved / failed ones, then the GSM8K dev set)", [OWN] + list(problems), key="rt_choice", **session.KEEP, on_change=_load_problem)
 q_col, g_col = st.columns([4, 1])
 q_col.text_area("Problem", key="rt_question", **session.KEEP, height=90)

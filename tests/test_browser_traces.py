@@ -91,15 +91,16 @@ def test_traces_page_opens_sorts_opens_a_trace_and_saves_an_annotation(app_url, 
 
     suffix = chosen.replace(":", "_")
     _choose(driver, f"tr_error_step_{suffix}", "step 2:")
-    _choose(driver, f"tr_error_kind_{suffix}", "arithmetic slip")
+    _choose(driver, f"tr_error_kind_{suffix}", "calculation slip")  # the kinds' labels (grade.steps.kinds)
     save = _wait(driver, lambda d: next((b for b in _css(d, "button") if b.text.strip() == "Save annotation"), None),
                  30, "Save annotation")
     save.click()
-    message = _wait(driver, lambda d: next((a.text for a in _css(d, '[data-testid="stAlert"]') if "Saved: step 2" in a.text),
-                                           None), 120, "the saved message")
-    assert "arithmetic slip" in message
+    message = _wait(driver, lambda d: next((a.text for a in _css(d, '[data-testid="stAlert"]')
+                                            if a.text.startswith("Your mark, saved") and "step 2" in a.text), None),
+                    120, "the saved mark")
+    assert "calculation slip" in message and "Known error step" not in driver.find_element("tag name", "body").text
     _settled(driver)
     _no_exception(driver)
     saved = json.loads(store.annotations_path.read_text())["annotations"][chosen]
-    assert (saved["error_step"], saved["kind"]) == (2, "arithmetic slip")
+    assert (saved["error_step"], saved["kind"]) == (2, "calculation")
     _save(driver, "traces")

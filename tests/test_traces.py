@@ -571,7 +571,12 @@ def test_page_opens_a_store_sorts_filters_opens_a_trace_and_saves_an_annotation(
     _no_exception(at)
     table = at.dataframe(key="tr_table").value
     assert len(table) == 6
-    assert table["GRADE_pos"].tolist() == sorted(frame["grade_pos"], reverse=True)  # default: GRADE_pos, descending
+    # default: the step verifier's highest step probability where it ran, else GRADE_pos; descending
+    from studio.traces import verifier_peak
+
+    peaks = verifier_peak(frame)
+    expected = sorted(peaks, reverse=True) if peaks.notna().any() else sorted(frame["grade_pos"], reverse=True)
+    assert (table["verifier P"] if peaks.notna().any() else table["GRADE_pos"]).tolist() == expected
 
     at.selectbox(key="tr_sort").set_value("steps").run()
     at.toggle(key="tr_desc").set_value(False).run()
@@ -599,7 +604,7 @@ def test_page_opens_a_store_sorts_filters_opens_a_trace_and_saves_an_annotation(
     at.text_input(key=f"tr_note_{suffix}").input("multiplies the wrong numbers")
     next(b for b in at.button if b.label == "Save annotation").click().run()
     _no_exception(at)
-    assert any("Saved: step 2, wrong operation" in s.value for s in at.success)
+    assert any(s.value.startswith("Your mark, saved") and "**step 2**" in s.value for s in at.success)
     assert store.annotations()[chosen]["error_step"] == 2
     assert store.annotations()[chosen]["note"] == "multiplies the wrong numbers"
     assert at.dataframe(key="tr_table").value.set_index("trace").loc[chosen, "error kind"] == "wrong operation"
