@@ -154,3 +154,36 @@ def test_the_triage_table_sorts_by_the_verifiers_probability():
     table = tr.triage_table(frame, sort=tr.sort_options(frame)[0])
     assert list(table["trace"]) == ["b", "c", "a"] and math.isclose(table["verifier P"].iloc[0], 0.9)
     assert not tr.sort_options(frame.drop(columns="step_verifier_probability"))[0].startswith("verifier")
+
+
+def _traces_page(monkeypatch, tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("GRADE_USER_DATA_DIR", str(tmp_path))  # the demo store's writable copy goes here
+    at = AppTest.from_file(str(ROOT / "pages" / "traces.py"), default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _ticked(at) -> str | None:
+    rows = at.session_state["_rows_tr_table"]
+    picked = at.session_state["tr_table"]["selection"]["rows"]
+    return rows[picked[0]] if picked else None
+
+
+def test_the_traces_tables_tick_is_the_open_trace(monkeypatch, tmp_path):
+    """The picker opens another trace: the tick moves to it; a row ticked in the table opens its trace."""
+    at = _traces_page(monkeypatch, tmp_path)
+    assert _ticked(at) == at.selectbox(key="tr_open").value
+    options = at.selectbox(key="tr_open").options
+    third = options[2].split(" · ")[0]
+    at.selectbox(key="tr_open").set_value(third).run()
+    assert _ticked(at) == third and at.selectbox(key="tr_open").value == third
+    rows = at.session_state["_rows_tr_table"]
+    at.session_state["tr_table"] = {"selection": {"rows": [rows.index(third) - 1 if rows.index(third) else 1],
+                                                  "columns": []}}  # as a click on another row leaves it
+    ticked = rows[rows.index(third) - 1 if rows.index(third) else 1]
+    at.run()
+    assert at.selectbox(key="tr_open").value == ticked and _ticked(at) == ticked
+    assert f"Trace {ticked}" in " ".join(m.value for m in at.markdown)
