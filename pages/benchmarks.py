@@ -279,8 +279,25 @@ def titled_columns(name: str) -> str:
     return column_title(name)
 
 
+def _shipped_probes() -> None:
+    """The shipped probes' quality: the numbers Home's verdict card and the Probes page cite, from the same file."""
+    tables = {loss: benchmark_text.shipped_probe_table(choice, loss) for loss in ("pre", "pos")}
+    if all(t.empty for t in tables.values()):
+        return
+    st.subheader("The shipped probes")
+    st.markdown("What Home's verdict card and the Probes page cite for the probes the app ships (each question scored "
+                f"by the probe Home picks for its task; a number needs {MIN_PER_CLASS} questions of each class). The "
+                "**GRADE_pre (shipped)** and **GRADE_pos (shipped)** rows above are the same form, fitted per dataset.")
+    for loss, table in tables.items():
+        if not table.empty:
+            st.markdown(f"**GRADE_{loss} probe**")
+            st.dataframe(table, hide_index=True, width="stretch", key=f"bench_shipped_{loss}",
+                         column_config={"what it says": st.column_config.TextColumn(width="large")})
+
+
 if CROSSFIT:  # opens on the cross-fitted tables
     _crossfit_tables()
+    _shipped_probes()
     _datasets_table()
 else:
     _datasets_table()

@@ -105,6 +105,31 @@ def split_notes(notes: Iterable[str]) -> tuple[list[str], list[str]]:
     return missing, other
 
 
+def shipped_probe_table(model: str, loss: str):
+    """The shipped GRADE_<loss> probe's quality as Home's verdict card and the Probes page cite it
+    (:func:`grade.verdict.measured.shipped_probe_quality`, the same file), one row per kind of question; an empty
+    frame where the model has none. (The Probes page builds the same rows; one of the two can import the other.)"""
+    import pandas as pd
+
+    from grade.verdict.detectors.routing import kind_of_dataset
+    from grade.verdict.measured import shipped_probe_quality
+
+    rows = []
+    for m in shipped_probe_quality(model, loss):
+        cited = m.enough and m.auroc is not None
+        rows.append({
+            "questions like": getattr(kind_of_dataset(m.datasets[0]), "title", ""),
+            "datasets": dataset_title(m.dataset),
+            "answerable / unanswerable": f"{m.answerable} / {m.unanswerable}",
+            "AUROC [95% interval]": (f"{m.auroc:.2f} [{m.auroc_lo:.2f}, {m.auroc_hi:.2f}]" if cited and
+                                     m.auroc_lo is not None else (f"{m.auroc:.2f}" if cited else "–")),
+            "accuracy (always the larger class)": (f"{m.acc:.0%} ({m.accuracy_chance:.0%})"
+                                                   if cited and m.acc is not None else "–"),
+            "what it says": (m.adds_nothing or "better than guessing") if cited else m.too_few,
+        })
+    return pd.DataFrame(rows)
+
+
 def titled_text(text: str) -> str:
     """A results file's note with its dataset identifiers (``nq_open``, ``hotpotqa_closed``) as their names."""
     import re
