@@ -275,13 +275,16 @@ def _verify(keys: list[str], texts: dict[str, str], question: str | None = None)
     st.session_state["rt_verdicts"] = verdicts
 
 
-def _outcome(key: str, text: str) -> bool | None:
-    """What the verifier is told of trace ``key``'s final answer: right or wrong by the gold answer typed, nothing
-    without one or where the generation was cut off (:func:`studio.localization.known_outcome`, the Traces page's
-    rule)."""
+def _known(key: str, text: str):
+    """What the verifier is told of trace ``key``'s final answer (:func:`studio.localization.outcome`, the rule of
+    the Traces page and of ``grade traces``): right or wrong by the gold answer typed, nothing without one or where
+    the generation was cut off."""
     cut = st.session_state.get(f"rt_cut_{key}")
-    cut_off = bool(cut and cut[0] == text.strip())
-    return localization.known_outcome(localization.trace_outcome(text, _gold()), cut_off)
+    return localization.outcome(cut_off=bool(cut and cut[0] == text.strip()), response=text, gold=_gold())
+
+
+def _outcome(key: str, text: str) -> bool | None:
+    return _known(key, text).final_correct
 
 
 def _show_verdicts(keys: list[str]) -> None:
@@ -293,14 +296,15 @@ def _show_verdicts(keys: list[str]) -> None:
     st.subheader("Step verifier: where does the trace first go wrong, if anywhere?")
     for key, column in zip(keys, st.columns(len(keys), gap="medium")):
         v, result = verdicts[key], verdicts[key]["result"]
-        outcome = _outcome(key, v["response"])  # the gold answer as it is now
+        known = _known(key, v["response"])  # the gold answer as it is now
+        outcome = known.final_correct
         suspect, threshold = localization.verifier_verdict(v["reader"], result.step_probability, outcome)
         with column, st.container(border=True, key=f"rt_verdict_{key}"):
             st.markdown(f"**Trace {key}.** "
                         + localization.verdict_line(suspect, result.step_probability, threshold, outcome))
             if suspect is not None:
                 st.markdown(f"> {session.plain(result.step_texts[suspect - 1].strip()[:200])}")
-            st.caption(localization.outcome_line(outcome) + " " + localization.reader_line(v["reader"], lm.name)
+            st.caption(localization.outcome_line(outcome, known.reason) + " " + localization.reader_line(v["reader"], lm.name)
                        + f" {result.seconds:.1f} s.")
             with st.expander("Probability per step"):
                 # a static table: its step texts wrap instead of being cut at the column's edge

@@ -114,23 +114,27 @@ def _missing(value) -> bool:
     return value is None or bool(pd.isna(value))
 
 
+def outcome(correct=None, cut_off=None, response: str | None = None, gold=None):
+    """What the step verifier is told of a trace's final answer, on every page: the library's one rule
+    (:func:`grade.steps.outcome.decide_outcome`, as ``grade traces`` applies it), given a store's ``correct`` and
+    ``cut_off`` (nulls and NaN read as not known) or a response and the gold answers a person typed."""
+    from grade.steps.outcome import decide_outcome
+
+    return decide_outcome(correct=None if _missing(correct) else bool(correct),
+                          response=response, answers=[str(g) for g in (gold or []) if str(g).strip()],
+                          cut_off=not _missing(cut_off) and bool(cut_off))
+
+
 def known_outcome(correct, cut_off=None):
-    """What the step verifier is told of a trace's final answer, on every page (one rule, as a run's triage does
-    in ``grade.traces.analysis.verify_item``): right or wrong where a gold answer or the run's grading says so,
-    nothing where there is no gold answer or the reply was cut off at its token limit before it finished."""
-    if _missing(correct) or (not _missing(cut_off) and bool(cut_off)):
-        return None
-    return bool(correct)
+    """A stored trace's final answer as the verifier is told it: right or wrong by the run's grading, nothing where
+    not graded or cut off at its token limit (:func:`outcome`)."""
+    return outcome(correct, cut_off).final_correct
 
 
 def trace_outcome(response: str, gold) -> bool | None:
-    """The final answer of ``response`` against the gold answers a person typed (none typed: None)."""
-    gold = [str(g).strip() for g in (gold or []) if str(g).strip()]
-    if not gold:
-        return None
-    from .workflows import check_numeric_answer
-
-    return check_numeric_answer(response, gold)
+    """The final answer of ``response`` against the gold answers a person typed (none typed: None), graded as the
+    verifier's outcome rule grades it (:func:`outcome`)."""
+    return outcome(response=response, gold=gold).final_correct
 
 
 def verifier_verdict(reader: str, probability, final_correct) -> tuple[int | None, float]:
@@ -146,18 +150,21 @@ def verifier_verdict(reader: str, probability, final_correct) -> tuple[int | Non
     verifier = shipped_verifier(_short(reader).lower())
     if verifier is None:
         return None, float("nan")
+    from grade.steps.outcome import Outcome
+
     p = np.asarray([float(x) for x in probability])
     suspect = verifier.suspect(p, final_correct=final_correct)
-    threshold = {None: verifier.threshold, True: verifier.threshold_right, False: 0.0}[final_correct]
-    return (None if suspect is None else int(suspect) + 1), float(threshold)
+    threshold = Outcome(final_correct, "unknown" if final_correct is None else "known", "").threshold(verifier)
+    return (None if suspect is None else int(suspect) + 1), float(0.0 if threshold is None else threshold)
 
 
-def outcome_line(final_correct) -> str:
-    """Which of the verifier's two rules a verdict used, in words."""
-    if final_correct is None:
-        return "No gold answer (or a cut-off reply): the verdict is the one for an unknown final answer."
-    return (f"The final answer is {'right' if final_correct else 'wrong'} by the gold answer: the verdict is the one "
-            "for a known final answer.")
+def outcome_line(final_correct, reason: str | None = None) -> str:
+    """Which of the verifier's two rules a verdict used, and why, in words."""
+    from grade.steps.outcome import PROTOCOLS
+
+    protocol = "unknown" if final_correct is None else "known"
+    why = f" ({reason})" if reason else ""
+    return f"Verdict under the protocol \"{PROTOCOLS[protocol]}\"{why}."
 
 
 def verdict_label(step) -> str:
