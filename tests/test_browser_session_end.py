@@ -109,3 +109,25 @@ def test_a_closed_tab_leaves_the_queue_and_the_others_go_on(served):
     finally:
         for driver in drivers:
             driver.quit()
+
+
+def test_a_refused_upload_is_let_go_at_once_and_nothing_stays_on_disk(served, tmp_path):
+    url, log = served
+    files = []
+    for k in range(3):  # a probe is two files: three are refused as they arrive
+        files.append(tmp_path / f"part-{k}.json")
+        files[-1].write_bytes(os.urandom(1_000_000))
+    driver = new_driver(tempfile.mkdtemp(prefix="grade-session-end-chromium-"))
+    try:
+        driver.get(f"{url}/probes")
+        _until(driver, lambda d: next((t for t in _css(d, '[role="tab"]') if "Load a probe file" in t.text), None),
+               SLOW, "the Load tab").click()
+        box = _until(driver, lambda d: next(iter(_css(d, ".st-key-probe_upload input[type=file]")), None), 60,
+                     "the probe uploader")
+        box.send_keys("\n".join(str(f) for f in files))
+        _until(driver, lambda d: "3 files were uploaded" in d.execute_script("return document.body.innerText"), 120,
+               "the refusal")
+        # released while the tab is still open, not when its session ends
+        assert re.search(r"released 3 refused upload\(s\), 3\.0 MB", _logged(log, r"released \d+ refused upload.*MB"))
+    finally:
+        driver.quit()
