@@ -4,7 +4,8 @@ the per-question scores they are computed from, and the sentences on where GRADE
 Files under the results folder:
 
 * ``main_table.{csv,md}``: per dataset, every method on the same questions (n, n answerable, Acc and AUROC
-  with their intervals); ``test_scores.csv.xz``: those questions' scores, long form (the app's curves);
+  with their intervals); those questions' scores, long form (the app's curves), are read from
+  ``crossfit_scores.csv.xz`` (:func:`test_scores`), not written a second time;
 * ``all_questions.csv``: each method on every question it scores;
 * ``grade_variants.csv``: every GRADE variant fitted, and how often the inner selection chose it;
 * ``paired.csv``: AUROC differences to P-Entropy, to length and to self-consistency (paired bootstrap);
@@ -27,7 +28,7 @@ import numpy as np
 from .crossfit import CrossfitRun, LOSSES, main_methods, read_store
 from .crossfit_tables import PAIRED_REFERENCES, all_question_rows, confidently_wrong_rows, main_rows, paired_rows, \
     selective_rows, transfer_rows, variant_rows
-from .output import format_number, selective_markdown, write_csv, write_scores
+from .output import format_number, selective_markdown, write_csv
 
 SCORES_FILE = "crossfit_scores.csv.xz"
 STATE_FILE = "crossfit_state.json"
@@ -125,7 +126,9 @@ def write_crossfit(run: CrossfitRun, out: str | Path) -> list[Path]:
         if rows:
             write_csv(rows, out / f"{name}.csv")
             written.append(out / f"{name}.csv")
-    write_scores(test_scores, out / BenchmarkResult.SCORES_FILE)
+    # the long-form scores are the main table's rows of crossfit_scores.csv.xz (test_scores reads them back):
+    # a second copy would double the largest file of the folder
+    (out / BenchmarkResult.SCORES_FILE).unlink(missing_ok=True)
     (out / "main_table.md").write_text(main_markdown(main, run.info), encoding="utf-8")
     notes = list(run.notes) + findings(paired, main)
     protocol = {"protocol": "crossfit", "k": cfg.k, "seed": cfg.seed, "n_boot": cfg.n_boot, "ci": cfg.ci,
@@ -137,8 +140,29 @@ def write_crossfit(run: CrossfitRun, out: str | Path) -> list[Path]:
     save_store(run, out, transfer)
     (out / "summary.json").write_text(json.dumps({"model": cfg.model, "protocol": protocol, "datasets": run.info,
                                                   "notes": notes}, indent=2, default=_json) + "\n", encoding="utf-8")
-    return written + [out / p for p in (BenchmarkResult.SCORES_FILE, "main_table.md", "selective_answering.md",
-                                        "findings.md", SCORES_FILE, STATE_FILE, "summary.json")]
+    return written + [out / p for p in ("main_table.md", "selective_answering.md", "findings.md", SCORES_FILE,
+                                        STATE_FILE, "summary.json")]
+
+
+def test_scores(folder: str | Path) -> list[dict]:
+    """The main table's per-question scores of a cross-fitted results folder, long form (dataset, method, id,
+    label, score, fold) in the order :func:`~grade.studies.crossfit_tables.main_rows` computes them: per dataset,
+    each method of ``main_table.csv`` on the questions every one of them scores. Empty for another folder."""
+    import pandas as pd
+
+    folder = Path(folder)
+    if not ((folder / SCORES_FILE).is_file() and (folder / "main_table.csv").is_file()):
+        return []
+    scores = pd.read_csv(folder / SCORES_FILE, dtype={"id": str, "dataset": str})
+    main = pd.read_csv(folder / "main_table.csv")
+    rows = []
+    for name, part in scores.groupby("dataset", sort=False):
+        methods = [m for m in main.loc[main["dataset"] == name, "method"] if m in part.columns]
+        common = part[np.logical_and.reduce([np.isfinite(part[m].to_numpy(float)) for m in methods])] if methods else part[:0]
+        for m in methods:
+            rows += [{"dataset": name, "method": m, "id": i, "label": int(y), "score": float(s), "fold": int(f)}
+                     for i, y, s, f in zip(common["id"], common["label"], common[m], common["fold"])]
+    return rows
 
 
 def save_store(run: CrossfitRun, out: str | Path, transfer: list[dict] | None = None) -> None:

@@ -305,6 +305,8 @@ class BenchmarkResult:
         """A result read back from a results folder (CSV + summary.json)."""
         import pandas as pd
 
+        from .crossfit_report import test_scores as crossfit_test_scores
+
         folder = Path(folder)
         summary_path = folder / "summary.json"
         if not summary_path.is_file():
@@ -324,7 +326,7 @@ class BenchmarkResult:
                    robustness=rows("robustness"), ablations=rows("ablations"),
                    confidently_wrong=rows("confidently_wrong"), notes=summary.get("notes", []),
                    conditions=rows("conditions"), selective=rows("selective_answering"),
-                   test_scores=rows(cls.SCORES_FILE))
+                   test_scores=rows(cls.SCORES_FILE) or crossfit_test_scores(folder))
 
 
 def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
