@@ -347,6 +347,8 @@ if waiting.pending("trace") is not None:
     elif state == "done":
         _keep(value, held.request)
 
+# a job that finished after its problem or text was changed: its result is not of the inputs shown
+page_state.keep_current("rt_traces", _inputs, lambda t: (t.question.strip(), t.response.strip()))
 traces: dict[str, workflows.Trace] = st.session_state.get("rt_traces") or {}
 if not traces:
     st.info("Fill in one or two traces (generate, use the reference solution, or paste) and press **Analyze traces**.")
