@@ -14,13 +14,13 @@ import streamlit as st
 
 st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:", layout="wide")
 
-from grade.tasks.registry import REGISTRY, TYPED_TASKS  # noqa: E402
+from grade.common.errors import InputError  # noqa: E402
+from grade.tasks.registry import REGISTRY  # noqa: E402
 from studio import figures, loading, session, tokens, waiting, workflows  # noqa: E402
 from studio.resources import default_probe, list_probes, reference_set  # noqa: E402
-from studio.summaries import explain, headline_reading, probe_reading  # noqa: E402
+from studio.summaries import explain, headline_reading, probe_reading, screen_evidence  # noqa: E402
 from grade.verdict.probe import probe_inputs  # noqa: E402
 from grade.verdict.probe_reading import bands_for  # noqa: E402
-from grade.verdict.measured import detector_evidence, probe_evidence  # noqa: E402
 
 @st.cache_data(show_spinner=False)
 def _examples(model: str | None) -> dict[str, tuple[str, str | None, str]]:
@@ -40,6 +40,25 @@ def _use_example() -> None:
     st.session_state["question"] = question
     st.session_state["context"] = context or ""
     st.session_state["task"] = task
+    st.session_state["choices"] = ""
+    st.session_state["gold"] = ""
+    st.session_state["max_new_tokens"] = workflows.home_answer_tokens(task, session.limits())
+
+
+def _task_changed() -> None:
+    """A new question type starts at its own answer length (the labels'): the answer the verdicts' evidence judged."""
+    st.session_state["max_new_tokens"] = workflows.home_answer_tokens(st.session_state.get("task", "qa"),
+                                                                      session.limits())
+
+
+def _raise_limit() -> None:
+    """The button under a cut-off answer: a longer answer length, and the same question analysed again with it."""
+    request = st.session_state.get("analysis_request")
+    raised = workflows.raised_answer_tokens(int((request or {}).get("max_new_tokens") or 0), session.limits())
+    if request is None or raised is None:
+        return
+    st.session_state["max_new_tokens"] = raised
+    st.session_state["rerun_request"] = {**request, "max_new_tokens": raised}
 
 
 OWN_QUESTION = "(your own question)"
@@ -59,10 +78,20 @@ def _forget_stale_example(examples: dict[str, tuple[str, str | None, str]]) -> N
 
 
 def _request() -> dict:
-    """What the Analyze button analyses: the widgets' values now."""
+    """What the Analyze button analyses: the widgets' values now (a multiple-choice question's options parsed
+    from the choices box: an InputError says what is wrong with them). The gold answer is not part of it: it
+    marks the answer when the result is shown, without analysing again."""
+    task = st.session_state.get("task", "qa")
+    choices = workflows.parse_choices(st.session_state.get("choices")) if REGISTRY[task].choices else None
     return {"question": st.session_state.get("question", ""), "context": st.session_state.get("context"),
-            "task": st.session_state.get("task", "qa"),
-            "max_new_tokens": int(st.session_state.get("max_new_tokens", workflows.HOME_ANSWER_TOKENS))}
+            "task": task, "choices": choices,
+            "max_new_tokens": int(st.session_state.get("max_new_tokens")
+                                  or workflows.home_answer_tokens(task, session.limits()))}
+
+
+def _keyed(request: dict) -> dict:
+    """``request`` as the caches key it: the question with its lettered options (a multiple-choice question)."""
+    return {**request, "question": workflows.asked_text(request["question"], request.get("choices"))}
 
 
 def _analysis_job(lm, request: dict, probe, info, problem: str | None, shared: bool, recompute: bool = False):
@@ -70,7 +99,7 @@ def _analysis_job(lm, request: dict, probe, info, problem: str | None, shared: b
     (the key without its owner: identical requests share one), and the work itself, which runs in a queue
     worker without Streamlit."""
     detectors, detectors_problem = session.active_detectors(lm)
-    key = session.analysis_key(lm, info if probe is not None else None, request, session.detectors_stamp(lm),
+    key = session.analysis_key(lm, info if probe is not None else None, _keyed(request), session.detectors_stamp(lm),
                                shared=shared)
     label, limits = st.session_state["model_spec"].label, session.limits()
     probe_info = info if probe is not None else None
@@ -82,12 +111,12 @@ def _analysis_job(lm, request: dict, probe, info, problem: str | None, shared: b
             analysis = backend.analyze(spec.source, spec.device, None if spec.dtype == "auto" else spec.dtype, {
                 "question": request["question"], "context": request["context"], "task": request["task"],
                 "probe": probe, "probe_info": probe_info, "max_new_tokens": request["max_new_tokens"],
-                "model_label": label, "limits": limits, "detectors": detectors})
+                "model_label": label, "limits": limits, "detectors": detectors, "choices": request.get("choices")})
         else:
             analysis = workflows.analyze_question(
                 lm, request["question"], context=request["context"], task=request["task"], probe=probe,
                 probe_info=probe_info, max_new_tokens=request["max_new_tokens"], progress=progress,
-                model_label=label, limits=limits, detectors=detectors)
+                model_label=label, limits=limits, detectors=detectors, choices=request.get("choices"))
         if analysis.probe_problem is None and probe is None:
             analysis.probe_problem = problem
         analysis.detectors_problem = detectors_problem
@@ -99,6 +128,8 @@ def _analysis_job(lm, request: dict, probe, info, problem: str | None, shared: b
 
 
 def _is_example(lm, request: dict) -> bool:
+    if request.get("choices"):
+        return False
     asked = ((request["question"] or "").strip(), (request["context"] or "").strip() or None, request["task"])
     return any((q.strip(), (c or "").strip() or None, t) == asked for q, c, t in _examples(lm.name).values())
 
@@ -125,7 +156,8 @@ def _run_analysis(lm, request: dict, recompute: bool = False) -> None:
 
         waiting.submit("home", job_key, compute, request=request,
                        on_result=lambda analysis: cache.put(key, analysis, analysis.computed_at),
-                       memory_mb=home_memory_mb(lm, request, session.limits()))  # GRADE_QUEUE_MEMORY_MB counts it
+                       memory_mb=home_memory_mb(lm, request, session.limits()),  # GRADE_QUEUE_MEMORY_MB counts it
+                       kind=waiting.home_kind(lm, request))
     except Exception as exc:  # the queue is full, or this user already waits: one line in the page
         st.session_state.pop(session.ANALYSIS, None)
         st.session_state["analysis_error"] = exc
@@ -148,7 +180,7 @@ def _shipped(lm, request: dict, probe_info) -> workflows.QuestionAnalysis | None
     if not shipped_enabled():  # before hashing anything
         return None
     return find_shipped(home_request(
-        lm, request["question"], request["context"], request["task"], request["max_new_tokens"],
+        lm, _keyed(request)["question"], request["context"], request["task"], request["max_new_tokens"],
         session.limits().answer_tokens, probe_info.path if probe_info is not None else None,
         detectors_for(lm.name, DETECTORS_DIR)))
 
@@ -158,8 +190,8 @@ def _example_jobs(lm):
     model, with the shipped probe for its task and the default answer length."""
     probes = list_probes()
     for question, context, task in _examples(lm.name).values():
-        request = {"question": question, "context": context, "task": task,
-                   "max_new_tokens": workflows.HOME_ANSWER_TOKENS}
+        request = {"question": question, "context": context, "task": task, "choices": None,
+                   "max_new_tokens": workflows.home_answer_tokens(task, session.limits())}
         info = default_probe(lm.name, probes, task=task)
         try:
             probe, problem = (session.cached_probe(info.path), None) if info is not None else (None, "no probe")
@@ -211,43 +243,96 @@ def _wait_for_analysis() -> None:
         _keep_result(value, held.request)
 
 
-def _show_verdict(analysis: workflows.QuestionAnalysis) -> None:
+def _evidence(analysis: workflows.QuestionAnalysis):
+    """The one dataset every card on the screen cites (:func:`studio.summaries.screen_evidence`)."""
+    result = analysis.result
+    return screen_evidence(result.model, result.loss, task=result.task, has_context=bool(result.context),
+                           verdict=analysis.verdict, detectors=analysis.detector_verdicts)
+
+
+def _show_evidence_line(evidence) -> None:
+    with st.container(key="questions_like_this"):
+        st.markdown(f"**Questions like this:** {evidence.line}")
+
+
+def _show_verdict(analysis: workflows.QuestionAnalysis, evidence) -> None:
     with st.container(border=True, key="verdict"):
         st.markdown("**Probe verdict**")
         verdict = analysis.verdict
         if verdict is None:
             st.info(f"No verdict: {session.user_text(analysis.probe_problem or 'no probe loaded.')}")
             return
-        word = "can probably answer" if verdict.answerable else "probably cannot answer"
-        st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
-                  help="Output of the probe on this question's per-layer GRADE features")
-        st.html(tokens.probability_bar_html(verdict.probability))
-        result = analysis.result
-        evidence = probe_evidence(result.model, verdict.loss, task=result.task, has_context=bool(result.context),
-                                  verdict=verdict)
-        st.markdown(f"The model **{word}**.  \nProbe **{verdict.probe_name}** · loss `{verdict.loss}` · measured "
-                    f"on the dataset closest to this question: {evidence}.")
+        cited = evidence.probe
+        withheld = analysis.probe_withheld
+        if verdict.in_range is False:
+            with st.container(key="out_of_range"):
+                st.warning("**Outside what the probe learned from.** " + verdict.out_of_range_text(),
+                           icon=":material/help:")
+        elif withheld is not None:
+            with st.container(key="verdict_withheld"):
+                st.warning(f"**No meaningful verdict**: {withheld}", icon=":material/content_cut:")
+        else:
+            st.metric("Probability that the model can answer", f"{verdict.probability:.0%}",
+                      help="Output of the probe on this question's per-layer GRADE features")
+            st.html(tokens.probability_bar_html(verdict.probability))
+            st.markdown(cited.verdict_sentence(verdict.answerable))
+            if analysis.cut_off:
+                st.caption("This probe reads the question only (the entropy after the prompt), not the cut answer.")
+        st.markdown(f"Probe **{verdict.probe_name}** · loss `{verdict.loss}` · measured on questions like this: "
+                    f"{cited.text}")
 
 
-def _show_detectors(analysis: workflows.QuestionAnalysis) -> None:
+def _show_detectors(analysis: workflows.QuestionAnalysis, evidence) -> None:
     with st.container(border=True, key="detectors"):
         st.markdown("**Other detectors, same question**")
         if not analysis.detector_verdicts:
             st.info(f"No other detectors: {session.user_text(analysis.detectors_problem or 'none loaded.')}")
             return
         for v in analysis.detector_verdicts:
+            cited = evidence.detectors.get(v.name)
             if v.probability is None:
                 st.markdown(f"**{v.title}**: no verdict ({session.user_text(v.problem or '')})")
                 continue
-            word = "can probably answer" if v.answerable else "probably cannot answer"
+            withheld = analysis.withheld(v)
+            if withheld is not None:
+                st.markdown(f"**{v.title}**: no meaningful verdict: {withheld}")
+                continue
             st.metric(v.title, f"{v.probability:.0%}", help=v.summary)
             st.html(tokens.probability_bar_html(v.probability))
-            result = analysis.result
-            evidence = detector_evidence(result.model, v, task=result.task, has_context=bool(result.context))
-            st.markdown(f"The model **{word}**.  \nClosest to this question: **{v.kind}** ({v.kind_reason}). "
-                        f"Measured there: {evidence}.")
+            st.markdown(f"{cited.verdict_sentence(v.answerable)}  \nMeasured on questions like this: {cited.text}")
         if analysis.detectors_problem:
             st.caption(session.user_text(analysis.detectors_problem))
+
+
+def _show_answer(analysis: workflows.QuestionAnalysis) -> None:
+    """The model's answer, its cut-off mark (with a button that analyses again with a longer answer) and, with a
+    gold answer typed, whether the task's grader marks it right."""
+    with st.container(border=True, key="answer"):
+        st.markdown("**The model's answer** (greedy)")
+        if analysis.choices:
+            st.caption("  \n".join(f"{letter}. {c}" for letter, c in zip(workflows.CHOICE_LETTERS, analysis.choices)))
+        with st.container(key="answer_text"):
+            st.markdown(session.plain(analysis.answer) if analysis.answer.strip() else "_(empty answer)_")
+        if analysis.cut_off:
+            raised = workflows.raised_answer_tokens(analysis.max_new_tokens or 0, session.limits())
+            with st.container(key="cut_off"):
+                st.warning(f"**Cut off at {analysis.max_new_tokens} tokens**: the model had not finished its answer. "
+                           "Verdicts that read the answer are withheld, and a gold answer can only mark the "
+                           "unfinished text." + ("" if raised else f" This studio generates at most "
+                                                 f"{session.limits().answer_tokens} tokens."),
+                           icon=":material/content_cut:")
+            if raised:
+                st.button(f"Analyse again with {raised} tokens", key="raise_limit", icon=":material/unfold_more:",
+                          on_click=_raise_limit, disabled=waiting.pending("home") is not None)
+        gold = str(st.session_state.get("gold") or "").strip()
+        correct = analysis.correct(gold)
+        if correct is not None:
+            grader = REGISTRY[analysis.result.task].display_name
+            with st.container(key="gold_mark"):
+                text = (f"**{'Right' if correct else 'Wrong'}** against the gold answer “{gold}” "
+                        f"(the grader of {grader})" + (": on an answer that was cut off" if analysis.cut_off else ""))
+                (st.success if correct else st.error)(text, icon=":material/check_circle:" if correct
+                                                      else ":material/cancel:")
 
 
 def _show_cached_hint(analysis: workflows.QuestionAnalysis) -> None:
@@ -274,6 +359,10 @@ def _verdict_text(analysis: workflows.QuestionAnalysis) -> str:
     verdict = analysis.verdict
     if verdict is None:
         return "no verdict"
+    if verdict.in_range is False:
+        return "no verdict (outside what the probe learned from)"
+    if analysis.probe_withheld is not None:
+        return "no verdict (the answer was cut off)"
     return f"{verdict.probability:.0%} ({'can probably answer' if verdict.answerable else 'probably cannot answer'})"
 
 
@@ -317,9 +406,7 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
         reference = None
     left, right = st.columns([3, 2], gap="large")
     with left:
-        with st.container(border=True, key="answer"):
-            st.markdown("**The model's answer** (greedy)")
-            st.markdown(session.plain(analysis.answer) if analysis.answer.strip() else "_(empty answer)_")
+        _show_answer(analysis)
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("GRADE", f"{result.grade:.3f}", help="Mean over layers of the rank ratio srank(C_g) / srank(C_h). "
                   "Not a verdict on its own: the probe reads the per-layer values.")
@@ -334,8 +421,10 @@ def _show_analysis(analysis: workflows.QuestionAnalysis) -> None:
         st.caption(reading or "The GRADE number is the mean of the per-layer rank ratios, not a verdict: the probe "
                    "reads the per-layer values, not their mean.")
     with right:
-        _show_verdict(analysis)
-        _show_detectors(analysis)
+        evidence = _evidence(analysis)
+        _show_evidence_line(evidence)
+        _show_verdict(analysis, evidence)
+        _show_detectors(analysis, evidence)
         if analysis.disagreement:
             st.warning(analysis.disagreement, icon=":material/call_split:")
 
@@ -417,22 +506,39 @@ def home() -> None:
                      expanded=bool(st.session_state.get("context"))):
         st.text_area("Context / document", key="context", **session.KEEP, height=140, label_visibility="collapsed",
                      placeholder="Paste a passage the model may use to answer ...")
-    st.session_state.setdefault("max_new_tokens", workflows.HOME_ANSWER_TOKENS)
-    col_task, col_tokens, col_button = st.columns([2, 1, 1], vertical_alignment="bottom")
-    col_task.selectbox("Question type (prompt style)", TYPED_TASKS, format_func=lambda t: REGISTRY[t].display_name, key="task", **session.KEEP)
+    st.session_state.setdefault("task", "qa")
+    st.session_state.setdefault("max_new_tokens", workflows.home_answer_tokens(st.session_state["task"], session.limits()))
+    if REGISTRY[st.session_state["task"]].choices:
+        st.text_area("Choices: one option per line (the prompt letters them A, B, C, D, as MMLU's questions)",
+                     key="choices", **session.KEEP, height=120, placeholder="Mars\nJupiter\nVenus\nEarth")
+    col_task, col_tokens, col_gold, col_button = st.columns([2, 1, 1, 1], vertical_alignment="bottom")
+    col_task.selectbox("Question type (prompt style)", workflows.HOME_TASKS, format_func=lambda t: REGISTRY[t].display_name,
+                       key="task", on_change=_task_changed, **session.KEEP)
     # No max_value: a widget would silently clamp a larger number; the check says what the cap is.
     col_tokens.number_input("Answer length (tokens)", min_value=1, step=8, key="max_new_tokens", **session.KEEP,
-                            help=f"At most {session.limits().answer_tokens} tokens")
+                            help="Each question type starts at the length its labelled questions were answered with; "
+                                 f"at most {session.limits().answer_tokens} tokens")
+    col_gold.text_input("Gold answer (optional)", key="gold", **session.KEEP,
+                        placeholder="B" if REGISTRY[st.session_state["task"]].choices else "Paris",
+                        help="Marks the model's answer right or wrong with the question type's own grader (for "
+                             "multiple choice: the letter). Several accepted answers: separate them with |")
     held = waiting.pending("home") is not None  # one analysis per user in the queue
     clicked = col_button.button("Analyze", key="analyze", type="primary", disabled=lm is None or held,
                                 width="stretch")
 
     # The "Recompute" button under a cached result: its click reruns the script with it set.
     recompute = bool(st.session_state.get("recompute")) and st.session_state.get("analysis_request") is not None
+    rerun = st.session_state.pop("rerun_request", None)  # "Analyse again with N tokens" under a cut-off answer
     waiting.cancelled_notice("home")
     waiting.elsewhere("home")
-    if lm is not None and (clicked or recompute) and not held:
-        _run_analysis(lm, _request() if clicked else st.session_state["analysis_request"], recompute=recompute)
+    if lm is not None and (clicked or recompute or rerun) and not held:
+        try:
+            request = _request() if clicked else rerun or st.session_state["analysis_request"]
+        except InputError as exc:  # the choices box: one line in the page
+            st.session_state.pop(session.ANALYSIS, None)
+            st.session_state["analysis_error"] = exc
+        else:
+            _run_analysis(lm, request, recompute=recompute and not clicked and not rerun)
     elif held:  # still waiting after a rerun: show the queue again
         _wait_for_analysis()
     if st.session_state.get("analysis_error") is not None:

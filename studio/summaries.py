@@ -5,6 +5,7 @@ of the terms they use, so that a claim on a page cannot drift away from its own 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -233,3 +234,47 @@ def probe_reading(bands, x, k: int = 5) -> str:
             f"two classes with an AUROC of only {median_strength:.2f} (0.50 is chance): the bands overlap, and the "
             f"probe weighs many numbers together. The {len(best)} that separate best alone (ringed): {'; '.join(parts)}. "
             f"This question lies on the answerable side of {yes} of these {len(best)}.")
+
+
+# ------------------------------------------------------------------------------- what Home's cards cite
+
+
+@dataclass(frozen=True)
+class CardEvidence:
+    """What one card cites (``text``) and, where its measured numbers on these questions are no better than
+    guessing (:attr:`grade.verdict.measured.Measured.adds_nothing`), why (``adds_nothing``)."""
+
+    text: str
+    adds_nothing: str | None = None
+
+    def verdict_sentence(self, answerable: bool | None) -> str:
+        """The verdict in words: what it says, or, where it adds nothing on such questions, that instead."""
+        if self.adds_nothing:
+            return "**No better than guessing the larger class** on questions like this: read nothing into it."
+        return f"The model **{'can probably answer' if answerable else 'probably cannot answer'}**."
+
+
+@dataclass(frozen=True)
+class ScreenEvidence:
+    """Every card's citation on one screen, all on the same questions: ``line`` names them once."""
+
+    line: str
+    probe: CardEvidence
+    detectors: dict[str, CardEvidence]
+
+
+def screen_evidence(model: str, loss: str, *, task: str, has_context: bool, verdict=None,
+                    detectors: Sequence = ()) -> ScreenEvidence:
+    """What the probe card and every detector card (``detectors``: their verdicts) cite for one question, from
+    one call of the closest-dataset rule (:func:`grade.verdict.measured.question_evidence`)."""
+    from grade.verdict.measured import detector_evidence, probe_evidence, question_evidence
+
+    evidence = question_evidence(model, loss, task=task, has_context=has_context, detectors=[v.name for v in detectors])
+
+    def card(found, text: str) -> CardEvidence:
+        return CardEvidence(text, found.adds_nothing if found is not None and found.enough else None)
+
+    probe = card(evidence.probe, probe_evidence(model, loss, task=task, has_context=has_context, verdict=verdict))
+    cards = {v.name: card(evidence.detectors.get(v.name),
+                          detector_evidence(model, v, task=task, has_context=has_context)) for v in detectors}
+    return ScreenEvidence(evidence.line, probe, cards)

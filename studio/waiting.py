@@ -136,6 +136,18 @@ def elsewhere(here: str) -> bool:
     return True
 
 
+def home_kind(lm, request: dict) -> tuple:
+    """What kind of work one of Home's analyses is, for the queue's estimate (:meth:`studio.queue.AnalysisQueue.status`
+    averages the measured durations per kind): its route (what generates the answer: llama.cpp or torch) and its
+    answer size (the task and the answer length). A short answer and a 256-token word problem differ tenfold; one
+    average for both was wrong for both."""
+    from grade.models.generation import backend_for, settings_for_task
+
+    task, tokens = request.get("task", "qa"), int(request.get("max_new_tokens") or 0)
+    generator = type(backend_for(lm, settings_for_task(task, tokens or None))).__name__
+    return ("home", generator, task, tokens)
+
+
 def keep_home_analysis(analysis, request: dict) -> None:
     """Home's result, kept in the session where Home and Spectra read it."""
     st.session_state[session.ANALYSIS] = analysis

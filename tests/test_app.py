@@ -137,7 +137,9 @@ def test_home_shows_the_other_detectors_and_says_when_they_disagree(analysed, sm
     for verdict in expected:
         shown = float(_metric(at, verdict.title).rstrip("%")) / 100
         assert shown == pytest.approx(verdict.probability, abs=0.006)
-        assert f"Closest to this question: **{verdict.kind}**" in text and verdict.kind == "triviaqa"
+        assert verdict.kind == "triviaqa"
+    # the closest dataset is named once on the screen, and every card cites it
+    assert text.count("**Questions like this:**") == 1 and "**Questions like this:** TriviaQA" in text
     probe = float(_metric(at, "Probability that the model can answer").rstrip("%")) / 100
     votes = [probe >= 0.5] + [v.answerable for v in expected]
     assert any(votes) and not all(votes), votes  # this question makes them disagree
@@ -159,14 +161,17 @@ def test_home_offers_the_models_own_known_and_wrong_questions(analysed, smollm):
 
 
 def test_homes_question_types_are_the_task_registrys(analysed):
-    """Home offers every task a typed question can take, by the registry's display names (multiple choice needs
-    answer options a typed question has not)."""
-    from grade.tasks.registry import REGISTRY, TYPED_TASKS
+    """Home offers every task of the registry by its display name, multiple choice with a choices box; a new type
+    starts at its own answer length (the labels')."""
+    from grade.tasks.registry import REGISTRY
+    from grade.tasks.tasks import answer_format
+    from studio.workflows import HOME_TASKS
 
     box = analysed.selectbox(key="task")
-    assert TYPED_TASKS == ("qa", "gsm8k", "math", "cot") and box.value == "qa"
-    assert list(box.options) == [REGISTRY[t].display_name for t in TYPED_TASKS]
-    assert "Multiple choice (A to D)" not in box.options
+    assert HOME_TASKS == tuple(REGISTRY) and box.value == "qa"
+    assert list(box.options) == [REGISTRY[t].display_name for t in HOME_TASKS]
+    assert "Multiple choice (A to D)" in box.options
+    assert analysed.number_input(key="max_new_tokens").value == answer_format("qa").max_new_tokens
 
 
 def test_spectra_page(analysed):
