@@ -10,6 +10,30 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # The app's shipped example results off (studio.analysis_cache): the suite's app tests time and check what the
 # app computes; tests/test_shipped_examples.py turns them on.
 os.environ.setdefault("GRADE_SHIPPED_RESULTS", "0")
+# `make test` runs the suite in two worker processes (pytest-xdist), one per core of the 2-core machine it is
+# measured on: each worker, and every process it starts (the app's server, the CLI), then computes on one thread
+# rather than two workers' torch pools contending for the same two cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+
+def _once_per_run(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder)`` once per test run, whatever the number of worker processes: the first worker to get
+    here builds ``name`` under the run's shared temporary folder, holding a lock, and the others wait and reuse
+    it (without xdist the run has one process and this is a plain session fixture's work)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the base folder the workers' own temporary folders share
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            build(folder)
+            done.touch()
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -26,16 +50,20 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def benchmark_caches(tmp_path_factory) -> Path:
     """The folder whose ``data/`` holds the benchmark caches kept in history: this checkout's where
-    ``scripts/build/restore_benchmark_caches.sh`` has run, else a temporary folder it restores into once per session
+    ``scripts/build/restore_benchmark_caches.sh`` has run, else a temporary folder it restores into once per run
     (a shallow clone, without the commits holding them, skips)."""
     if (ROOT / "data" / "probe_features" / "qwen2.5-coder-1.5b-instruct" / "pre" / "math.parquet").exists():
         return ROOT
-    where = tmp_path_factory.mktemp("restored")
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
-                          capture_output=True, text=True)
-    if done.returncode == 2:
-        pytest.skip(done.stderr.strip())
-    assert done.returncode == 0, done.stderr
+    def restore(where: Path) -> None:
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
+                              capture_output=True, text=True)
+        (where / "restore.rc").write_text(f"{done.returncode}\n{done.stderr.strip()}")
+
+    where = _once_per_run(tmp_path_factory, "restored", restore)
+    code, _, stderr = (where / "restore.rc").read_text().partition("\n")
+    if code == "2":
+        pytest.skip(stderr)
+    assert code == "0", stderr
     return where
 
 
@@ -60,7 +88,7 @@ GSM8K_SAMPLES = ROOT / "tests" / "data" / "samples_gsm8k_2025-11-26T17-00-00.000
 @pytest.fixture(scope="session")
 def gsm8k_trace_run(tmp_path_factory):
     """``python -m grade traces --json`` on the lm-evaluation-harness GSM8K fixture (6 real traces), once per
-    session, on one torch thread: (store folder, the parsed --json output). Tests that write to the store
+    run (shared by the workers), on one torch thread: (store folder, the parsed --json output). Tests that write to the store
     (annotations) work on a copy."""
     import contextlib
     import io
@@ -70,17 +98,20 @@ def gsm8k_trace_run(tmp_path_factory):
 
     from grade.commands.cli import main
 
-    out = tmp_path_factory.mktemp("traces") / "gsm8k"
-    threads = torch.get_num_threads()
-    stdout = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(stdout):
-            code = main(["traces", "--samples", str(GSM8K_SAMPLES), "--out", str(out), "--json", "--quiet",
-                         "--threads", "1", "--chunk-size", "4"])
-    finally:
-        torch.set_num_threads(threads)
-    assert code == 0
-    return out, json.loads(stdout.getvalue())
+    def run(folder: Path) -> None:
+        threads = torch.get_num_threads()
+        stdout = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(stdout):
+                code = main(["traces", "--samples", str(GSM8K_SAMPLES), "--out", str(folder / "gsm8k"), "--json",
+                             "--quiet", "--threads", "1", "--chunk-size", "4"])
+        finally:
+            torch.set_num_threads(threads)
+        assert code == 0
+        (folder / "printed.json").write_text(stdout.getvalue())
+
+    folder = _once_per_run(tmp_path_factory, "traces", run)
+    return folder / "gsm8k", json.loads((folder / "printed.json").read_text())
 
 
 class GatedJobs:
