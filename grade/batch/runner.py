@@ -19,7 +19,6 @@ lines of text takes ``say: Callable[[str], None]``.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
