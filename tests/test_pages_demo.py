@@ -123,19 +123,17 @@ def test_the_headline_reading_places_the_number_among_the_reference_questions():
 
 
 def test_probes_page_starts_on_the_active_probe(monkeypatch):
-    """Qwen's ``-pre`` probe active: the table, the list and the ROC start on it, not on ``-pos``."""
-    import json
-
+    """Qwen's ``-pre`` probe active: the table and the list start on it, not on ``-pos``; a shipped probe shows
+    the numbers its cards cite (tests/test_evidence.py), not a ROC of its own training run's test split."""
     from studio.resources import PROBES_DIR
 
     active = PROBES_DIR / f"{QWEN}-pre.safetensors"
     at = _page("pages/probes.py", monkeypatch, probe_path=str(active))
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="probe_pick").value == str(active)
-    assert at.dataframe[0].value["name"].iloc[0] == f"{QWEN}-pre"
-    roc = json.loads(at.get("plotly_chart")[0].proto.spec)
-    assert any(str(t.get("name", "")).startswith(f"{QWEN}-pre (AUROC") for t in roc["data"])
-    assert not [w.value for w in at.warning if w.value.startswith("Small test sets")]  # 100+ test rows
+    assert next(d.value for d in at.dataframe if "name" in d.value.columns)["name"].iloc[0] == f"{QWEN}-pre"
+    assert not at.get("plotly_chart")
+    assert not [w.value for w in at.warning if w.value.startswith("Small test sets")]
 
 
 def test_an_auroc_from_two_test_questions_carries_a_warning(monkeypatch, tmp_path):
