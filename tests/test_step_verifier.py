@@ -362,3 +362,43 @@ def test_the_shipped_qwen_verifier_cites_real_errors_and_keeps_the_written_trace
     by_paragraph = info["measured_by_paragraph"]
     assert by_paragraph["gsm8k_written"]["paragraph"]["n_wrong"] == sum(t.first_wrong is not None for t in written)
     assert by_paragraph["gsm8k_qwen"]["paragraph, final answer known"]["n_correct"] == len(real) - info["measured"]["n_wrong"]
+
+
+# ------------------------------------------------------------------------------ the outcome rule
+
+
+def test_the_outcome_rule_follows_what_is_known_of_the_final_answer():
+    from grade.steps.outcome import PROTOCOLS, decide_outcome
+
+    right = decide_outcome(response="4 pens cost 12 dollars, so the change is 20 - 12 = 8.\n#### 8", answers=["8"])
+    wrong = decide_outcome(response="The change is 9 dollars.\n#### 9", answers=["8"])
+    assert (right.final_correct, right.protocol) == (True, "known") and (wrong.final_correct, wrong.protocol) == (False, "known")
+    assert decide_outcome(response="#### 9").protocol == "unknown"  # no gold answer
+    assert decide_outcome(response="The answer is $\\boxed{\\frac{1}{2}}$.", answers=["1/2"], task="math").final_correct
+    # the run's own grading wins over the gold answers; a reply cut at its limit is never judged
+    assert decide_outcome(correct=False, response="#### 8", answers=["8"]).final_correct is False
+    cut = decide_outcome(correct=False, cut_off=True)
+    assert (cut.final_correct, cut.protocol) == (None, "unknown") and "token limit" in cut.reason
+    assert set(PROTOCOLS) == {"unknown", "known"}
+
+
+def test_the_outcome_picks_the_shipped_verifiers_threshold_and_the_numbers_it_cites():
+    from grade.steps.outcome import decide_outcome
+    from grade.steps.verifier import shipped_verifier
+
+    verifier = shipped_verifier("smollm2-135m-instruct")
+    unknown, right, wrong = (decide_outcome(), decide_outcome(correct=True), decide_outcome(correct=False))
+    assert unknown.threshold(verifier) == verifier.threshold and right.threshold(verifier) == verifier.threshold_right
+    assert wrong.threshold(verifier) is None  # the most suspect step, whatever its probability
+    p = np.array([0.0, 0.0, 0.0])
+    assert verifier.suspect(p, final_correct=wrong.final_correct) == 0 and verifier.suspect(p) is None
+    protocols = verifier.info["protocols"]
+    for outcome in (unknown, right):
+        for level in ("gsm8k", "math"):
+            cited = outcome.measured(verifier, level)
+            assert cited == protocols[outcome.protocol]["measured"][level]
+            assert cited["n_wrong"] > 50 and cited["n_correct"] > 50 and 0 <= cited["f1"]["value"] <= 1
+            assert cited["f1"]["low"] <= cited["f1"]["value"] <= cited["f1"]["high"]
+            assert "external annotated test halves" in cited["data"]
+    assert protocols["unknown"]["threshold"] == verifier.threshold
+    assert protocols["known"]["threshold"] == verifier.threshold_right

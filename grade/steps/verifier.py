@@ -633,5 +633,11 @@ def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | N
     measured = dict(verifier.info.get("measured", {}))
     if final_correct is not None and "measured_final_known" in verifier.info:
         measured = dict(verifier.info["measured_final_known"])
+    protocols = verifier.info.get("protocols")
+    if protocols:  # the numbers of this protocol at this trace's level (grade.steps.outcome)
+        from .outcome import decide_outcome
+
+        level = "math" if task == "math" else "gsm8k"
+        measured = decide_outcome(correct=final_correct).measured(verifier, level) or measured
     return VerifierResult([float(x) for x in p], None if suspect is None else suspect + 1, ranking,
                           threshold, texts, time.perf_counter() - t, measured, final_correct)
