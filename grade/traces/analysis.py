@@ -14,6 +14,7 @@ import numpy as np
 from .. import __version__
 from ..common.errors import GradeError, InputError
 from ..steps.locate import DEFAULT_LOCATOR, check_scores, locate, ranked_steps, signals_of_result, token_shock  # noqa: F401 (token_shock: re-exported)
+from ..steps.outcome import decide_outcome
 from .sources import TraceItem
 from .store import FORMAT_VERSION
 
@@ -67,9 +68,8 @@ def verify_item(lm, item: TraceItem, response: str) -> dict:
         reader = load_reader(lm)
         if reader is None:
             return verifier_columns(None, None)
-        # the run's own grading says whether the final answer is right: a wrong one means some step is wrong,
-        # unless the reply was cut at its token limit before any answer (then nothing is known)
-        final = None if item.cut_off else item.correct
+        # the run's own grading says whether the final answer is right, unless the reply was cut at its limit
+        final = decide_outcome(correct=item.correct, cut_off=item.cut_off).final_correct
         return verifier_columns(verify_trace(reader, item.question, response, task=item.task, final_correct=final),
                                 reader.name)
     except GradeError as exc:
@@ -103,7 +103,7 @@ def verifier_only_record(reader, item: TraceItem, model: str, srank: str = "pape
     if not response:
         raise InputError("the response is empty")
     t = time.perf_counter()
-    final = None if item.cut_off else item.correct
+    final = decide_outcome(correct=item.correct, cut_off=item.cut_off).final_correct
     verdict = verify_trace(reader, item.question, response, task=item.task, final_correct=final)
     findings = [[f.to_dict() for f in found] for found in check_steps(item.question, verdict.step_texts)]
     row = {name: None for name in GRADE_COLUMNS}
