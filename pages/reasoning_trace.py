@@ -263,8 +263,14 @@ def _verify(keys: list[str], texts: dict[str, str], question: str | None = None)
         return
     if reader is None:
         return
+    from studio.served import check_trace_text
+
     for key in keys:
         verdicts.pop(key, None)
+        try:  # a trace past the caps is refused by its analysis, in one line: the verifier never reads it
+            check_trace_text(question, texts[key], lm.tokenizer, session.limits())
+        except GradeError:
+            continue
         with st.spinner(f"The step verifier reads trace {key} ..."):
             try:
                 verdicts[key] = {"question": question.strip(), "response": texts[key].strip(), "reader": reader.name,
