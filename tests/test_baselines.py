@@ -132,10 +132,9 @@ def test_vector_codec_roundtrip():
 
 
 @pytest.fixture(scope="module")
-def smol():
-    import grade
-
-    return grade.load_model("smollm2-135m-instruct")
+def smol(smollm):
+    """The session's SmolLM2 (tests/conftest.py), loaded once per run rather than once more for this module."""
+    return smollm
 
 
 @pytest.mark.slow
