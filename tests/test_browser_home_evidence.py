@@ -106,6 +106,11 @@ def _analyse(driver, question: str, task: str = "qa", *, choices: str | None = N
     return _css(driver, ".st-key-answer")[0].text
 
 
+def _mark(text: str) -> str:
+    """The gold mark's sentence, without the name of its icon (the first line of the alert's text)."""
+    return text.strip().splitlines()[-1]
+
+
 def _datasets_named(text: str) -> set[str]:
     from grade.verdict.measured import DATASET_TITLES
 
@@ -134,11 +139,11 @@ def test_trivia_cards_name_one_dataset_and_the_gold_box_marks_the_answer(home):
     assert named, "a trivia question is matched to a measured trivia dataset"
     shown = _css(home, ".st-key-answer_text")[0].text
     expected = grade_answer("qa", shown, "Paris")
-    mark = _wait(home, lambda d: next(iter(_css(d, ".st-key-gold_mark")), None), 30, "the gold mark").text
+    mark = _mark(_wait(home, lambda d: next(iter(_css(d, ".st-key-gold_mark")), None), 30, "the gold mark").text)
     assert mark.startswith("Right" if expected else "Wrong"), (shown, mark)
     # another gold answer marks the same answer again, without analysing it again
     _set(home, ".st-key-gold input", "Ulaanbaatar")
-    assert _css(home, ".st-key-gold_mark")[0].text.startswith("Wrong")
+    assert _mark(_css(home, ".st-key-gold_mark")[0].text).startswith("Wrong")
     _set(home, ".st-key-gold input", "")
     assert not _css(home, ".st-key-gold_mark")
 
@@ -151,7 +156,7 @@ def test_multiple_choice_is_asked_as_mmlu(home):
     assert "A. Mars" in answer and "B. Jupiter" in answer, "the options are shown lettered as MMLU's"
     assert _cards_agree(home) == {"MMLU"}
     reply = _css(home, ".st-key-answer_text")[0].text
-    mark = _css(home, ".st-key-gold_mark")[0].text
+    mark = _mark(_css(home, ".st-key-gold_mark")[0].text)
     assert mark.startswith("Right" if mmlu_letter(reply, ["Mars", "Jupiter", "Venus", "Earth"], lenient=True) == "B"
                            else "Wrong"), (reply, mark)
 
