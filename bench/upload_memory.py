@@ -55,8 +55,10 @@ def _probe_pair(folder: Path) -> list[Path]:
     return [Path(weights), Path(meta)]
 
 
-def _load_tab(driver, url: str) -> None:
-    driver.get(f"{url}/probes")
+def _load_tab(driver, url: str | None = None) -> None:
+    """Probes -> Load a probe file (the page opened first when ``url`` is given; else the tab clicked again)."""
+    if url is not None:
+        driver.get(f"{url}/probes")
     _until(driver, lambda d: next((t for t in _css(d, '[role="tab"]') if "Load a probe file" in t.text), None),
            600, "the Load tab").click()
 
@@ -68,7 +70,8 @@ def _upload(driver, paths: list[Path]) -> None:
 
 
 def _page_text(driver) -> str:
-    return driver.execute_script("return document.body.innerText")
+    # textContent: a rerun may show another tab, and innerText leaves out what a hidden tab holds
+    return driver.execute_script("return document.body.textContent")
 
 
 def main(argv=None) -> int:
@@ -112,12 +115,15 @@ def main(argv=None) -> int:
         report["baseline"] = memory_mb(server.pid)
         for attempt in range(args.attempts):
             batch = files[: len(files) - attempt]  # one file fewer each time: each refusal's line is new
+            if attempt:
+                _load_tab(driver)
             _upload(driver, batch)
             _until(driver, lambda d: f"{len(batch)} files were uploaded" in _page_text(d), 600, "the refusal")
             at_refusal = memory_mb(server.pid)
             time.sleep(SETTLE_S)
             report["refused"].append({"at_refusal": at_refusal, "after_10s": memory_mb(server.pid)})
             print("refused attempt", attempt + 1, report["refused"][-1], flush=True)
+        _load_tab(driver)
         _upload(driver, accepted)
         _until(driver, lambda d: next((b for b in _css(d, "button") if b.text.strip() == "Load probe"), None), 120,
                "the Load button").click()
