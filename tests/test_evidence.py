@@ -107,34 +107,36 @@ def test_every_card_of_one_question_cites_the_same_datasets_stated_once():
     assert line("math") == "competition math → MATH"
 
 
-def test_qwens_cards_cite_the_cross_fitted_form_pooled_and_say_so():
+def test_qwens_cards_cite_the_shipped_artifacts_on_the_split_held_out_before_training():
     from grade.verdict.detectors import DETECTORS
     from grade.verdict.measured import question_evidence
 
     for task, doc in QUESTIONS:
         for loss in ("pre", "pos"):
             evidence = question_evidence(QWEN, loss, task=task, has_context=doc, detectors=DETECTORS)
-            probe = evidence.probe
-            assert probe.method == f"GRADE_{loss} (shipped)" and probe.protocol == "crossfit" and probe.enough
-            assert probe.sentence().startswith("Cross-fitted: AUROC") and "not the shipped artifact" in probe.protocol_sentence
+            assert evidence.probe.method == f"GRADE_{loss} (shipped probe)" and evidence.probe.protocol == "heldout"
+            assert evidence.probe.enough and evidence.probe.sentence().startswith("Held out before training: AUROC")
             for name, m in evidence.detectors.items():
-                assert m.protocol == "crossfit" and m.enough, (task, name)
+                assert m.method.endswith("(shipped detector)") and m.protocol == "heldout" and m.enough, (task, name)
 
 
-def test_pooled_numbers_are_the_one_auroc_function_on_the_out_of_sample_scores():
+def test_pooled_numbers_are_the_one_auroc_function_on_the_held_out_scores():
+    import numpy as np
     import pandas as pd
 
     from grade.common.metrics import auroc, majority_accuracy
     from grade.verdict.measured import probe_measured
 
-    scores = pd.read_csv(ROOT / "results" / QWEN / "crossfit_scores.csv.xz")
+    scores = pd.read_csv(ROOT / "results" / QWEN / "heldout_scores.csv.xz")
     m = probe_measured(QWEN, "pre", task="qa", has_context=False)
-    assert m.datasets == ("triviaqa", "nq_open", "hotpotqa_closed")
-    rows = scores[scores["dataset"].isin(m.datasets)].dropna(subset=[m.method])
-    assert len(rows) == m.n and rows["label"].sum() == m.answerable == 108 + 49 + 53
-    assert round(auroc(rows["label"], rows[m.method]), 4) == m.auroc
+    rows = scores[(scores["method"] == m.method) & scores["dataset"].isin(m.datasets)]
+    assert len(rows) == m.n and rows["label"].sum() == m.answerable
+    assert round(auroc(rows["label"], rows["score"]), 4) == m.auroc
     assert m.auroc_lo < m.auroc < m.auroc_hi
+    threshold = rows["threshold"].iloc[0]
+    assert round(float(((rows["score"] >= threshold) == rows["label"]).mean()), 4) == m.acc
     assert m.accuracy_chance == majority_accuracy(len(rows), int(rows["label"].sum()))
+    assert np.isclose(m.as_dict()["accuracy_chance"], m.accuracy_chance)
 
 
 def test_a_verdict_no_better_than_guessing_the_larger_class_says_so():

@@ -183,7 +183,7 @@ def heldout_probe_scores(model: str, heldout, store_frames: dict, probes=None):
     keys = set(zip(heldout["dataset"], heldout["id"].astype(str)))
     out, loaded = [], {}
     for (loss, dataset), frame in sorted(store_frames.items()):
-        rows = frame[[(dataset, str(i)) in keys for i in frame["id"]] & frame["label"].isin([0, 1])]
+        rows = frame[np.array([(dataset, str(i)) in keys for i in frame["id"]], dtype=bool) & frame["label"].isin([0, 1])]
         for task, part in rows.groupby("task"):
             info = default_probe(model, probes, loss=loss, task=task)
             if info is None or info.loss != loss:
