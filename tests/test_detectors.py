@@ -197,7 +197,8 @@ def test_a_question_is_read_with_the_closest_training_dataset():
     kind, reason = closest_kind(smol, "gsm8k", False)
     assert kind is None and "no gsm8k question" in reason  # nothing like a word problem: no verdict at all
     assert closest_kind(qwen, "gsm8k", False)[0] == "gsm8k"
-    assert closest_kind(qwen, "math", False) == ("gsm8k", "the nearest task (gsm8k), without a document")
+    assert closest_kind(qwen, "math", False) == ("math", "the same task, without a document")  # trained on MATH too
+    assert closest_kind(qwen, "mmlu", False)[0] == "mmlu"
     assert closest_kind(qwen, "qa", True)[0] == "hotpotqa"
 
 
