@@ -418,8 +418,10 @@ with tabs["Conditions"]:
         shown = cond[["study", "method", "train", "test", "n", "positives", "acc", "AUROC [95% interval]"]].copy()
         for column in ("train", "test"):
             shown[column] = shown[column].map(dataset_title)
+        shown["study"] = shown["study"].map(benchmark_text.titled_text)
         st.dataframe(shown.rename(columns=titled_columns), hide_index=True, width="stretch", key="bench_conditions")
-        _warn_small(cond_source.conditions, lambda r: f"{r['study']}, {dataset_title(r['train'])} → {dataset_title(r['test'])}")
+        _warn_small(cond_source.conditions,
+                    lambda r: benchmark_text.titled_text(f"{r['study']}, {r['train']} → {r['test']}"))
     else:
         st.info("No condition study for this model: the HotpotQA conditions are in the main table as datasets of "
                 "their own; `python -m grade benchmark --document-pair WITH WITHOUT` trains under one and tests under the other.")

@@ -137,7 +137,8 @@ def titled_text(text: str) -> str:
     from grade.common.display import DATASET_TITLES
 
     names = sorted((k for k in DATASET_TITLES if k != "all"), key=len, reverse=True)
-    return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: dataset_title(m.group(1)), text)
+    return re.sub(r"(?<![\w:])(" + "|".join(map(re.escape, names)) + r")(?![\w:])", lambda m: dataset_title(m.group(1)),
+                  text)
 
 
 def titled_rows(rows: Iterable[Mapping]) -> list[dict]:

@@ -592,6 +592,7 @@ def test_page_opens_a_store_sorts_filters_opens_a_trace_and_saves_an_annotation(
     row = frame.set_index("trace_id").loc[chosen]
     at.selectbox(key="tr_open").set_value(chosen).run()
     _no_exception(at)
+    at.radio(key="tr_colour").set_value("epistemic shock (heatmap)").run()  # (the verifier's colouring comes first)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["GRADE_pos"] == f"{row['grade_pos']:.4f}" and int(metrics["Steps"]) == row["n_steps"]
     heatmaps = [h.proto.body for h in at.get("html") if 'title="shock' in h.proto.body]

@@ -18,6 +18,8 @@ DATASET_TITLES = {
     "hotpotqa_closed": "HotpotQA (closed book)",
     "hotpotqa_short": "HotpotQA (short paragraphs)",
     "hotpotqa_long": "HotpotQA (long paragraphs)",
+    "hotpotqa:short": "HotpotQA (short paragraphs)",
+    "hotpotqa:long": "HotpotQA (long paragraphs)",
     "gsm8k": "GSM8K",
     "math": "MATH",
     "mmlu": "MMLU",
