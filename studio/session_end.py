@@ -99,6 +99,10 @@ def _runtime_hooks():
         files = getattr(manager, "file_storage", {}).get(session_id, {})
         count, size = len(files), sum(len(getattr(f, "data", b"")) for f in files.values())
         manager.remove_session_files(session_id)
+        if count:
+            from .uploads import return_freed_memory_soon
+
+            return_freed_memory_soon()  # freed heap pages go back to the system, not only to the allocator
         return count, size
 
     return runtime.is_active_session, release_files

@@ -12,8 +12,10 @@ The pages call :func:`check_uploads` and :func:`keep_probe_upload`; only :func:`
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -48,7 +50,27 @@ def release(files: Sequence[Any]) -> tuple[int, int]:
             pass
     if count:
         log.info("released %d refused upload(s), %.1f MB", count, size / 1e6)
+        return_freed_memory_soon()
     return count, size
+
+
+def return_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``). Why: after the first large buffers
+    are freed, glibc serves buffers of that size from its heap instead of separate mappings, and keeps the heap's
+    freed pages for reuse: a second refused upload of 280 MB stayed resident until the next one (measured by
+    bench/upload_memory.py). Elsewhere than glibc, nothing to do."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def return_freed_memory_soon(delays: Sequence[float] = (2.0, 8.0)) -> None:
+    """:func:`return_freed_memory` a few seconds from now, once the page's rerun has dropped the refused files."""
+    for delay in delays:
+        timer = threading.Timer(delay, return_freed_memory)
+        timer.daemon = True
+        timer.start()
 
 
 def check_uploads(files: Sequence[Any] | None, limits: served.Limits, *, probe_pair: bool = False) -> None:
