@@ -173,7 +173,8 @@ def test_a_cut_answer_shows_its_mark_and_no_verdict_that_reads_it(home):
     for name, spec in DETECTORS.items():
         if detector_reads_answer(name) and spec.title in detectors:
             block = detectors.split(spec.title, 1)[1][:400]
-            assert "no meaningful verdict" in block and "%" not in block.split("\n")[0], block
+            # withheld, or no verdict at all (SmolLM2's detectors learned from no word problem): never a percentage
+            assert ("no meaningful verdict" in block or "no verdict (" in block) and "%" not in block.split("\n")[0], block
     _cards_agree(home)
     # the button analyses again with twice the length
     _css(home, ".st-key-raise_limit button")[0].click()
