@@ -119,7 +119,7 @@ def shipped_probe_table(model: str, loss: str):
         cited = m.enough and m.auroc is not None
         rows.append({
             "questions like": getattr(kind_of_dataset(m.datasets[0]), "title", ""),
-            "datasets": dataset_title(m.dataset),
+            "datasets": " + ".join(dataset_title(d) for d in m.datasets),
             "answerable / unanswerable": f"{m.answerable} / {m.unanswerable}",
             "AUROC [95% interval]": (f"{m.auroc:.2f} [{m.auroc_lo:.2f}, {m.auroc_hi:.2f}]" if cited and
                                      m.auroc_lo is not None else (f"{m.auroc:.2f}" if cited else "–")),

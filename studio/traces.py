@@ -23,6 +23,8 @@ from grade.common.errors import GradeError
 from grade.verdict.measured import MIN_QUESTIONS as SMALL_SAMPLE
 from grade.traces import TraceSource, TraceStore, analyze_traces
 
+from grade.common.display import kind_title
+
 from .localization import verdict_label
 from .resources import user_data_dir
 from .tokens import TokenScores
@@ -293,7 +295,7 @@ def triage_table(frame: pd.DataFrame, *, correctness=CORRECTNESS, grade_range=No
         "tokens": shown["n_tokens"],
         "peak token": shown["peak_token"].map(repr),
         "error step": shown["error_step"],
-        "error kind": shown["error_kind"],
+        "error kind": shown["error_kind"].map(lambda k: kind_title(k) if isinstance(k, str) and k else None),
         "question": shown["question"].str.slice(0, 90),
     }).reset_index(drop=True)
 

@@ -608,7 +608,9 @@ def test_page_opens_a_store_sorts_filters_opens_a_trace_and_saves_an_annotation(
     assert any(s.value.startswith("Your mark, saved") and "**step 2**" in s.value for s in at.success)
     assert store.annotations()[chosen]["error_step"] == 2
     assert store.annotations()[chosen]["note"] == "multiplies the wrong numbers"
-    assert at.dataframe(key="tr_table").value.set_index("trace").loc[chosen, "error kind"] == "wrong operation"
+    from grade.common.display import kind_title
+
+    assert at.dataframe(key="tr_table").value.set_index("trace").loc[chosen, "error kind"] == kind_title("wrong operation")
     assert {b.proto.label for b in at.get("download_button")} >= {"Annotations (CSV)", "Annotations (JSONL)"}
 
 
