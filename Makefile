@@ -144,10 +144,9 @@ serve: install install-fast-background
 	GRADE_SERVED=1 GRADE_PRECOMPUTE_EXAMPLES=$${GRADE_PRECOMPUTE_EXAMPLES:-1} GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
 	  --server.maxUploadSize 8 --client.showErrorDetails none --server.enableXsrfProtection true
 
-# Two worker processes (pytest-xdist), one per core of the 2-core machine the suite's time is measured on, each
-# taking whole test files (a file's module fixtures, the models and analyses several of its tests read, built once);
-# `make test TEST_WORKERS=0` runs it in one process.
-TEST_WORKERS ?= 2
+# `make test TEST_WORKERS=2`: two worker processes (pytest-xdist), one per core of a 2-core machine, each taking
+# whole test files (a file's module fixtures built once). One process (0) until a parallel run is shown to pass.
+TEST_WORKERS ?= 0
 test: install browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
