@@ -656,6 +656,10 @@ def reworded(seed: int = 1) -> list[dict]:
 
 
 def main() -> int:
+    import argparse
+
+    # parsed first so that `--help` prints the description instead of rewriting the shipped files
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     sets = (("arithmetic", arithmetic()), ("world_facts", world_facts()), ("reworded", reworded()),
             ("check_facts", check_facts()),
