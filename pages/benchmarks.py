@@ -291,8 +291,10 @@ def _shipped_probes() -> None:
     for loss, table in tables.items():
         if not table.empty:
             st.markdown(f"**GRADE_{loss} probe**")
+            # fixed widths: sized to their longest cell, the six columns ran 1,414 px into a 978 px column
             st.dataframe(table, hide_index=True, width="stretch", key=f"bench_shipped_{loss}",
-                         column_config={"what it says": st.column_config.TextColumn(width="large")})
+                         column_config={c: st.column_config.TextColumn(width="medium" if c in (
+                             "questions like", "datasets", "what it says") else "small") for c in table.columns})
 
 
 if CROSSFIT:  # opens on the cross-fitted tables
