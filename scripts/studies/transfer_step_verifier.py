@@ -225,8 +225,13 @@ def main(argv=None) -> int:
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--only", nargs="+", default=None, metavar="VARIANT")
     p.add_argument("--ship", action="store_true")
-    p.add_argument("--machine", default="AMD EPYC VM, 2 cores, 24 GiB (shared with other jobs)")
+    p.add_argument("--machine", default=None, help="what the numbers came from (default: this CPU, its cores and load)")
     args = p.parse_args(argv)
+    if args.machine is None:
+        from bench.common import machine
+
+        m = machine()
+        args.machine = f"{m['cpu']}, {m['cpu_count']} cores, load average {m['load_average'][0]:.1f} at the start"
     t0 = time.perf_counter()
     rows, missing = load_rows(args.reader, args.external)
     ext = [r for r in rows if r["external"]]
