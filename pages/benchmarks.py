@@ -356,9 +356,9 @@ with tabs["Selective answering"]:
             "oracle at 50%": [_num(o) for o in sel["oracle_acc_at_coverage"]],
             "questions": sel["n"],
             "in the chart": ["yes" if m in drawn else "" for m in sel["method"]]})
-        st.dataframe(shown, hide_index=True, width="stretch", key="bench_selective_table",
-                     column_config={"dataset": st.column_config.TextColumn(width="medium"),
-                                    "method": st.column_config.TextColumn(width="medium")})
+        st.dataframe(shown, hide_index=True, width="stretch", key="bench_selective_table",  # fixed widths: 1,176 px
+                     column_config={c: st.column_config.Column(width="medium" if c in ("dataset", "method") else "small")
+                                    for c in shown.columns})
         _warn_small(result.selective, lambda r: dataset_title(r["dataset"]))
         st.caption("Ties (a yes/no detector like Judge, equal lengths) are answered in random order: the curve shows "
                    "the expected accuracy. Length_pre / Length_pos: the number of tokens alone, not a detector. The "
