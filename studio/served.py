@@ -196,7 +196,7 @@ def check_model_source(source: str, config: Settings, embedded: tuple[str, ...])
 
 def _cap(value: int, cap: int, what: str, unit: str) -> int:
     if value > cap:
-        raise InputError(f"{what} is {value:,} {unit}; this studio allows at most {cap:,}.")
+        raise InputError(f"{what} is {value:,} {unit}, over this studio's limit of {cap:,}.")
     return value
 
 

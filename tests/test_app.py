@@ -139,7 +139,9 @@ def test_home_shows_the_other_detectors_and_says_when_they_disagree(analysed, sm
         assert shown == pytest.approx(verdict.probability, abs=0.006)
         assert verdict.kind == "triviaqa"
     # the closest dataset is named once on the screen, and every card cites it
-    assert text.count("**Questions like this:**") == 1 and "**Questions like this:** TriviaQA" in text
+    lines = [m.value for m in at.markdown if m.value.startswith("**Questions like this:**")]
+    assert text.count("**Questions like this:**") == 1 and len(lines) == 1
+    assert "short answers, no document" in lines[0] and "TriviaQA" in lines[0], lines
     probe = float(_metric(at, "Probability that the model can answer").rstrip("%")) / 100
     votes = [probe >= 0.5] + [v.answerable for v in expected]
     assert any(votes) and not all(votes), votes  # this question makes them disagree
@@ -239,6 +241,9 @@ def test_reasoning_trace_page_scores_the_reference_solution():
     assert not at.error, [e.value for e in at.error]
     assert float(_metric(at, "GRADE_pos")) > 0
     assert int(_metric(at, "Steps")) >= 2
+    # the tokens open coloured by the step verifier where it read the trace; GRADE's shock is one choice away
+    at.radio(key="rt_colour").set_value("epistemic shock (heatmap)").run()
+    _no_exception(at)
     heatmaps = [m for m in at.get("html") if "shock" in m.proto.body]
     assert heatmaps, "no token heatmap"
     assert "correct" in " ".join(m.value for m in at.markdown)  # the reference solution is marked correct
@@ -274,7 +279,10 @@ def test_a_correct_real_trace_the_verifier_clears_says_no_step_stands_out():
     assert "**Trace A.** **No step stands out**" in text
     captions = " ".join(c.value for c in at.caption)
     assert "Read by smollm2-135m-instruct" in captions
-    assert "F1 0.22 [0.07, 0.35] (chance 0.09)" in captions and "top three" in captions
+    # the F1 the shipped verifier's file cites for this protocol (no gold answer given), with interval and chance
+    f1 = json.loads((ROOT / "grade" / "assets" / "step_verifier" / "smollm2-135m-instruct.json").read_text())["measured"]["f1"]
+    assert f"F1 {f1['value']:.2f} [{f1['low']:.2f}, {f1['high']:.2f}] (chance {f1['chance']:.2f})" in captions
+    assert "top three" in captions
     assert "Suspect step" in text  # the GRADE step analysis follows as the second view
 
 

@@ -403,7 +403,11 @@ def test_benchmarks_page_renders_results_and_an_empty_run(tmp_path, monkeypatch)
     assert not at.exception
     assert at.selectbox[0].value == "model-a"  # a run with a table comes first
     assert len(at.dataframe) >= 2
-    assert any("good:short" in str(df.value.get("train", "")) for df in at.dataframe if hasattr(df.value, "get"))
+    from grade.common.display import column_title
+
+    # the conditions' table: each row's training condition under the page's column title
+    assert any("good:short" in str(df.value.get(column_title("train"), "")) for df in at.dataframe
+               if hasattr(df.value, "get"))
     at.selectbox[0].select("model-b").run()
     assert not at.exception and any("No method" in i.value for i in at.info)
 

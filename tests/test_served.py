@@ -534,7 +534,7 @@ def test_trace_caps_are_checked_before_anything_is_tokenised():
     from studio.served import SERVED_LIMITS, check_trace_text
 
     # no tokenizer and no model: a text past its character cap must be refused before either is touched
-    with pytest.raises(InputError, match="The reasoning trace is 200,000 characters; this studio allows at most 2,000"):
+    with pytest.raises(InputError, match="The reasoning trace is 200,000 characters, over this studio.s limit of 2,000"):
         check_trace_text("What is 2 + 2?", "7." * 100_000, None, SERVED_LIMITS)
     with pytest.raises(InputError, match="The question is 2,001 characters"):
         check_trace_text("x" * 2001, "4", None, SERVED_LIMITS)
