@@ -233,5 +233,7 @@ def test_the_app_reads_a_question_as_the_benchmark_stored_it(smollm, one_torch_t
     assert not missing and values["loss_value"][0] == pytest.approx(result.loss_value)
     stored = score_question(smollm, row, parts=("answer",))
     assert stored["greedy_answer"] == task_length.text
-    for statistic in ("p_entropy", "saplma_hidden"):
-        np.testing.assert_allclose(values[statistic], record_statistic(stored, statistic), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values["p_entropy"], record_statistic(stored, "p_entropy"), rtol=1e-5, atol=1e-5)
+    # the stored hidden state is float16 and the benchmark's pass reads it with an attention mask (its batched
+    # path): the two may part by one float16 step (2**-10 relative), no more
+    np.testing.assert_allclose(values["saplma_hidden"], record_statistic(stored, "saplma_hidden"), rtol=2**-10, atol=1e-3)
