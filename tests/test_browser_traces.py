@@ -69,7 +69,12 @@ def test_traces_page_opens_sorts_opens_a_trace_and_saves_an_annotation(app_url, 
     _no_exception(driver)
     assert "6 traces" in driver.find_element("tag name", "body").text
 
-    # Sorted by GRADE_pos, highest first; the toggle turns it around. The trace picker follows the table.
+    # The verifier's highest step probability sorts first where it read the traces; by GRADE_pos, highest first,
+    # the toggle turns it around. The trace picker follows the table.
+    from studio.traces import sort_options
+
+    assert sort_options(frame.reset_index())[0].startswith("verifier")
+    _choose(driver, "tr_sort", "GRADE_pos")
     options = _options(driver, "tr_open")
     assert len(options) == 6 and _grades(options) == sorted(_grades(options), reverse=True), options
     _wait(driver, lambda d: next(iter(_css(d, ".st-key-tr_desc label")), None), 30, "the Descending toggle").click()
@@ -86,7 +91,13 @@ def test_traces_page_opens_sorts_opens_a_trace_and_saves_an_annotation(app_url, 
     _wait(driver, lambda d: len(_css(d, ".js-plotly-plot")) >= 2, 120, "the step charts")
     _settled(driver)
     _no_exception(driver)
-    spans = _css(driver, '.st-key-tr_trace span[title^="shock"]')
+    # the tokens open coloured by the verifier where it read the trace; GRADE's shock is the next choice
+    shock = next((label for label in _css(driver, ".st-key-tr_colour label") if label.text.startswith("epistemic shock")),
+                 None)
+    if shock is not None:
+        shock.click()
+        _settled(driver)
+    spans = _wait(driver, lambda d: _css(d, '.st-key-tr_trace span[title^="shock"]'), 60, "the shock colouring")
     assert len(spans) == frame.loc[chosen, "n_tokens"], len(spans)
 
     suffix = chosen.replace(":", "_")
