@@ -9,7 +9,7 @@ that generate, TriviaQA for the GRADE pass):
 * **matmul rate**: the device's measured rate of square matrix products in the model's dtype (FLOP/s);
 * **decode floor**: tokens generated per second by the bare decoding loop (one token per row per step, the
   key/value cache, argmax, no stop rule, no row leaving the batch) at batch sizes up to the largest that
-  :func:`grade.batch.sizing.batch_size` allows, the best of them;
+  :func:`grade.models.sizing.batch_size` allows, the best of them;
 * per command, items per second through the library call the command makes, batched (the default batch
   size) and one item at a time (``--batch-size 1``), beside the floor of that work: ``evaluate --detector
   p-entropy`` (greedy answers, one statistics pass; floor: its generated tokens at the decode floor plus the
@@ -160,7 +160,7 @@ def bench_label(lm, rows, n_one: int, samples: int, floor_tps: float, log) -> li
     settings = settings_for(TASKS["gsm8k"], n_samples=samples, seed=0)
     prompts = [format_prompt(lm.tokenizer, r["question"], task="gsm8k") for r in rows]
     ids = [str(r["id"]) for r in rows]
-    from grade.batch.sizing import batch_size
+    from grade.models.sizing import batch_size
 
     size = batch_size(lm, tokens=512, kind="generate", rows_per_item=samples)
     seconds, batched = timed(lambda: sample_generations(lm, prompts, ids, settings, questions_per_batch=size), lm.device)
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     import grade
-    from grade.batch.sizing import batch_size
+    from grade.models.sizing import batch_size
 
     args.out.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []

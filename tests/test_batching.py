@@ -1,5 +1,5 @@
 """The batched model passes give the one-at-a-time numbers (SmolLM2-135M on the CPU, float32), and the batch-size
-rule (grade.batch.sizing) sizes batches from the free memory and the model's shape."""
+rule (grade.models.sizing) sizes batches from the free memory and the model's shape."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from grade.batch.features import read_labelled
-from grade.batch.sizing import CPU_MAX_BATCH, MEMORY_SHARE, ModelShape, batch_size, bytes_per_token
+from grade.models.sizing import CPU_MAX_BATCH, MEMORY_SHARE, ModelShape, batch_size, bytes_per_token
 from grade.common.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -290,7 +290,7 @@ def feature_rows(lm, rows, *, loss: str = "pre", srank: str = "paper", keep_hidd
     response...; its ``(dataset, id, reason)`` goes to ``skipped``). ``prompt_for(row)`` gives a
     perturbed prompt. Under ``pre`` the rows go through batched passes
     (:func:`grade.gradients.analysis.analyze_batch`, ``batch_size`` rows a pass, default the rule of
-    :func:`grade.batch.sizing.batch_size`), a batch's worth of rows at a time; the values are those of
+    :func:`grade.models.sizing.batch_size`), a batch's worth of rows at a time; the values are those of
     :func:`analyze_row`, one row at a time, up to float rounding."""
     if loss != "pre":
         for row in rows:
@@ -322,8 +322,8 @@ def _pre_request(lm, row: dict[str, Any], prompt: str | None) -> dict[str, Any]:
 
 def _grade_chunk(lm, rows: list[dict], batch_size: int | None, prompt_for) -> int:
     """Rows handed to one :func:`~grade.gradients.analysis.analyze_batch` call: one batch of the longest prompt
-    (:func:`grade.batch.sizing.batch_size`), so that a progress bar moves once a batch."""
-    from .sizing import batch_size as size_rule
+    (:func:`grade.models.sizing.batch_size`), so that a progress bar moves once a batch."""
+    from ..models.sizing import batch_size as size_rule
     from ..models.generation import encode_prompt
     from ..tasks.prompts import format_prompt
 

@@ -205,7 +205,7 @@ def label_questions(
     seed : with the question id, fixes every sample (reruns reproduce the file).
     max_new_tokens : answer length (default: the task's, e.g. 12 for short QA).
     questions_per_batch : questions decoded together (see :func:`grade.models.sampling.sample_answers`); None:
-        as many as the device's free memory holds (:func:`grade.batch.sizing.batch_size`, the longest prompt and
+        as many as the device's free memory holds (:func:`grade.models.sizing.batch_size`, the longest prompt and
         answer, ``n_samples`` rows a question). Batching changes no sample: each draws from its own seeded stream.
     sample_chars : store each sample cut to this many characters (scores use the full text).
     progress : draw a tqdm progress bar on stderr (the package's convention, :mod:`grade.batch.runner`).
@@ -279,9 +279,9 @@ def label_questions(
 
 def _questions_per_batch(lm: LoadedModel, questions: list[Question], n_samples: int | None, seed: int,
                          max_new_tokens: int | None) -> int:
-    """Questions sampled together by the rule of :func:`grade.batch.sizing.batch_size`: the longest prompt and
+    """Questions sampled together by the rule of :func:`grade.models.sizing.batch_size`: the longest prompt and
     answer among ``questions``, ``n_samples`` rows a question."""
-    from ..batch.sizing import batch_size
+    from ..models.sizing import batch_size
     from ..models.generation import encode_prompt
 
     longest, rows = 1, 1
@@ -339,7 +339,7 @@ class LabelWork:
     matcher: str = "strict"
     seed: int = 0
     max_new_tokens: int | None = None
-    questions_per_batch: int | None = 4  # None: each worker's device decides (grade.batch.sizing)
+    questions_per_batch: int | None = 4  # None: each worker's device decides (grade.models.sizing)
     sample_chars: int | None = None
 
     def process(self, lm, questions: list) -> dict:

@@ -123,6 +123,19 @@ def parse_caps(values: list[str] | None) -> tuple[int | None, dict[str, int]]:
     return default, by_dataset
 
 
+def every_question_config(model: str, data_root: str | Path, run: str | None = None):
+    """The benchmark configuration of every labelled question of ``model``: the datasets of its repository run
+    ``run`` (default the run named after the model) without a cap, the caches read from ``data_root``, offline,
+    no GRADE variants (what :func:`grade.studies.shipped_probes.every_question_tables` builds the tables from)."""
+    parser = argparse.ArgumentParser(prog="grade")
+    register(parser.add_subparsers(dest="command"))
+    extra = [a for a in repository_runs()[run or model][1] if a != "--crossfit"]
+    args = parser.parse_args(["benchmark", "--model", model, *extra, "--max-per-class", "1000000",
+                              "--cache-dir", str(Path(data_root) / DATA_FOLDERS["benchmark"]), "--offline",
+                              "--variants", "none"])
+    return config_from_args(args)
+
+
 def config_from_args(args: argparse.Namespace):
     from ..verdict.detectors.baselines import safe_name
     from ..studies.benchmark import BenchmarkConfig

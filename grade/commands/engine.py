@@ -21,7 +21,7 @@ ENGINES = BACKENDS  # --engine names the batch runner's backend
 
 def add_batch_argument(parser: argparse.ArgumentParser) -> None:
     """``--batch-size``: items a batched model pass takes at once, over the rule of
-    :func:`grade.batch.sizing.batch_size` (from the device's free memory and the model's shape)."""
+    :func:`grade.models.sizing.batch_size` (from the device's free memory and the model's shape)."""
     parser.add_argument("--batch-size", type=int_range(1, 4096), default=None,
                         help="items a batched model pass takes at once (default: as many as the device's free "
                              "memory holds, at most 8 on a CPU); 1: one at a time, the same numbers")

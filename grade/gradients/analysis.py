@@ -610,11 +610,11 @@ def analyze_batch(lm: LoadedModel, requests: list[dict], *, loss: LossKind = "pr
     through batched passes: prompts left-padded into one forward pass with the MLP capture, one loss per row, one
     backward pass of their sum (rows do not interact, so each row's Δ is its own loss's), then each row's stable
     ranks from its own tokens. Longer prompts are grouped together (less padding), ``batch_size`` rows a pass
-    (default: :func:`grade.batch.sizing.batch_size` of a ``grade`` pass, from the device's free memory and the
+    (default: :func:`grade.models.sizing.batch_size` of a ``grade`` pass, from the device's free memory and the
     model's shape). The values are :func:`analyze`'s up to float rounding. Other requests (``pos``) run one at a
     time through :func:`analyze`.
     """
-    from ..batch.sizing import batches
+    from ..models.sizing import batches
     from ..common.errors import GradeError
 
     results: list = [None] * len(requests)

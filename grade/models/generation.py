@@ -355,7 +355,7 @@ def generate(
     settings : length, sampling rule and stop strings (a task's: :func:`settings_for_task`).
     seeds : sampling only: one seed per row of each prompt (every prompt the same number of rows).
     batch_size : prompts decoded together (left-padded: :func:`left_padded`); default the rule of
-        :func:`grade.batch.sizing.batch_size`, from the device's free memory and the model's shape. Rows never
+        :func:`grade.models.sizing.batch_size`, from the device's free memory and the model's shape. Rows never
         depend on it beyond float rounding of batched matrix products (and a sampled row not at all: its own
         random stream).
     prompt_pass : one prompt's pass already run (a GRADE ``pre`` analysis'): the transformers loop decodes
@@ -379,7 +379,7 @@ def generate(
     if batch_size is not None and batch_size < 1:
         raise InputError("the batch size must be at least 1")
     if batch_size is None:
-        from ..batch.sizing import batch_size as size_rule
+        from .sizing import batch_size as size_rule
 
         batch_size = size_rule(lm, tokens=max(len(p) for p in prompts) + settings.max_new_tokens, kind="generate",
                                rows_per_item=1 if seeds is None else len(seeds[0]))

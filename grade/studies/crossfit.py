@@ -605,3 +605,28 @@ def fit_dataset(run: CrossfitRun, d: CrossfitData, state: dict, stored: dict, sa
             values = d.scores.get(method) if method not in LENGTHS else d.grade[method.split("_")[1]]["n_tokens"]
             out[method] = get(method, ok, training_free_fit(d, method), (values,), with_auroc=method != "Judge")
     return out
+
+
+#: Every column's per-question scores of a cross-fitted results folder (written by grade.studies.crossfit_report)
+SCORES_FILE = "crossfit_scores.csv.xz"
+
+
+def test_scores(folder: str | Path) -> list[dict]:
+    """The main table's per-question scores of a cross-fitted results folder, long form (dataset, method, id,
+    label, score, fold) in the order :func:`~grade.studies.crossfit_tables.main_rows` computes them: per dataset,
+    each method of ``main_table.csv`` on the questions every one of them scores. Empty for another folder."""
+    import pandas as pd
+
+    folder = Path(folder)
+    if not ((folder / SCORES_FILE).is_file() and (folder / "main_table.csv").is_file()):
+        return []
+    scores = pd.read_csv(folder / SCORES_FILE, dtype={"id": str, "dataset": str})
+    main = pd.read_csv(folder / "main_table.csv")
+    rows = []
+    for name, part in scores.groupby("dataset", sort=False):
+        methods = [m for m in main.loc[main["dataset"] == name, "method"] if m in part.columns]
+        common = part[np.logical_and.reduce([np.isfinite(part[m].to_numpy(float)) for m in methods])] if methods else part[:0]
+        for m in methods:
+            rows += [{"dataset": name, "method": m, "id": i, "label": int(y), "score": float(s), "fold": int(f)}
+                     for i, y, s, f in zip(common["id"], common["label"], common[m], common["fold"])]
+    return rows

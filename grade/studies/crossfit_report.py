@@ -5,7 +5,7 @@ Files under the results folder:
 
 * ``main_table.{csv,md}``: per dataset, every method on the same questions (n, n answerable, Acc and AUROC
   with their intervals); those questions' scores, long form (the app's curves), are read from
-  ``crossfit_scores.csv.xz`` (:func:`test_scores`), not written a second time;
+  ``crossfit_scores.csv.xz`` (:func:`grade.studies.crossfit.test_scores`), not written a second time;
 * ``all_questions.csv``: each method on every question it scores;
 * ``grade_variants.csv``: every GRADE variant fitted, and how often the inner selection chose it;
 * ``paired.csv``: AUROC differences to P-Entropy, to length and to self-consistency (paired bootstrap);
@@ -25,12 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .crossfit import CrossfitRun, LOSSES, main_methods, read_store
+from .crossfit import SCORES_FILE, CrossfitRun, LOSSES, main_methods, read_store
 from .crossfit_tables import PAIRED_REFERENCES, all_question_rows, confidently_wrong_rows, main_rows, paired_rows, \
     selective_rows, transfer_rows, variant_rows
 from .output import format_number, selective_markdown, write_csv
 
-SCORES_FILE = "crossfit_scores.csv.xz"
 STATE_FILE = "crossfit_state.json"
 
 
@@ -142,27 +141,6 @@ def write_crossfit(run: CrossfitRun, out: str | Path) -> list[Path]:
                                                   "notes": notes}, indent=2, default=_json) + "\n", encoding="utf-8")
     return written + [out / p for p in ("main_table.md", "selective_answering.md", "findings.md", SCORES_FILE,
                                         STATE_FILE, "summary.json")]
-
-
-def test_scores(folder: str | Path) -> list[dict]:
-    """The main table's per-question scores of a cross-fitted results folder, long form (dataset, method, id,
-    label, score, fold) in the order :func:`~grade.studies.crossfit_tables.main_rows` computes them: per dataset,
-    each method of ``main_table.csv`` on the questions every one of them scores. Empty for another folder."""
-    import pandas as pd
-
-    folder = Path(folder)
-    if not ((folder / SCORES_FILE).is_file() and (folder / "main_table.csv").is_file()):
-        return []
-    scores = pd.read_csv(folder / SCORES_FILE, dtype={"id": str, "dataset": str})
-    main = pd.read_csv(folder / "main_table.csv")
-    rows = []
-    for name, part in scores.groupby("dataset", sort=False):
-        methods = [m for m in main.loc[main["dataset"] == name, "method"] if m in part.columns]
-        common = part[np.logical_and.reduce([np.isfinite(part[m].to_numpy(float)) for m in methods])] if methods else part[:0]
-        for m in methods:
-            rows += [{"dataset": name, "method": m, "id": i, "label": int(y), "score": float(s), "fold": int(f)}
-                     for i, y, s, f in zip(common["id"], common["label"], common[m], common["fold"])]
-    return rows
 
 
 def save_store(run: CrossfitRun, out: str | Path, transfer: list[dict] | None = None) -> None:

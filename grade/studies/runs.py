@@ -305,7 +305,7 @@ class BenchmarkResult:
         """A result read back from a results folder (CSV + summary.json)."""
         import pandas as pd
 
-        from .crossfit_report import test_scores as crossfit_test_scores
+        from .crossfit import test_scores as crossfit_test_scores
 
         folder = Path(folder)
         summary_path = folder / "summary.json"

@@ -254,23 +254,18 @@ def labels_without_heldout(model: str, labels_dirs: list[Path], split_path: Path
     return [Path(out_dir)]
 
 
-def every_question_tables(model: str, data_root: Path, run: str | None = None):
+def every_question_tables(model: str, data_root: Path, config):
     """The benchmark's tables (:class:`~grade.studies.benchmark.BenchmarkTables`) of every labelled question of
-    ``model`` (the datasets of its repository run ``run``, default the run named after the model, without a cap), the caches read from ``data_root``; the prompt
-    entropy (GRADE_pre's loss, the "Entropy after the prompt" detector's statistic) taken from the feature stores
-    of every labelled question (``crossfit_features``) where the run's own caches lack it."""
-    from ..commands.benchmark import DATA_FOLDERS, config_from_args, repository_runs
-    from ..commands.cli import build_parser
+    ``model`` built from ``config`` (:func:`grade.commands.benchmark.every_question_config`: the datasets of its
+    repository run without a cap, the caches read from ``data_root``); the prompt entropy (GRADE_pre's loss, the
+    "Entropy after the prompt" detector's statistic) taken from the feature stores of every labelled question
+    (``crossfit_features``) where the run's own caches lack it."""
     from ..batch.features import load_features
     from .benchmark import build_tables
 
-    extra = [a for a in repository_runs()[run or model][1] if a != "--crossfit"]
-    args = build_parser().parse_args(["benchmark", "--model", model, *extra, "--max-per-class", "1000000",
-                                      "--cache-dir", str(Path(data_root) / DATA_FOLDERS["benchmark"]), "--offline",
-                                      "--variants", "none"])
-    built = build_tables(config_from_args(args), None, lambda line: None)
+    built = build_tables(config, None, lambda line: None)
     tables = built.tables
-    folder = Path(data_root) / DATA_FOLDERS["benchmark"] / model / "crossfit_features" / "pre"
+    folder = Path(config.cache_dir) / model / "crossfit_features" / "pre"
     for store in sorted(folder.glob("*.parquet")):
         frame = load_features(store, hidden=False)
         table = tables.get(BENCHMARK_NAMES.get(store.stem, store.stem))

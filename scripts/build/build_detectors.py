@@ -30,6 +30,7 @@ from pathlib import Path
 
 from grade.verdict.detectors.baselines import cache_path
 from grade.studies.benchmark import build_tables, feature_store
+from grade.commands.benchmark import every_question_config
 from grade.studies.shipped_probes import SPLIT_FILE, every_question_tables, read_split, split_for_heldout
 from grade.commands.cli import build_parser
 from grade.commands.benchmark import config_from_args, repository_runs
@@ -73,7 +74,7 @@ def build(model: str, out_dir: Path) -> list[Detector]:
     args = build_parser().parse_args(["benchmark", "--model", RUNS[name][0], *extra, "--offline", "--variants", "none"])
     config = config_from_args(args)
     if split.is_file():
-        built = every_question_tables(model, ROOT)
+        built = every_question_tables(model, ROOT, every_question_config(model, ROOT))
         built.tables = split_for_heldout(built.tables, read_split(split))
         log(f"  every labelled question; the {len(read_split(split))} of {split.relative_to(ROOT)} are the test rows")
     else:

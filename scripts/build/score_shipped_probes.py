@@ -63,13 +63,14 @@ def draw(model: str, data_root: Path, out: Path) -> None:
 def score(model: str, data_root: Path, split_path: Path, out: Path) -> None:
     import pandas as pd
 
+    from grade.commands.benchmark import every_question_config
     from grade.studies.shipped_probes import every_question_tables, heldout_detector_scores, heldout_probe_scores
     from grade.verdict.detectors import Detector, detectors_for
 
     heldout = pd.read_csv(split_path, dtype={"id": str})
     rows = heldout_probe_scores(model, heldout, stores(model, data_root))
     detectors = [Detector.load(p) for p in detectors_for(model)]
-    rows += heldout_detector_scores(detectors, every_question_tables(model, data_root).tables, heldout)
+    rows += heldout_detector_scores(detectors, every_question_tables(model, data_root, every_question_config(model, data_root)).tables, heldout)
     frame = pd.DataFrame(rows)
     frame.to_csv(out, index=False, float_format="%.6g")
     summary = frame.groupby(["method", "dataset"])["label"].agg(["size", "sum"])

@@ -391,8 +391,8 @@ def answer_statistics_batch(lm: LoadedModel, prompt_ids: list[list[int]], greedy
     over prompt + answer (left-padded: every row ends in the last column, so its answer's positions are the
     last ones and ``logits_to_keep`` covers them all). The same statistics as the one-question path (a prompt
     pass, then a pass over the answer from its cache) up to float rounding; ``batch_size``: rows a pass
-    (default: :func:`grade.batch.sizing.batch_size` of a ``forward`` pass)."""
-    from ...batch.sizing import batch_size as size_rule
+    (default: :func:`grade.models.sizing.batch_size` of a ``forward`` pass)."""
+    from ...models.sizing import batch_size as size_rule
 
     config = config or BaselineConfig()
     if len(prompt_ids) != len(greedy):
@@ -491,7 +491,7 @@ def score_questions(lm: LoadedModel, items: list[dict], *, variant: str = "origi
     question affordable, and the greedy answers' statistics come from batched passes too
     (:func:`answer_statistics_batch`); the IC and sampling passes that read hidden states run one question at a
     time. ``batch_size``: rows decoded, and rows a statistics pass, at once (default: the rule of
-    :func:`grade.batch.sizing.batch_size` for each pass).
+    :func:`grade.models.sizing.batch_size` for each pass).
     """
 
     config = config or BaselineConfig()
@@ -623,9 +623,9 @@ def items_per_batch(lm: LoadedModel, items: list[dict], *, variant: str = "origi
                     config: BaselineConfig | None = None, parts: tuple[str, ...] = PARTS,
                     batch_size: int | None = None) -> int:
     """Items handed to one :func:`score_questions` call: ``batch_size`` where given, else one decoding batch of the
-    longest prompt and answer among ``items`` (:func:`grade.batch.sizing.batch_size`; K rows an item where the
+    longest prompt and answer among ``items`` (:func:`grade.models.sizing.batch_size`; K rows an item where the
     sampling pass runs), so that a progress bar moves once a batch."""
-    from ...batch.sizing import batch_size as size_rule
+    from ...models.sizing import batch_size as size_rule
 
     if batch_size is not None or not items:
         return size_rule(lm, tokens=1, kind="generate", override=batch_size or 1)
@@ -649,7 +649,7 @@ def score_items(lm: LoadedModel, items: Iterable[dict], path: str | Path, *, var
     """Score every item not yet in the cache at ``path``, appending one JSON line per question
     (:func:`grade.batch.run_local`, one batch of ``questions_per_batch`` questions decoded together
     and written at a time: :func:`score_questions`; default :func:`items_per_batch`). ``batch_size``: rows a
-    batched pass (default: the rule of :func:`grade.batch.sizing.batch_size`). ``progress``: a progress bar on
+    batched pass (default: the rule of :func:`grade.models.sizing.batch_size`). ``progress``: a progress bar on
     stderr; ``callback(done, to do, record)`` after each (a function given as ``progress``, the older spelling, is
     the callback).
 

@@ -106,7 +106,7 @@ def labelled_statistics(lm, rows: list[dict], statistic: str, *, progress: bool 
     """``statistic`` for labelled rows (:func:`grade.batch.features.read_labelled`), by the passes that made the
     training data: a GRADE_pre analysis (:func:`grade.batch.features.features_of_rows`) for ``loss_value``, the
     benchmark's greedy-answer pass (:func:`grade.verdict.detectors.baselines.score_questions`) for the answer
-    statistics, both batched: ``batch_size`` items at once (default: :func:`grade.batch.sizing.batch_size`, from the
+    statistics, both batched: ``batch_size`` items at once (default: :func:`grade.models.sizing.batch_size`, from the
     device's free memory and the model's shape; 1 is the one-at-a-time path, with the same values up to float
     rounding).
 
