@@ -14,6 +14,7 @@ from grade.studies import GRADE_METHODS, LENGTH_METHODS  # length alone: a confo
 
 #: Below this many test questions (or with one class missing) an AUROC and its interval say little.
 # one rule with the cards' citations: an AUROC on fewer questions is not read as a result
+from grade.verdict.measured import MIN_PER_CLASS, too_few  # noqa: E402
 from grade.verdict.measured import MIN_QUESTIONS as SMALL_TEST_SET  # noqa: E402
 
 
@@ -53,8 +54,10 @@ def small_sample_problem(n, positives) -> str | None:
     if not _missing(positives) and (int(positives) == 0 or int(positives) == n):
         return f"n = {n} with only one class ({'all answerable' if int(positives) == n else 'none answerable'}): " \
                "no AUROC can be measured"
-    if n < SMALL_TEST_SET:
-        return f"only n = {n} test questions" + ("" if _missing(positives) else f" ({int(positives)} answerable)")
+    if not _missing(positives):  # the cards' one evidence rule: enough questions of each class
+        return too_few(n, int(positives))
+    if n < 2 * MIN_PER_CLASS:
+        return f"only n = {n} test questions"
     return None
 
 
@@ -63,7 +66,7 @@ def small_sample_warning(items: Iterable[tuple[str, object, object]]) -> str | N
     problems = [f"{label}: {problem}" for label, n, pos in items if (problem := small_sample_problem(n, pos))]
     if not problems:
         return None
-    return (f"Small test sets (under {SMALL_TEST_SET} questions, or one class missing): their AUROC and interval "
+    return (f"Small test sets (under {MIN_PER_CLASS} questions of either class): their AUROC and interval "
             "can land anywhere by chance, read them as anecdotes. " + "; ".join(dict.fromkeys(problems)) + ".")
 
 

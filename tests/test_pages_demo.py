@@ -86,7 +86,8 @@ def test_benchmark_summary_names_wins_and_losses_from_the_table():
     assert "loses on b (GRADE_pre 0.600, rank 3 of 3; best SAPLMA 0.900)" in text
 
 
-@pytest.mark.parametrize("n, positives, warned", [(2, 1, True), (19, 9, True), (99, 40, True), (100, 40, False),
+@pytest.mark.parametrize("n, positives, warned", [(2, 1, True), (19, 9, True), (99, 40, False), (100, 40, False),
+                                                   (150, 39, True), (150, 111, True), (79, None, True),
                                                    (150, 0, True), (150, 150, True), (150, 60, False),
                                                    (None, None, False)])
 def test_small_test_sets_are_flagged(n, positives, warned):
@@ -153,7 +154,7 @@ def test_an_auroc_from_two_test_questions_carries_a_warning(monkeypatch, tmp_pat
     assert not at.exception, [e.value for e in at.exception]
     assert "test AUROC **0.000**" in " ".join(m.value for m in at.markdown)
     warnings = [w.value for w in at.warning if w.value.startswith("Small test sets")]
-    assert len(warnings) == 2 and all("tiny: only n = 2 test questions (1 answerable)" in w for w in warnings), warnings
+    assert len(warnings) == 2 and all("tiny: too few answerable questions to judge (1 answerable, 1 unanswerable" in w for w in warnings), warnings
 
 
 @pytest.mark.parametrize("page", ["pages/spectra.py", "pages/projections.py", "pages/probes.py",
