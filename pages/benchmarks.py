@@ -233,9 +233,9 @@ def _ablations() -> bool:
                               "the paper's": variants["paper"].map({True: "yes", False: ""}),
                               "the app's": variants["shipped"].map({True: "yes", False: ""}),
                               "chosen (of 5 folds)": variants["times_chosen"]})
-        st.dataframe(shown, hide_index=True, width="stretch", key="crossfit_variants",
-                     column_config={"variant": st.column_config.TextColumn(width="large"),
-                                    "dataset": st.column_config.TextColumn(width="medium")})
+        st.dataframe(shown, hide_index=True, width="stretch", key="crossfit_variants",  # fixed widths: 1,091 px
+                     column_config={c: st.column_config.Column(width="medium" if c in ("dataset", "variant") else "small")
+                                    for c in shown.columns})
     if CROSSFIT and capped is not None and capped.main:
         shown_any = True
         st.markdown(f"**The earlier protocol** (one 60/20/20 split of a few capped rows per dataset, so each dataset is "
@@ -246,14 +246,17 @@ def _ablations() -> bool:
                               "AUROC [95% interval]": [_ci(a, lo, hi) for a, lo, hi in zip(old["auroc"], old["auroc_lo"], old["auroc_hi"])],
                               "accuracy": [_num(a) for a in old["acc"]]})
         st.dataframe(shown, hide_index=True, width="stretch", key="capped_ablation",
-                     column_config={"dataset": st.column_config.TextColumn(width="medium")})
+                     column_config={c: st.column_config.Column(width="medium" if c == "dataset" else "small")
+                                    for c in shown.columns})
     source = capped if CROSSFIT else result
     if source is not None and source.ablations:
         shown_any = True
         if CROSSFIT:
             st.markdown("**GRADE's ablations in the capped run** (its held-out split).")
-        st.dataframe(_titled(pd.DataFrame(source.ablations)).rename(columns=titled_columns), hide_index=True,
-                     width="stretch", key="bench_ablations_table")
+        shown = _titled(pd.DataFrame(source.ablations)).rename(columns=titled_columns)
+        st.dataframe(shown, hide_index=True, width="stretch", key="bench_ablations_table",  # fixed widths: 1,043 px
+                     column_config={c: st.column_config.Column(width="medium" if c in ("dataset", "method") else "small")
+                                    for c in shown.columns})
         abl_figs = figures(source)
         if "ablations" in abl_figs:
             session.show_figure(abl_figs["ablations"], f"{choice}-ablations", key="bench_ablations")
@@ -421,7 +424,10 @@ with tabs["Conditions"]:
         for column in ("train", "test"):
             shown[column] = shown[column].map(dataset_title)
         shown["study"] = shown["study"].map(benchmark_text.titled_text)
-        st.dataframe(shown.rename(columns=titled_columns), hide_index=True, width="stretch", key="bench_conditions")
+        shown = shown.rename(columns=titled_columns)
+        widths = (170, 90, 160, 160, 60, 70, 60, 140)  # fixed widths in px: 1,093 px ran into the 978 px column
+        st.dataframe(shown, hide_index=True, width="stretch", key="bench_conditions",
+                     column_config={c: st.column_config.Column(width=w) for c, w in zip(shown.columns, widths)})
         _warn_small(cond_source.conditions,
                     lambda r: benchmark_text.titled_text(f"{r['study']}, {r['train']} → {r['test']}"))
     else:
