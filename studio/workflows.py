@@ -34,7 +34,7 @@ from grade.tasks.tasks import answer_format
 from grade.verdict.verdict import Verdict, detector_reads_answer, probe_verdict as verdict_of, withheld
 
 from .resources import ProbeInfo
-from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_trace_text
+from .served import LOCAL_LIMITS, Limits, check_answer_tokens, check_cot_tokens, check_question, check_trace_text
 
 Progress = Callable[[str], None]
 
@@ -306,11 +306,7 @@ def check_inputs(question: str, context: str | None, limits: Limits = LOCAL_LIMI
         context = None
     if is_blank(question):  # the CLI's rule: nothing visible once spaces and invisible characters are removed
         raise InputError("Please type a question first: the question box is empty.")
-    if len(question) > limits.question_chars:
-        raise InputError(f"The question is {len(question):,} characters long; the limit is {limits.question_chars:,}. "
-                         "Put long material in the document box instead.")
-    if context and len(context) > limits.context_chars:
-        raise InputError(f"The document is {len(context):,} characters long; the limit is {limits.context_chars:,}.")
+    check_question(question, limits, context)  # the served caps' one check (studio.served)
     return question, context
 
 
