@@ -96,7 +96,16 @@ def test_extract_on_ray_matches_local_despite_a_killed_worker_and_an_interrupted
     from grade.batch.features import extract_features, load_features
 
     rows = labelled_rows()
-    extract_features(smollm, rows, tmp_path / "local.parquet")
+    import torch
+
+    # one row a batched pass on one thread, as each Ray worker (1 CPU) with its chunk of one row: float32 kernels
+    # round by the batch's shape and the thread count, so the same kernels give the same floats
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        extract_features(smollm, rows, tmp_path / "local.parquet", batch_size=1)
+    finally:
+        torch.set_num_threads(threads)
     spec, cluster, store = ModelSpec("smollm2-135m-instruct"), ClusterOptions(workers=2), tmp_path / "ray.parquet"
 
     killed = []

@@ -97,11 +97,13 @@ def test_interrupted_extraction_resumes_without_loss_or_duplicates(smollm, tmp_p
     assert hs.shape[:2] == (6, L + 1) and hidden_states(df, layer=L // 2).shape == (6, hs.shape[2])
     assert (df["model"] == smollm.name).all() and (df["loss"] == "pre").all()
 
-    # a resumed row equals a fresh extraction of the same question
+    # a resumed row equals a fresh extraction of the same question, within float32 rounding: in the resumed run
+    # it shared a batched pass with other rows, and float32 kernels round by the batch's shape (a prompt batched
+    # with a copy of itself differs from itself alone by ~4e-6 relative)
     fresh_store = tmp_path / "fresh.parquet"
     extract_features(smollm, [r for r in rows if r["id"] == "f3"], fresh_store)
     fresh = load_features(fresh_store)
-    np.testing.assert_allclose(feature_matrix(fresh)[0], feature_matrix(df[df["id"] == "f3"])[0], rtol=1e-10)
+    np.testing.assert_allclose(feature_matrix(fresh)[0], feature_matrix(df[df["id"] == "f3"])[0], rtol=2e-5)
 
     with pytest.raises(InputError, match="holds features of model"):
         extract_features(smollm, rows, store, loss="pos")
