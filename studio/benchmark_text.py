@@ -49,29 +49,17 @@ def selective_sentence(rows: Sequence[Mapping], drawn: Iterable[str]) -> str | N
     best detector by the accuracy of the questions it lets the model answer at the table's coverage, its gain
     over answering everything, GRADE's best curve where the best is another, and length alone where it does as
     well (a confound, never "the best")."""
-    drawn = set(drawn)
-    by: dict[str, dict[str, Mapping]] = {}
-    lengths: dict[str, list[Mapping]] = {}
-    coverage = None
-    for r in rows:
-        if r["method"] not in drawn or not _finite(r.get("acc_at_coverage")):
-            continue
-        coverage = r.get("coverage", coverage)
-        if r["method"] in LENGTH_METHODS:
-            lengths.setdefault(r["dataset"], []).append(r)
-        else:
-            by.setdefault(r["dataset"], {})[r["method"]] = r
-    parts = []
-    for dataset, cells in by.items():
-        best = max(cells.values(), key=lambda r: r["acc_at_coverage"])
-        text = (f"on {dataset_title(dataset)} {best['method']} is best, {best['acc_at_coverage']:.2f} against "
+    from grade.studies.output import selective_best
+
+    parts, coverage = [], None
+    for cell in selective_best([dict(r) for r in rows], methods=set(drawn)):
+        best, g, length = cell["best"], cell["grade"], cell["length"]
+        coverage = cell["coverage"] if coverage is None else coverage
+        text = (f"on {dataset_title(cell['dataset'])} {best['method']} is best, {best['acc_at_coverage']:.2f} against "
                 f"{best['base_rate']:.2f} answering everything ({best['acc_at_coverage'] - best['base_rate']:+.2f})")
-        grade = [cells[m] for m in GRADE_METHODS if m in cells]
-        if grade and best["method"] not in GRADE_METHODS:
-            g = max(grade, key=lambda r: r["acc_at_coverage"])
+        if g is not None:
             text += f", GRADE's best curve {g['method']} {g['acc_at_coverage']:.2f}"
-        length = max(lengths.get(dataset, []), key=lambda r: r["acc_at_coverage"], default=None)
-        if length is not None and length["acc_at_coverage"] >= best["acc_at_coverage"]:
+        if length is not None:
             text += f", length alone as good or better ({length['method']} {length['acc_at_coverage']:.2f})"
         parts.append(text)
     if not parts:

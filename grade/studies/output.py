@@ -97,36 +97,51 @@ def selective_markdown(result) -> str:
     return "\n".join(lines) + f"\n\nTest sets: {tests}.\n" + (f"\n{summary}\n" if summary else "")
 
 
-def selective_summary(rows: list[dict]) -> str | None:
-    """One sentence from a selective-answering table: per dataset, the detector with the best accuracy at the
-    table's coverage, its gain over answering everything, GRADE's best, and the length baselines where they do
-    as well (they are a confound, not a detector, so they are never "the best")."""
+def selective_best(rows, methods=None) -> list[dict]:
+    """Per dataset of a selective-answering table (in the rows' order): the detector with the best accuracy at the
+    table's coverage (``best``), GRADE's best where the best is another (``grade``, else None), and the best
+    length baseline where it does as well (``length``, else None: length is a confound, never "the best");
+    ``coverage`` the table's coverage. ``methods``: only these methods' rows (a chart's curves), default all."""
     from .tables import GRADE_METHODS, LENGTH_METHODS
 
     by: dict[str, dict[str, dict]] = {}
     lengths: dict[str, list[dict]] = {}
     for r in rows:
-        if r["acc_at_coverage"] is None or not math.isfinite(r["acc_at_coverage"]):
+        value = r.get("acc_at_coverage")
+        if (methods is not None and r["method"] not in methods) or value is None or not math.isfinite(float(value)):
             continue
         if r["method"] in LENGTH_METHODS:
             lengths.setdefault(r["dataset"], []).append(r)
         else:
             by.setdefault(r["dataset"], {})[r["method"]] = r
-    parts = []
+    out = []
     for dataset, cells in by.items():
         best = max(cells.values(), key=lambda r: r["acc_at_coverage"])
-        text = (f"on {dataset} the best is {best['method']}, {best['acc_at_coverage']:.3f} vs. {best['base_rate']:.3f} "
-                f"answering everything ({best['acc_at_coverage'] - best['base_rate']:+.3f}")
         grade = [cells[m] for m in GRADE_METHODS if m in cells]
-        if grade and best["method"] not in GRADE_METHODS:
-            g = max(grade, key=lambda r: r["acc_at_coverage"])
-            text += f"; best GRADE: {g['method']} {g['acc_at_coverage']:.3f}"
+        g = max(grade, key=lambda r: r["acc_at_coverage"]) if grade and best["method"] not in GRADE_METHODS else None
         length = max(lengths.get(dataset, []), key=lambda r: r["acc_at_coverage"], default=None)
-        if length is not None and length["acc_at_coverage"] >= best["acc_at_coverage"]:
+        if length is not None and length["acc_at_coverage"] < best["acc_at_coverage"]:
+            length = None
+        out.append({"dataset": dataset, "best": best, "grade": g, "length": length, "coverage": best.get("coverage")})
+    return out
+
+
+def selective_summary(rows: list[dict]) -> str | None:
+    """One sentence from a selective-answering table (:func:`selective_best`): per dataset, the detector with the
+    best accuracy at the table's coverage, its gain over answering everything, GRADE's best, and the length
+    baselines where they do as well."""
+    parts = []
+    for cell in selective_best(rows):
+        best, g, length = cell["best"], cell["grade"], cell["length"]
+        text = (f"on {cell['dataset']} the best is {best['method']}, {best['acc_at_coverage']:.3f} vs. "
+                f"{best['base_rate']:.3f} answering everything ({best['acc_at_coverage'] - best['base_rate']:+.3f}")
+        if g is not None:
+            text += f"; best GRADE: {g['method']} {g['acc_at_coverage']:.3f}"
+        if length is not None:
             text += f"; length alone as good or better: {length['method']} {length['acc_at_coverage']:.3f}"
         parts.append(text + ")")
     if not parts:
         return None
-    coverage = next(iter(next(iter(by.values())).values()))["coverage"]
+    coverage = selective_best(rows)[0]["coverage"]
     share = "half" if coverage == 0.5 else f"{100 * coverage:.0f}%"
     return (f"Answering only the {share} of the test questions a detector is surest of: " + "; ".join(parts) + ".")
