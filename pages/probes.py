@@ -11,10 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from grade.common.errors import GradeError, InputError
-from grade.verdict.detectors.routing import kind_of_dataset
-from grade.verdict.measured import MIN_PER_CLASS, dataset_title, shipped_probe_quality
+from grade.verdict.measured import MIN_PER_CLASS
 from grade.verdict.probe import INPUT_COLUMNS, INPUTS, SHIPPED_PROBES_DIR
-from studio import figures, session, waiting
+from studio import benchmark_text, figures, session, waiting
 from studio import served as served_mode
 from studio import uploads as uploads_mod
 from studio.summaries import explain, small_sample_warning
@@ -68,23 +67,9 @@ def _shipped(info) -> bool:
 
 
 def _quality_rows(model: str, loss: str) -> pd.DataFrame:
-    """The shipped probe's cited numbers (:func:`grade.verdict.measured.shipped_probe_quality`), one row per kind
-    of question: the same numbers, from the same file, as Home's verdict card and the Benchmarks page."""
-    rows = []
-    for m in shipped_probe_quality(model, loss):
-        cited = m.enough and m.auroc is not None
-        rows.append({
-            "questions like": getattr(kind_of_dataset(m.datasets[0]), "title", ""),
-            "datasets": dataset_title(m.dataset),
-            "answerable / unanswerable": f"{m.answerable} / {m.unanswerable}",
-            "AUROC [95% interval]": (f"{m.auroc:.2f} [{m.auroc_lo:.2f}, {m.auroc_hi:.2f}]" if cited and
-                                     m.auroc_lo is not None else (f"{m.auroc:.2f}" if cited else "–")),
-            "accuracy (always the larger class)": (f"{m.acc:.0%} ({m.accuracy_chance:.0%})"
-                                                   if cited and m.acc is not None else "–"),
-            "what it says": (m.adds_nothing or "better than guessing") if cited else m.too_few,
-            "measured": m.protocol_sentence,
-        })
-    return pd.DataFrame(rows)
+    """The shipped probe's cited numbers, one row per kind of question: the same table, from the same file, as
+    Home's verdict card and the Benchmarks page cite."""
+    return benchmark_text.shipped_probe_table(model, loss)
 
 
 def _show_quality(model: str, loss: str, key: str) -> bool:

@@ -96,7 +96,7 @@ def split_notes(notes: Iterable[str]) -> tuple[list[str], list[str]]:
 def shipped_probe_table(model: str, loss: str):
     """The shipped GRADE_<loss> probe's quality as Home's verdict card and the Probes page cite it
     (:func:`grade.verdict.measured.shipped_probe_quality`, the same file), one row per kind of question; an empty
-    frame where the model has none. (The Probes page builds the same rows; one of the two can import the other.)"""
+    frame where the model has none. The Probes page shows the same table."""
     import pandas as pd
 
     from grade.verdict.detectors.routing import kind_of_dataset
@@ -114,6 +114,7 @@ def shipped_probe_table(model: str, loss: str):
             "accuracy (always the larger class)": (f"{m.acc:.0%} ({m.accuracy_chance:.0%})"
                                                    if cited and m.acc is not None else "–"),
             "what it says": (m.adds_nothing or "better than guessing") if cited else m.too_few,
+            "measured": m.protocol_sentence,
         })
     return pd.DataFrame(rows)
 
