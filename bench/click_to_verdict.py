@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from .common import ROOT, machine, table, write_json
+from . import load_test
 from .load_test import KeepLow, _free_port, wait_healthy
 
 MODEL = "qwen2.5-coder-1.5b-instruct"
@@ -57,11 +58,8 @@ return {answer: text('.st-key-answer'), verdict: !!document.querySelector('.st-k
 
 
 def start_server(model: str, port: int, log) -> subprocess.Popen:
-    env = {**os.environ, "GRADE_START_MODEL": model, "GRADE_SHIPPED_RESULTS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", HOST, "--server.port", str(port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    """The studio as ``make run`` starts it, its shipped example results on."""
+    return load_test.start_server(model, port, log, served=False, env={"GRADE_SHIPPED_RESULTS": "1"})
 
 
 def _css(driver, selector):

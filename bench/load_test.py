@@ -107,14 +107,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(model: str, port: int, log) -> subprocess.Popen:
-    env = {**os.environ, "GRADE_SERVED": "1", "GRADE_START_MODEL": model, "GRADE_ANALYSIS_CACHE_ENTRIES": "0",
-           "TRANSFORMERS_VERBOSITY": "error"}
+def start_server(model: str, port: int, log, *, served: bool = True, env: dict | None = None) -> subprocess.Popen:
+    """The studio on ``port``: served (``make serve``'s options, no analysis cache) or as ``make run`` starts it;
+    ``env``: variables set on top."""
+    base = ({"GRADE_SERVED": "1", "GRADE_ANALYSIS_CACHE_ENTRIES": "0"} if served else {})
+    env = {**os.environ, **base, "GRADE_START_MODEL": model, "TRANSFORMERS_VERBOSITY": "error", **(env or {})}
+    options = (["--server.maxUploadSize", "8", "--client.showErrorDetails", "none", "--server.enableXsrfProtection",
+                "true"] if served else [])
     return subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", HOST, "--server.port", str(port),
          "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-         "--server.maxUploadSize", "8", "--client.showErrorDetails", "none", "--server.enableXsrfProtection",
-         "true"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+         *options], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 20 s."""
+    server.terminate()
+    try:
+        server.wait(20)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
@@ -481,11 +493,7 @@ def main(argv=None) -> int:
                 pass
         for profile in profiles:
             shutil.rmtree(profile, ignore_errors=True)
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     report["load_after"] = os.getloadavg()
 
     by_question = {s.question: s for s in serial}

@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.load_test import CHROMEDRIVER, CHROMIUM, HOST, ROOT, _css, _free_port, _until, new_driver, wait_healthy
+from bench.load_test import (CHROMEDRIVER, CHROMIUM, HOST, ROOT, _css, _free_port, _until, new_driver, stop_server,
+                             wait_healthy)
 
 SETTLE_S = 10.0
 
@@ -145,11 +146,7 @@ def main(argv=None) -> int:
     finally:
         if driver is not None:
             driver.quit()
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     report["load_after"] = os.getloadavg()
     base = report["baseline"]["RssAnon"]
     rows = [("refused %d: at refusal" % (k + 1), r["at_refusal"]) for k, r in enumerate(report["refused"])]
