@@ -141,7 +141,7 @@ def test_reasoning_traces_are_capped_in_steps_length_and_generation(served):
     at.number_input(key="rt_max_tokens").set_value(100_000)
     at.button(key="rt_gen_A").click().run()
     _no_exception(at)
-    assert any("at most 256" in e for e in _errors(at)), _errors(at)
+    assert any("limit of 256" in e for e in _errors(at)), _errors(at)
 
 
 def _train(at):
