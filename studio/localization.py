@@ -53,7 +53,7 @@ def accuracy_line(model: str, view: str) -> str:
 
 #: ``scripts/studies/train_step_verifier.py --grade-features`` on the GSM8K annotation files: the verifier with and without
 #: GRADE's step features, trained and scored alike.
-GRADE_IN_VERIFIER = "results/step_errors/{model}/verifier_{model}_grade_gsm8k.json"
+GRADE_IN_VERIFIER = "results/step_errors/{model}/verifier_{model}_grade_gsm8k.json.xz"
 WITH_GRADE = "GRADE + hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (no return)"
 WITHOUT_GRADE = "hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (completions, no return)"
 
@@ -62,7 +62,9 @@ WITHOUT_GRADE = "hidden(0.75,1.0)+scalars, first-step target, injected+dev+own (
 def _grade_in_verifier_test(path: Path) -> dict:
     """The test-half scores of that results file ({} where it is missing), read once per process (the page reruns
     on every widget change)."""
-    return json.loads(path.read_text())["test"] if path.is_file() else {}
+    from grade.common.io import read_text
+
+    return json.loads(read_text(path))["test"] if path.is_file() else {}
 
 
 def grade_in_verifier_line(model: str, root: Path | None = None) -> str:

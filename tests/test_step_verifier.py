@@ -321,7 +321,7 @@ def test_grade_in_verifier_line_reads_the_measured_numbers():
     from studio.localization import WITH_GRADE, WITHOUT_GRADE, grade_in_verifier_line
 
     model = "qwen2.5-coder-1.5b-instruct"
-    test = json.loads((ROOT / f"results/step_errors/{model}/verifier_{model}_grade_gsm8k.json").read_text())["test"]
+    test = json.loads(lzma.open(ROOT / f"results/step_errors/{model}/verifier_{model}_grade_gsm8k.json.xz", "rt").read())["test"]
     line = grade_in_verifier_line(model)
     for name in (WITH_GRADE, WITHOUT_GRADE):
         assert f"{test[name]['f1']['value']:.2f} [{test[name]['f1']['low']:.2f}" in line

@@ -454,7 +454,10 @@ def main(argv=None) -> int:
     }
     out = ROOT / "results/step_errors" / TRACES_MODEL
     name = f"verifier_{args.reader}" + (f"_{args.tag}" if args.tag else "")
-    (out / f"{name}.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    import lzma
+
+    # xz-compressed, as the tracked tree's other large results are (the .md beside it holds the tables)
+    (out / f"{name}.json.xz").write_bytes(lzma.compress((json.dumps(results, indent=1, default=float) + "\n").encode()))
     md = [f"## Step verifier: reader {args.reader}, traces of {TRACES_MODEL} (`scripts/studies/train_step_verifier.py`)", "",
           *table(dev_results, "dev half, out of fold (5 folds by problem id)", best),
           *table(test_results, "test half (scored once, threshold from dev)", best),

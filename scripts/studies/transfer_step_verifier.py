@@ -326,7 +326,10 @@ def main(argv=None) -> int:
     out = ROOT / "results/step_errors/transfer"
     out.mkdir(parents=True, exist_ok=True)
     name = f"verifier_{args.reader}"
-    (out / f"{name}.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    import lzma
+
+    # xz-compressed, as the tracked tree's other large results are (the .md beside it holds the tables)
+    (out / f"{name}.json.xz").write_bytes(lzma.compress((json.dumps(results, indent=1, default=float) + "\n").encode()))
     md = [f"## Step verifier on other models' annotated traces: reader {args.reader}", "",
           f"{results['date']}, commit {commit}, {args.machine}. Scored by paragraph (each of our steps counts for the "
           "paragraph it starts in). `unknown`: final answer not given (the process-reward protocol); `known`: the final "
