@@ -139,11 +139,12 @@ def ask(driver, question: str, task_name: str, timeout: float) -> dict:
         raise TimeoutError(f"no verdict within {timeout:.0f} s for {question!r}")
     _wait_for(driver, _idle, 300, "the page to settle", every=0.1)
     settled = time.monotonic() - clicked
+    tokens = next((int(b.get_attribute("value")) for b in _css(driver, ".st-key-max_new_tokens input")), None)
     state = driver.execute_script(_PAGE_STATE)
     shown = re.search(r"([\d.]+)\s*s", state["time"] or "")
     return {"question": question, "task": task_name, "click_to_verdict_s": round(verdict_at, 2),
             "click_to_settled_s": round(settled, 2), "analysis_s": float(shown.group(1)) if shown else None,
-            "first_estimate_s": first_estimate, "queued": saw_queue,
+            "first_estimate_s": first_estimate, "queued": saw_queue, "answer_tokens": tokens,
             "cached": bool(state["cached"]),
             "answer": (state["answer"] or "").replace("\n", " ")[:160]}
 
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gsm8k", type=int, default=1, help="GSM8K word problems (0: none)")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "click_to_verdict")
+    parser.add_argument("--prior", type=Path, default=None,
+                        help="also write the measured waits per route and size as the queue's reference durations "
+                             "(studio/assets/wait_seconds.json; measure the estimates in another run)")
     args = parser.parse_args(argv)
 
     from grade.models.backends import llama_cpp_available
@@ -183,11 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.0)
         _wait_for(driver, _idle, 600, "the model to load")
         load_s = time.monotonic() - started
-        qa, gsm8k = REGISTRY["qa"].display_name, REGISTRY["gsm8k"].display_name
-        cases = [("example", EXAMPLE, qa)] + [("short typed", q, qa) for q in SHORT[:args.repeats]]
-        cases += [("GSM8K", GSM8K, gsm8k)] * min(args.gsm8k, 1)
-        for kind, question, task_name in cases:
-            row = {"case": kind, **ask(driver, question, task_name, args.timeout)}
+        cases = [("example", EXAMPLE, "qa")] + [("short typed", q, "qa") for q in SHORT[:args.repeats]]
+        cases += [("GSM8K", GSM8K, "gsm8k")] * min(args.gsm8k, 1)
+        for kind, question, task in cases:
+            row = {"case": kind, "task_id": task, **ask(driver, question, REGISTRY[task].display_name, args.timeout)}
             rows.append(row)
             print(f"{kind:12s} click->verdict {row['click_to_verdict_s']:6.2f} s  settled {row['click_to_settled_s']:6.2f} s"
                   f"  analysis {row['analysis_s']} s  estimate {row['first_estimate_s']}  | {row['answer'][:60]}",
@@ -235,7 +238,37 @@ def main(argv: list[str] | None = None) -> int:
               f" {generator}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "click_to_verdict.json", report)
+    if args.prior:
+        write_prior(args.prior, args.model, generator, rows, report["machine"])
     return 0
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def write_prior(path: Path, model: str, engine: str, rows: list[dict], machine_info: dict) -> None:
+    """The waits of the computed (not cached) runs, median per task and answer length, as the queue's reference
+    durations (:mod:`studio.wait_seconds`); other models' and engines' rows already in the file are kept."""
+    import json
+
+    measured: dict[tuple, list[float]] = {}
+    for row in rows:
+        if not row["cached"] and row["answer_tokens"]:
+            measured.setdefault((row["task_id"], row["answer_tokens"]), []).append(row["click_to_verdict_s"])
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    kept = [r for r in old.get("rows", []) if (r["model"], r["engine"]) != (model, engine)]
+    new = [{"model": model, "engine": engine, "task": task, "tokens": tokens, "seconds": statistics.median(waits),
+            "n": len(waits)} for (task, tokens), waits in sorted(measured.items())]
+    write_json(path, {"what": "seconds from the click on Analyze to the verdict, median per route and size "
+                              "(python -m bench.click_to_verdict --prior)",
+                      "measured": {f"{model} / {engine}": {"date": time.strftime("%Y-%m-%d"), "commit": _commit(),
+                                                          "cpu": machine_info.get("cpu"),
+                                                          "cores": machine_info.get("cpu_count"),
+                                                          "load_average": machine_info.get("load_average")},
+                                   **{k: v for k, v in old.get("measured", {}).items() if k != f"{model} / {engine}"}},
+                      "rows": kept + new})
 
 
 if __name__ == "__main__":

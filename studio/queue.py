@@ -23,7 +23,9 @@ minutes, one waiting 141 s for an analysis of seconds). Here every analysis is a
   computing it again (each ticket keeps its own ``on_result``, e.g. its own cache key);
 * **feedback**: :meth:`AnalysisQueue.status` gives a ticket's position and an estimate of when its result comes,
   from the measured durations of the model's recent jobs of each kind (an exponential average per model and
-  kind: a 20-step trace takes many times a Home analysis, and a job waiting behind one is told so).
+  kind: a 20-step trace takes many times a Home analysis, and a job waiting behind one is told so); a kind not
+  yet measured here takes its reference duration (:mod:`studio.wait_seconds`, per route and size), scaled by how
+  this machine compares on the kinds it has measured.
 
 A job's progress lines (what the engine reports) are kept in the job for the waiting page to show: the worker
 thread cannot write to a Streamlit page.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import statistics
 import threading
 import time
 from collections import deque
@@ -44,6 +47,7 @@ from grade.models.cancel import Cancelled, cancellable
 from grade.common.errors import InputError
 
 from .served import env_number
+from .wait_seconds import reference_seconds
 
 log = logging.getLogger("grade.studio")
 
@@ -157,7 +161,8 @@ class AnalysisQueue:
     """Per-model bounded queues of jobs with worker threads, a cap on all running jobs and one ticket per user."""
 
     def __init__(self, workers: int | None = None, max_running: int | None = None, max_waiting: int | None = None,
-                 default_seconds: float = DEFAULT_SECONDS, memory_mb: float | None = None):
+                 default_seconds: float = DEFAULT_SECONDS, memory_mb: float | None = None,
+                 reference: Callable[[Hashable], float | None] | None = None):
         self.workers = workers or _env_int(WORKERS_VARIABLE, default_workers())
         self.max_running = max_running or _env_int(MAX_RUNNING_VARIABLE, self.workers)
         self.max_waiting = max_waiting or _env_int(MAX_WAITING_VARIABLE, DEFAULT_MAX_WAITING)
@@ -165,6 +170,8 @@ class AnalysisQueue:
         self.memory_mb = memory_mb if memory_mb is not None else (
             _env_int(MEMORY_VARIABLE, 0) if os.environ.get(MEMORY_VARIABLE, "").strip() else None)
         self.default_seconds = default_seconds
+        # kind -> seconds it took on a reference machine (None: not known); shapes the first estimates
+        self.reference = reference or (lambda kind: None)
         self._cond = threading.Condition()
         self._waiting: dict[Hashable, deque[Job]] = {}
         self._background: dict[Hashable, deque[Job]] = {}
@@ -285,6 +292,12 @@ class AnalysisQueue:
         measured = self._average.get((model, kind))
         if measured is not None:
             return measured
+        reference = self.reference(kind)
+        if reference is not None:
+            # this machine's speed against the reference machine's, on the kinds both have measured
+            ratios = [seconds / known for (m, k), seconds in self._average.items()
+                      if m == model and (known := self.reference(k))]
+            return reference * (statistics.median(ratios) if ratios else 1.0)
         others = [v for (m, _), v in self._average.items() if m == model]
         return max(others) if others else self.default_seconds
 
@@ -401,5 +414,6 @@ def shared_queue() -> AnalysisQueue:
             # With a Ray Serve backend (GRADE_BACKEND) the replicas compute and Ray queues: the studio only
             # keeps one ticket per user, shares identical requests and bounds what it sends at once.
             remote = bool(os.environ.get("GRADE_BACKEND", "").strip())
-            _shared = AnalysisQueue(workers=None if not remote else _env_int(WORKERS_VARIABLE, 16))
+            _shared = AnalysisQueue(workers=None if not remote else _env_int(WORKERS_VARIABLE, 16),
+                                    reference=reference_seconds)
         return _shared

@@ -138,14 +138,18 @@ def elsewhere(here: str) -> bool:
 
 def home_kind(lm, request: dict) -> tuple:
     """What kind of work one of Home's analyses is, for the queue's estimate (:meth:`studio.queue.AnalysisQueue.status`
-    averages the measured durations per kind): its route (what generates the answer: llama.cpp or torch) and its
-    answer size (the task and the answer length). A short answer and a 256-token word problem differ tenfold; one
-    average for both was wrong for both."""
+    averages the measured durations per kind): its route (the model, what generates the answer: llama.cpp or
+    torch) and its answer size (the task and the answer length). A short answer and a 256-token word problem
+    differ tenfold; one average for both was wrong for both."""
+    from pathlib import Path
+
     from grade.models.generation import backend_for, settings_for_task
 
+    from .wait_seconds import home_kind as kind
+
     task, tokens = request.get("task", "qa"), int(request.get("max_new_tokens") or 0)
-    generator = type(backend_for(lm, settings_for_task(task, tokens or None))).__name__
-    return ("home", generator, task, tokens)
+    backend = backend_for(lm, settings_for_task(task, tokens or None))
+    return kind(Path(str(lm.name)).name.lower(), getattr(backend, "name", type(backend).__name__), task, tokens)
 
 
 def keep_home_analysis(analysis, request: dict) -> None:
