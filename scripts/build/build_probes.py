@@ -342,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-heldout", action="store_true",
                         help=f"train on every labelled question, also those of results/<model>/{SPLIT_FILE}")
     args = parser.parse_args(argv)
+    subprocess.run(["bash", str(ROOT / "scripts/build/restore_benchmark_caches.sh"), "--labels"], check=True)  # the label files kept in history
     heldout_labels = tempfile.TemporaryDirectory()
 
     import torch

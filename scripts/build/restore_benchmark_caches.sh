@@ -7,10 +7,37 @@
 #
 #   scripts/build/restore_benchmark_caches.sh            # into this checkout (data/ is ignored by git)
 #   scripts/build/restore_benchmark_caches.sh DEST       # into DEST/data/... instead (a test's temporary folder)
+#   scripts/build/restore_benchmark_caches.sh --labels   # only the label files kept in history (below)
+#
+# The label files that only the benchmark's and the probes' and detectors' builds read (SmolLM2's and Gemma's
+# datasets that neither the app's examples nor the tests read) live in history too: they are restored beside the
+# tracked ones in this checkout's data/labels, whatever DEST is, since every run names them relative to the
+# repository (git ignores them there). A file already there is kept (one being labelled again, say).
 set -euo pipefail
 dest=$(realpath -m "${1:-$(dirname "$0")/../..}")
-mkdir -p "$dest"
 cd "$(dirname "$0")/../.."
+HISTORY_LABELS=(data/labels/smollm2-135m-instruct/{nq_open,math}.jsonl.xz
+                data/labels/gemma-3-270m/{nq_open,mmlu,math,hotpotqa_context,hotpotqa}.jsonl.xz)
+restore_labels() {
+  local missing=() f commit
+  for f in "${HISTORY_LABELS[@]}"; do [ -e "$f" ] || missing+=("$f"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  # the commit that took them out of the tree (found by its message, so that a rebase does not lose it): its parent holds them
+  commit=$(git log --format=%H -1 --grep='^Label files only the build scripts read kept in history' || true)
+  if [ -z "$commit" ] || ! git cat-file -e "$commit^^{commit}" 2>/dev/null; then
+    echo "error: the commit that took the label files out of the tree is not in this clone (a shallow clone?); run 'git fetch --unshallow'" >&2
+    exit 2
+  fi
+  # unpacked aside, then each file renamed into place: a reader never sees half a file, and two runs at once agree
+  local tmp
+  tmp=$(mktemp -d data/labels/.restore.XXXXXX)
+  git archive "$commit^" "${missing[@]}" | tar -x -C "$tmp"
+  for f in "${missing[@]}"; do mv -n "$tmp/$f" "$f"; done
+  rm -rf "$tmp"
+}
+restore_labels
+[ "${1:-}" = "--labels" ] && exit 0
+mkdir -p "$dest"
 #
 # The commits whose trees held the caches: SmolLM2's and Gemma's were filled on an H100 and the 2-core
 # CPU; Qwen2.5-Coder's on an H200 (benchmark caches, and the feature stores its probes were trained on,
