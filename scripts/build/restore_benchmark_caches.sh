@@ -14,7 +14,7 @@
 # tracked ones in this checkout's data/labels, whatever DEST is, since every run names them relative to the
 # repository (git ignores them there). A file already there is kept (one being labelled again, say).
 set -euo pipefail
-dest=$(realpath -m "${1:-$(dirname "$0")/../..}")
+dest=$(realpath -m -- "${1:-$(dirname "$0")/../..}")
 cd "$(dirname "$0")/../.."
 HISTORY_LABELS=(data/labels/smollm2-135m-instruct/{nq_open,math}.jsonl.xz
                 data/labels/gemma-3-270m/{nq_open,mmlu,math,hotpotqa_context,hotpotqa}.jsonl.xz)
