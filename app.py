@@ -16,7 +16,7 @@ st.set_page_config(page_title="GRADE Studio", page_icon=":material/troubleshoot:
 
 from grade.common.errors import InputError  # noqa: E402
 from grade.tasks.registry import REGISTRY  # noqa: E402
-from studio import figures, loading, session, tokens, waiting, workflows  # noqa: E402
+from studio import figures, loading, session, tables, tokens, waiting, workflows  # noqa: E402
 from studio.resources import default_probe, list_probes, reference_set  # noqa: E402
 from studio.summaries import explain, headline_reading, probe_reading, screen_evidence  # noqa: E402
 from grade.verdict.probe import probe_inputs  # noqa: E402
@@ -372,15 +372,14 @@ def _show_comparison(pinned: workflows.QuestionAnalysis, current: workflows.Ques
         st.markdown("**Side by side** (the pinned result and this one; both layer curves are in the chart below)")
         columns = {}
         for label, a in (("pinned", pinned), ("this question", current)):
-            columns[label] = {"question": a.result.question, "answer": a.answer.strip()[:80],
+            columns[label] = {"question": a.result.question, "answer": a.answer.strip(),
                               "probe verdict": _verdict_text(a), "GRADE": f"{a.result.grade:.3f}",
                               f"loss ({a.result.loss})": f"{a.result.loss_value:.3f}",
                               **{v.title: (f"{v.probability:.0%}" if v.probability is not None else "-")
                                  for v in a.detector_verdicts}}
         # one row per quantity, one column per question: any number of detectors fits the page's width
         table = pd.DataFrame(columns).fillna("-").rename_axis("").reset_index()
-        st.dataframe(table, hide_index=True, width="stretch",
-                     column_config={label: st.column_config.TextColumn(width=360) for label in columns})
+        tables.show(table, room=tables.BOXED_PX)
 
 
 def _show_probe_reading(lm, result) -> None:

@@ -20,7 +20,7 @@ from studio import session
 from grade.studies.crossfit import main_methods
 from grade.common.display import dataset_title
 from grade.verdict.measured import MIN_PER_CLASS
-from studio import benchmark_text, figures as studio_figures
+from studio import benchmark_text, figures as studio_figures, tables
 from studio.summaries import benchmark_summary, explain, paired_summary, pick_results_folder, small_sample_warning
 
 session.require_router()  # a direct URL on a fresh server goes through app.py too
@@ -119,7 +119,7 @@ def _datasets_table() -> None:
     frame = pd.DataFrame(rows)
     if not frame["why not"].astype(bool).any():
         frame = frame.drop(columns="why not")
-    st.dataframe(frame, hide_index=True, width="stretch")
+    tables.show(frame)
     missing, other = benchmark_text.split_notes(result.notes)
     for note in other:
         st.caption(benchmark_text.titled_text(note))
@@ -167,10 +167,7 @@ def _tabs_per_dataset(main: pd.DataFrame, methods, key: str) -> None:
         else:
             shown["accuracy"] = [_num(a) for a in part["acc"]]
         with tab:
-            st.dataframe(shown, hide_index=True, width="stretch", key=f"{key}_{d}",
-                         column_config={"method": st.column_config.TextColumn(width="medium"),
-                                        "questions": st.column_config.NumberColumn(width="small"),
-                                        "answerable": st.column_config.NumberColumn(width="small")})
+            tables.show(shown, key=f"{key}_{d}")
 
 
 def _variants_frame() -> pd.DataFrame:
@@ -212,9 +209,7 @@ def _crossfit_tables() -> None:
                               "AUROC difference [95% interval]": [f"{a:+.3f} [{lo:+.2f}, {hi:+.2f}]" for a, lo, hi
                                                                   in zip(paired["diff"], paired["lo"], paired["hi"])],
                               "verdict": paired["verdict"]})
-        st.dataframe(shown, hide_index=True, width="stretch", key="crossfit_paired",
-                     column_config={"method": st.column_config.TextColumn(width="medium"),
-                                    "dataset": st.column_config.TextColumn(width="medium")})
+        tables.show(shown, key="crossfit_paired")
 
 
 def _ablations() -> bool:
@@ -233,9 +228,7 @@ def _ablations() -> bool:
                               "the paper's": variants["paper"].map({True: "yes", False: ""}),
                               "the app's": variants["shipped"].map({True: "yes", False: ""}),
                               "chosen (of 5 folds)": variants["times_chosen"]})
-        st.dataframe(shown, hide_index=True, width="stretch", key="crossfit_variants",  # fixed widths: 1,091 px
-                     column_config={c: st.column_config.Column(width="medium" if c in ("dataset", "variant") else "small")
-                                    for c in shown.columns})
+        tables.show(shown, key="crossfit_variants")
     if CROSSFIT and capped is not None and capped.main:
         shown_any = True
         st.markdown(f"**The earlier protocol** (one 60/20/20 split of a few capped rows per dataset, so each dataset is "
@@ -245,18 +238,14 @@ def _ablations() -> bool:
                               "questions": old["n"],
                               "AUROC [95% interval]": [_ci(a, lo, hi) for a, lo, hi in zip(old["auroc"], old["auroc_lo"], old["auroc_hi"])],
                               "accuracy": [_num(a) for a in old["acc"]]})
-        st.dataframe(shown, hide_index=True, width="stretch", key="capped_ablation",
-                     column_config={c: st.column_config.Column(width="medium" if c == "dataset" else "small")
-                                    for c in shown.columns})
+        tables.show(shown, key="capped_ablation")
     source = capped if CROSSFIT else result
     if source is not None and source.ablations:
         shown_any = True
         if CROSSFIT:
             st.markdown("**GRADE's ablations in the capped run** (its held-out split).")
         shown = _titled(pd.DataFrame(source.ablations)).rename(columns=titled_columns)
-        st.dataframe(shown, hide_index=True, width="stretch", key="bench_ablations_table",  # fixed widths: 1,043 px
-                     column_config={c: st.column_config.Column(width="medium" if c in ("dataset", "method") else "small")
-                                    for c in shown.columns})
+        tables.show(shown, key="bench_ablations_table")
         abl_figs = figures(source)
         if "ablations" in abl_figs:
             session.show_figure(abl_figs["ablations"], f"{choice}-ablations", key="bench_ablations")
@@ -284,20 +273,17 @@ def titled_columns(name: str) -> str:
 
 def _shipped_probes() -> None:
     """The shipped probes' quality: the numbers Home's verdict card and the Probes page cite, from the same file."""
-    tables = {loss: benchmark_text.shipped_probe_table(choice, loss) for loss in ("pre", "pos")}
-    if all(t.empty for t in tables.values()):
+    shipped = {loss: benchmark_text.shipped_probe_table(choice, loss) for loss in ("pre", "pos")}
+    if all(t.empty for t in shipped.values()):
         return
     st.subheader("The shipped probes")
     st.markdown("What Home's verdict card and the Probes page cite for the probes the app ships (each question scored "
                 f"by the probe Home picks for its task; a number needs {MIN_PER_CLASS} questions of each class). The "
                 "**GRADE_pre (shipped)** and **GRADE_pos (shipped)** rows above are the same form, fitted per dataset.")
-    for loss, table in tables.items():
+    for loss, table in shipped.items():
         if not table.empty:
             st.markdown(f"**GRADE_{loss} probe**")
-            # fixed widths: sized to their longest cell, the six columns ran 1,414 px into a 978 px column
-            st.dataframe(table, hide_index=True, width="stretch", key=f"bench_shipped_{loss}",
-                         column_config={c: st.column_config.TextColumn(width="medium" if c in (
-                             "questions like", "datasets", "what it says") else "small") for c in table.columns})
+            tables.show(table, key=f"bench_shipped_{loss}")
 
 
 if CROSSFIT:  # opens on the cross-fitted tables
@@ -359,9 +345,7 @@ with tabs["Selective answering"]:
             "oracle at 50%": [_num(o) for o in sel["oracle_acc_at_coverage"]],
             "questions": sel["n"],
             "in the chart": ["yes" if m in drawn else "" for m in sel["method"]]})
-        st.dataframe(shown, hide_index=True, width="stretch", key="bench_selective_table",  # fixed widths: 1,176 px
-                     column_config={c: st.column_config.Column(width="medium" if c in ("dataset", "method") else "small")
-                                    for c in shown.columns})
+        tables.show(shown, key="bench_selective_table")
         _warn_small(result.selective, lambda r: dataset_title(r["dataset"]))
         st.caption("Ties (a yes/no detector like Judge, equal lengths) are answered in random order: the curve shows "
                    "the expected accuracy. Length_pre / Length_pos: the number of tokens alone, not a detector. The "
@@ -386,7 +370,7 @@ with tabs["Robustness"]:
             st.caption(f"From the capped run ({robust_source.model}, one held-out split): the cross-fitted run did not "
                        "perturb its questions, which would take one more model pass per question and variant.")
         rob = _titled(pd.DataFrame(robust_source.robustness))
-        st.dataframe(rob.rename(columns=titled_columns), hide_index=True, width="stretch", key="bench_robustness_table")
+        tables.show(rob.rename(columns=titled_columns), key="bench_robustness_table")
         rob_figs = figs if robust_source is result else figures(robust_source)
         if "robustness" in rob_figs:
             session.show_figure(rob_figs["robustness"], f"{choice}-robustness", key="bench_robustness")
@@ -401,11 +385,10 @@ with tabs["Confidently wrong"]:
                 "wrong. All are unanswerable, so accuracy = share flagged as unanswerable.")
     if result.confidently_wrong:
         cw = pd.DataFrame(result.confidently_wrong)
-        st.dataframe(cw[cw["dataset"] == "all"].drop(columns="dataset").rename(columns=titled_columns),
-                     hide_index=True, width="stretch", key="bench_cw_all")
+        tables.show(cw[cw["dataset"] == "all"].drop(columns="dataset").rename(columns=titled_columns), key="bench_cw_all")
         with st.expander("per dataset"):
-            st.dataframe(_titled(cw[cw["dataset"] != "all"]).rename(columns=titled_columns), hide_index=True,
-                         width="stretch", key="bench_cw_per")
+            tables.show(_titled(cw[cw["dataset"] != "all"]).rename(columns=titled_columns), key="bench_cw_per",
+                        room=tables.BOXED_PX)
     else:
         st.info("No confidently wrong questions were counted in these results.")
 with tabs["Conditions"]:
@@ -425,9 +408,7 @@ with tabs["Conditions"]:
             shown[column] = shown[column].map(dataset_title)
         shown["study"] = shown["study"].map(benchmark_text.titled_text)
         shown = shown.rename(columns=titled_columns)
-        widths = (170, 90, 160, 160, 60, 70, 60, 140)  # fixed widths in px: 1,093 px ran into the 978 px column
-        st.dataframe(shown, hide_index=True, width="stretch", key="bench_conditions",
-                     column_config={c: st.column_config.Column(width=w) for c, w in zip(shown.columns, widths)})
+        tables.show(shown, key="bench_conditions")
         _warn_small(cond_source.conditions,
                     lambda r: benchmark_text.titled_text(f"{r['study']}, {r['train']} → {r['test']}"))
     else:

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from grade.common.display import column_title, dataset_title
 from grade.common.errors import GradeError, InputError
 from grade.verdict.measured import MIN_PER_CLASS
 from grade.verdict.probe import INPUT_COLUMNS, INPUTS, SHIPPED_PROBES_DIR
-from studio import benchmark_text, figures, session, waiting
+from studio import benchmark_text, figures, session, tables, waiting
 from studio import served as served_mode
 from studio import uploads as uploads_mod
 from studio.summaries import explain, small_sample_warning
@@ -72,14 +73,14 @@ def _quality_rows(model: str, loss: str) -> pd.DataFrame:
     return benchmark_text.shipped_probe_table(model, loss)
 
 
-def _show_quality(model: str, loss: str, key: str) -> bool:
+def _show_quality(model: str, loss: str, key: str, room: float = tables.MAIN_PX) -> bool:
     """The shipped probe's cited numbers as a table; False where its model has none."""
     table = _quality_rows(model, loss)
     if table.empty:
         return False
     st.markdown(f"**What the verdict cards cite for the shipped GRADE_{_shown(loss)} probe** (each question scored by "
                 f"the probe Home picks for its task; a number needs {MIN_PER_CLASS} questions of each class):")
-    st.dataframe(table, hide_index=True, width="stretch", key=key)
+    tables.show(table, key=key, room=room)
     return True
 
 
@@ -92,7 +93,7 @@ with st.container(border=True, key="active_probe"):
             if _shipped(info):
                 st.markdown(f"**Active probe:** {_shown(info.name)} ({chosen}) · model {_shown(info.model)} · "
                             f"loss {_shown(info.loss)} · {_shown(info.kind)}")
-                if not _show_quality(info.model, info.loss, "active_quality"):
+                if not _show_quality(info.model, info.loss, "active_quality", room=tables.BOXED_PX):
                     st.info("No measured numbers ship for this model: its verdict cards cite none.")
             else:
                 auroc = f"{info.auroc:.3f}" if info.auroc is not None else "not recorded"
@@ -208,9 +209,9 @@ with shipped_tab:
         if info is not None and probe is not None and active not in {str(p.path) for p in probes}:
             probes.insert(0, info)
         probes.sort(key=lambda p: str(p.path) != active)
-        st.dataframe(_probe_table(probes), hide_index=True, width="stretch",
-                     column_config={"test accuracy": st.column_config.NumberColumn(format="%.3f"),
-                                    "test AUROC": st.column_config.NumberColumn(format="%.3f")})
+        tables.show(_probe_table(probes).dropna(axis=1, how="all"),  # no empty column of shipped probes' numbers
+                    column_config={"test accuracy": st.column_config.NumberColumn(format="%.3f"),
+                                   "test AUROC": st.column_config.NumberColumn(format="%.3f")})
         labels = {str(p.path): f"{p.name} ({p.model}, {p.loss})" + (" · active" if str(p.path) == active else "")
                   for p in probes}
         if st.session_state.get("_probe_pick_active") != active or st.session_state.get("probe_pick") not in labels:
@@ -497,8 +498,9 @@ with train_tab:
             st.info("The test split holds one class only, so there is no ROC curve.")
         by_dataset = report.get("test_by_dataset") or {}
         if by_dataset:
-            st.dataframe(pd.DataFrame([{"dataset": k, **{m: v[m] for m in ("n", "positives", "accuracy", "auroc")}}
-                                       for k, v in by_dataset.items()]), hide_index=True)
+            tables.show(pd.DataFrame([{"dataset": dataset_title(k),
+                                       **{column_title(m): v[m] for m in ("n", "positives", "accuracy", "auroc")}}
+                                      for k, v in by_dataset.items()]))
         name = st.text_input("Name", value=f"{_slug(str(trained.metadata.get('model')))}-{trained.metadata.get('loss')}-"
                              f"{trained.kind}-custom", key="save_name")
         replace = st.checkbox("Replace a probe of the same name", key="save_replace",

@@ -11,7 +11,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from grade.common.display import dataset_title
-from studio import figures, session
+from studio import figures, session, tables
 from studio.analysis_cache import embedding_request, find_embedding
 from studio.projections import embed
 from studio.resources import reference_set
@@ -134,7 +134,7 @@ def _separability(stored: int, rows: tuple[int, ...], reference_key: tuple, _ref
 
 st.subheader("What each feature space encodes")
 table = _separability(stored, rows, reference_key, reference)
-st.dataframe(table, hide_index=True, column_config={
+tables.show(table, column_config={
     c: st.column_config.NumberColumn(format="%.3f") for c in table.columns if c != "feature space"})
 base_label = max(labels.mean(), 1 - labels.mean())
 base_document = max(with_doc.mean(), 1 - with_doc.mean())

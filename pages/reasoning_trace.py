@@ -12,7 +12,7 @@ import streamlit as st
 from grade.models.cancel import Cancelled
 from grade.common.errors import GradeError, InputError
 from grade.tasks.tasks import answer_format
-from studio import figures, localization, page_state, session, tokens, waiting, workflows
+from studio import figures, localization, page_state, session, tables, tokens, waiting, workflows
 from studio.analysis_cache import shipped_trace
 from studio.memory import prompt_tokens
 from studio.resources import load_questions, trace_examples
@@ -449,9 +449,10 @@ for trace in shown:
     key = trace.title[-1]
     with st.expander(f"Edit the steps of {trace.title}"):
         steps_frame = pd.DataFrame({"step": trace.step_texts}, index=range(1, len(trace.step_texts) + 1))
-        edited = st.data_editor(steps_frame, key=f"rt_editor_{key}", hide_index=False,
-                                num_rows="dynamic", width="stretch",
-                                column_config={"step": st.column_config.TextColumn("step text", width="large")})
+        config, row_height = tables.fitted(steps_frame, {"step": st.column_config.TextColumn("step text")},
+                                           room=tables.BOXED_PX, selectable=True, index=True)
+        edited = st.data_editor(steps_frame, key=f"rt_editor_{key}", hide_index=False, num_rows="dynamic",
+                                width="stretch", column_config=config, row_height=row_height)
         if st.button(f"Re-run {trace.title} with these steps", key=f"rt_rerun_{key}",
                      disabled=waiting.pending() is not None):
             response = workflows.join_steps([str(s) for s in edited["step"].fillna("").tolist()])

@@ -13,7 +13,7 @@ from grade.common.display import column_title, kind_title, titled_columns
 from grade.common.errors import GradeError, InputError
 from grade.steps.locate import DEFAULT_LOCATOR, LOCATORS, signals_of_row
 from grade.traces import ERROR_KINDS, TraceStore, aggregate, cut_off_line, read_traces
-from studio import figures, localization, page_state, session, tokens
+from studio import figures, localization, page_state, session, tables, tokens
 from studio import traces as tr
 
 session.require_router()  # a direct URL on a fresh server goes through app.py too
@@ -219,17 +219,14 @@ st.caption(f"{len(table)} of {len(frame)} traces. Select a row (or pick a trace 
 columns = {c: st.column_config.Column(help=h) for c, h in tr.COLUMN_HELP.items()}
 columns.update({c: st.column_config.NumberColumn(format="%.4f", help=tr.COLUMN_HELP[c]) for c in ("GRADE_pos", "peak shock")})
 columns["verifier P"] = st.column_config.NumberColumn(format="%.2f", help=tr.COLUMN_HELP["verifier P"])
-# medium, not large: with a large question column the triage table ran 36 px past the 978 px main column of the
-# browser test (tests/test_browser_pictures.py) and scrolled sideways; the whole question shows once a trace is opened
-columns["question"] = st.column_config.TextColumn(width="medium", help=tr.COLUMN_HELP["question"])
+columns["question"] = st.column_config.TextColumn(help=tr.COLUMN_HELP["question"])
 rows = list(table["trace"])
 page_state.synced_selection("tr_table", rows, "tr_open")  # the ticked row is the trace opened below
-st.dataframe(table, key="tr_table", hide_index=True, width="stretch", on_select="rerun",
-             selection_mode="single-row", column_config=columns,
-             column_order=[c for c in tr.FIRST_COLUMNS if c in table.columns])
+tables.show(table, key="tr_table", on_select="rerun", selection_mode="single-row", column_config=columns,
+            column_order=[c for c in tr.FIRST_COLUMNS if c in table.columns])
 with st.expander("More columns: check flags, the peak step and token, length, error kind"):
-    st.dataframe(table, key="tr_table_more", hide_index=True, width="stretch", column_config=columns,
-                 column_order=tr.more_columns(table))
+    tables.show(table, key="tr_table_more", column_config=columns, column_order=tr.more_columns(table),
+                room=tables.BOXED_PX)
 
 downloads = st.container(horizontal=True)
 downloads.download_button("Annotations (CSV)", lambda: store.export_annotations("csv"), file_name="annotations.csv",
@@ -250,17 +247,17 @@ with st.expander("Aggregates: where the shock peaks, and how well GRADE_pos find
                 "score, higher was taken to mean wrong before looking at data)")
     if note := tr.ranking_note(agg["ranking"]):
         st.warning(note, icon=":material/warning:")
-    st.dataframe(ranking.rename(columns=titled_columns(ranking.columns) | {"n": "traces", "wrong": "wrong traces"}),
-                 hide_index=True, key="tr_agg_ranking",
-                 column_config={column_title(k): st.column_config.NumberColumn(format="%.3f") for k in ("auroc", "lo", "hi")})
+    tables.show(ranking.rename(columns=titled_columns(ranking.columns) | {"n": "traces", "wrong": "wrong traces"}),
+                key="tr_agg_ranking", room=tables.BOXED_PX,
+                column_config={column_title(k): st.column_config.NumberColumn(format="%.3f") for k in ("auroc", "lo", "hi")})
     st.markdown("**Where the step shock peaks** (relative position: 0 = first step, 1 = last)")
     position = pd.DataFrame(agg["peak_position"])
-    st.dataframe(position.rename(columns=titled_columns(position.columns) | {"n": "traces"}), hide_index=True,
-                 key="tr_agg_position")
+    tables.show(position.rename(columns=titled_columns(position.columns) | {"n": "traces"}), key="tr_agg_position",
+                room=tables.BOXED_PX)
     st.markdown("**Token class of the highest-shock token**, beside each class's share of all tokens")
     classes = pd.DataFrame(agg["peak_token_class"])
-    st.dataframe(classes.rename(columns=titled_columns(classes.columns) | {"n": "tokens"}), hide_index=True,
-                 key="tr_agg_class")
+    tables.show(classes.rename(columns=titled_columns(classes.columns) | {"n": "tokens"}), key="tr_agg_class",
+                room=tables.BOXED_PX)
     notes = agg["annotations"]
     if notes.get("with_step") and "suspect_step_is_error_step" in notes:
         st.markdown(f"**Suspect step.** It is the marked (or known) error step in "

@@ -235,4 +235,4 @@ def probability_table(step_texts, probability) -> pd.DataFrame:
     """The verifier's per-step probability beside each step (1-based)."""
     return pd.DataFrame({"step": range(1, len(probability) + 1),
                          "P(first wrong)": [float(p) for p in probability],
-                         "text": [str(t).strip()[:160] for t in step_texts]})
+                         "text": [str(t).strip() for t in step_texts]})

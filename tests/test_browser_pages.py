@@ -5,8 +5,8 @@
 * each sentence's named method is in its chart (Benchmarks, selective answering);
 * no tab renders empty (Benchmarks);
 * no raw identifier in visible text (Benchmarks, Traces);
-* no cell cut: no table wider than its column, every Benchmarks tab opened (the overflow check of
-  ``tests/test_browser_pictures.py``);
+* no cell cut: no table wider than its column and no grid cell or header cut, every Benchmarks tab opened and
+  Reasoning trace's expanders (the checks of ``tests/test_browser_pictures.py``);
 * GSM8K's reference solution with its gold answer gets "no step stands out" on Reasoning trace (the verifier told
   that the final answer is right).
 
@@ -20,7 +20,7 @@ import re
 import pytest
 
 from test_browser import SLOW, _css, _go, _no_exception, _save, _settled, _wait, app_url, new_browser  # noqa: F401
-from test_browser_pictures import _assert_tables_fit
+from test_browser_pictures import _assert_tables_fit, _open_every_expander
 from test_browser_traces import _choose, _options
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -130,6 +130,8 @@ def test_reasoning_trace_reference_solution_with_gold_then_another_problem(app_u
     _wait(driver, lambda d: _css(d, ".st-key-trace_B"), SLOW, "trace B's analysis")
     _settled(driver)
     _no_exception(driver)
+    _open_every_expander(driver)  # the verifier's per-step table and the step editor: every step's text whole
+    _assert_tables_fit(driver, "Reasoning trace")
     first_problem = _css(driver, ".st-key-rt_question textarea")[0].get_attribute("value")
     options = _options(driver, "rt_choice")
     other = next(o for o in options[2:] if o and not first_problem.startswith(o[:40]))

@@ -1,6 +1,6 @@
 """In headless Chromium, what a person sees first (issue 30): the sidebar never lists raw module names, not
-even in the seconds after a server start, and no table is wider than its column (Traces, Benchmarks, with their
-expanders open, and Home's side-by-side table).
+even in the seconds after a server start, and no table is wider than its column nor cuts the text of a cell or
+header (Traces, Probes, Projections, Benchmarks, with their expanders open, and Home's side-by-side table).
 
 Uses the app server, browser and helpers of ``tests/test_browser.py`` (a fresh server for this module).
 """
@@ -42,6 +42,73 @@ def _wider_than_their_column(driver) -> list[str]:
         return out;""")
 
 
+def _cut_cells(driver) -> list[str]:
+    """Grid cells (st.dataframe, st.data_editor) whose text the grid cuts: each cell's text and each header measured
+    with the grid's own font against the width the grid draws that column in (its wrapped cells against their row
+    height). The grid draws on a canvas, so its columns and cells are read from the grid component's own props."""
+    return driver.execute_script("""
+        const fiberOf = el => el[Object.keys(el).find(k => k.startsWith('__reactFiber'))];
+        const ctx = document.createElement('canvas').getContext('2d');
+        const width = (text, font) => { ctx.font = font; return ctx.measureText(text).width; };
+        const lines = (text, font, room) => {  // wrapped at spaces, as the grid wraps
+          let n = 0;
+          for (const para of String(text).split('\\n')) {
+            let line = ''; n++;
+            for (const word of para.split(' ')) {
+              const next = line ? line + ' ' + word : word;
+              if (line && width(next, font) > room) { n++; line = word; } else line = next;
+            }
+          }
+          return n;
+        };
+        const out = [];
+        for (const el of document.querySelectorAll('[data-testid="stDataFrame"]')) {
+          if (el.offsetParent === null) continue;  // in a closed expander or tab: not seen
+          const canvas = el.querySelector('canvas');
+          if (!canvas || !canvas.getBoundingClientRect().width) continue;  // not drawn yet
+          let grid = null, editor = null;
+          for (let f = canvas && fiberOf(canvas); f && !editor; f = f.return) {
+            const r = f.ref && f.ref.current;
+            if (f.memoizedProps && f.memoizedProps.getCellContent && r && typeof r.getBounds === 'function') {
+              if (!grid) grid = f; else if (typeof r.remeasureColumns === 'function') editor = f;
+            }
+          }
+          if (!grid || !editor) { out.push(`a grid whose columns could not be read (${el.innerText.slice(0, 40)})`); continue; }
+          const theme = grid.memoizedProps.theme, props = editor.memoizedProps, api = editor.ref.current;
+          const pad = theme.cellHorizontalPadding, body = `${theme.baseFontStyle} ${theme.fontFamily}`;
+          const head = `${theme.headerFontStyle} ${theme.fontFamily}`;
+          ctx.font = body;
+          const size = parseFloat(ctx.font);
+          const rowHeight = typeof props.rowHeight === 'number' ? props.rowHeight : 35;
+          const cut = [];
+          props.columns.forEach((column, c) => {
+            const box = api.getBounds(c, 0);
+            if (!box) return;
+            const room = box.width - 2 * pad;
+            const title = column.title || '';
+            if (width(title, head) > room - (column.icon ? theme.headerIconSize + pad : 0) + 0.5)
+              cut.push(`header "${title}": ${Math.round(width(title, head))} px of text in ${Math.round(room)} px`);
+            for (let r = 0; r < Math.min(props.rows, 2000); r++) {
+              const cell = props.getCellContent([c, r]);
+              const text = cell && typeof cell.displayData === 'string' ? cell.displayData : '';
+              if (!text) continue;
+              const wide = width(text, body);
+              const cutOff = cell.allowWrapping
+                ? size * (1 + theme.lineHeight * (lines(text, body, room) - 1)) + theme.cellVerticalPadding > rowHeight
+                  || text.split(/\\s+/).some(w => width(w, body) > room + 0.5)
+                : wide > room + 0.5;
+              if (cutOff) {
+                cut.push(`"${title}" row ${r + 1}: "${text.slice(0, 40)}" ${Math.round(wide)} px of text in ` +
+                         `${Math.round(room)} px` + (cell.allowWrapping ? ` and ${rowHeight} px rows` : ''));
+                break;  // one cut cell names its column
+              }
+            }
+          });
+          if (cut.length) out.push(`${props.columns.map(c => c.title).join(' | ').slice(0, 50)}: ${cut.join('; ')}`);
+        }
+        return out;""")
+
+
 def test_the_sidebar_never_lists_raw_module_names_and_tables_fit(app_url, new_browser):
     driver = new_browser()
     driver.get(app_url)
@@ -75,13 +142,15 @@ def _tables_seen(driver) -> int:
 
 
 def _assert_tables_fit(driver, where: str) -> None:
-    wide = _wider_than_their_column(driver)
-    if wide:
+    """No table scrolls sideways and no grid cell or header is cut."""
+    wide, cut = _wider_than_their_column(driver), _cut_cells(driver)
+    if wide or cut:
         _save(driver, f"wide-table-{where}")
     assert not wide, f"{where}: tables wider than their column: {wide}"
+    assert not cut, f"{where}: text cut in grid cells: {cut}"
 
 
-@pytest.mark.parametrize("title", ["Traces", "Benchmarks"])
+@pytest.mark.parametrize("title", ["Traces", "Probes", "Projections", "Benchmarks"])
 def test_no_table_is_wider_than_its_column(app_url, new_browser, title):
     driver = new_browser()
     driver.get(app_url)
@@ -124,7 +193,8 @@ def test_homes_side_by_side_table_fits(app_url, new_browser):
     _wait(driver, lambda d: "Side by side" in d.find_element("tag name", "body").text, SLOW, "the side-by-side table")
     _settled(driver)
     _no_exception(driver)
-    table = _wait(driver, lambda d: next(iter(_css(d, ".st-key-comparison [data-testid='stDataFrame']")), None), 60,
+    table = _wait(driver, lambda d: next(iter(_css(d, ".st-key-comparison [data-testid='stDataFrame'], "
+                                                   ".st-key-comparison [data-testid='stTable']")), None), 60,
                   "the comparison table")
     assert table.is_displayed()
     _assert_tables_fit(driver, "Home")
