@@ -32,7 +32,7 @@ restore_labels() {
   local tmp
   tmp=$(mktemp -d data/labels/.restore.XXXXXX)
   git archive "$commit^" "${missing[@]}" | tar -x -C "$tmp"
-  for f in "${missing[@]}"; do mv -n "$tmp/$f" "$f"; done
+  for f in "${missing[@]}"; do [ -e "$f" ] || mv -n "$tmp/$f" "$f" || [ -e "$f" ]; done
   rm -rf "$tmp"
 }
 restore_labels
