@@ -70,7 +70,11 @@ def bootstrap_ci(y, s, metric: Callable[[np.ndarray, np.ndarray], float] = auroc
     if len(y) == 0 or not np.isfinite(s).all():
         return float("nan"), float("nan")
     draws = _stratified_draws(y, n_boot, seed)
-    values = _metric_rows(metric, y[draws], s[draws])
+    return _percentile_interval(_metric_rows(metric, y[draws], s[draws]), ci)
+
+
+def _percentile_interval(values: np.ndarray, ci: float) -> tuple[float, float]:
+    """The ``ci`` percentile interval of a metric's bootstrap values, those that are defined."""
     values = values[np.isfinite(values)]
     if not len(values):
         return float("nan"), float("nan")
@@ -176,6 +180,22 @@ def _expected_correct(y, s) -> np.ndarray:
     return np.r_[0.0, np.cumsum(share[group])]
 
 
+def _expected_correct_draws(y: np.ndarray, s: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """(draws, n + 1): :func:`_expected_correct` of every bootstrap draw (rows of question indices) at once, without
+    sorting a draw: a draw's tie groups are those of ``s``, so it is enough to count how many of each group's
+    questions, and of its answerable ones, the draw holds. The same numbers as row by row (the groups come in the
+    same order; a group's answerable count is a whole number however it is summed)."""
+    y = np.asarray(y, dtype=np.float64)
+    values, group = np.unique(-np.asarray(s, dtype=np.float64), return_inverse=True)  # group 0: the highest score
+    n_draws, n = draws.shape
+    flat = (group.ravel()[draws] + len(values) * np.arange(n_draws)[:, None]).ravel()
+    count = np.bincount(flat, minlength=n_draws * len(values))
+    with np.errstate(invalid="ignore", divide="ignore"):  # a group a draw misses is repeated 0 times
+        share = np.bincount(flat, weights=y[draws].ravel(), minlength=n_draws * len(values)) / count
+    per_question = np.repeat(share, count).reshape(n_draws, n)
+    return np.concatenate([np.zeros((n_draws, 1)), np.cumsum(per_question, axis=1)], axis=1)
+
+
 def accuracy_coverage(y, s) -> tuple[np.ndarray, np.ndarray]:
     """The accuracy-coverage (risk-coverage) curve of selective answering.
 
@@ -234,8 +254,19 @@ def selective_metrics(y, s, *, coverage: float = 0.5, n_boot: int = 1000, ci: fl
                            "base_rate": float(y.mean()) if len(y) else float("nan"),
                            "acc_at_coverage": at(y, s), "auacc": area_under_accuracy_coverage(y, s),
                            "oracle_acc_at_coverage": at(y, y), "oracle_auacc": area_under_accuracy_coverage(y, y)}
-    out["acc_at_coverage_lo"], out["acc_at_coverage_hi"] = bootstrap_ci(y, s, at, n_boot=n_boot, ci=ci, seed=seed)
-    out["auacc_lo"], out["auacc_hi"] = bootstrap_ci(y, s, area_under_accuracy_coverage, n_boot=n_boot, ci=ci, seed=seed)
+    if not len(y) or not np.isfinite(s).all() or not 0 < coverage <= 1:
+        out["acc_at_coverage_lo"], out["acc_at_coverage_hi"] = bootstrap_ci(y, s, at, n_boot=n_boot, ci=ci, seed=seed)
+        out["auacc_lo"], out["auacc_hi"] = bootstrap_ci(y, s, area_under_accuracy_coverage, n_boot=n_boot, ci=ci,
+                                                        seed=seed)
+        return out
+    # Both intervals from the same draws (bootstrap_ci with the same seed draws them alike), every draw's curve at
+    # once: accuracy_at_coverage's np.interp on the grid 0..n, and area_under_accuracy_coverage's mean, along rows.
+    correct = _expected_correct_draws(y, s, _stratified_draws(y, n_boot, seed))
+    n, m = len(y), coverage * len(y)
+    j = min(int(np.floor(m)), n)
+    at_values = correct[:, j] if j == m else (correct[:, j + 1] - correct[:, j]) / 1.0 * (m - j) + correct[:, j]
+    out["acc_at_coverage_lo"], out["acc_at_coverage_hi"] = _percentile_interval(at_values / m, ci)
+    out["auacc_lo"], out["auacc_hi"] = _percentile_interval((correct[:, 1:] / np.arange(1, n + 1)).mean(axis=1), ci)
     return out
 
 
