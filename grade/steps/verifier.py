@@ -25,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..common.errors import GradeError
 from ..gradients.losses import split_steps, token_char_ends
 from .step_checks import check_steps
 
@@ -134,8 +135,46 @@ def step_features(lm, question: str, trace: str, *, task: str = DEFAULT_TASK) ->
     Returns :class:`TraceFeatures` with hidden (K, len(FEATURE_DEPTHS), D) and scalars (K, len(SCALARS)),
     K = ``len(split_steps(trace))``.
     """
-    import torch
+    return _read(lm, [_prepare(lm, question, trace, task)])[0]
 
+
+def step_features_batch(lm, traces: Sequence[tuple[str, str, str]], *,
+                        batch_size: int | None = None) -> list[TraceFeatures | GradeError]:
+    """:func:`step_features` of many ``(question, trace, task)``: the forward passes of traces of like length
+    batched (:func:`grade.models.sizing.batches`: as many as the device's memory holds, ``batch_size`` where
+    given). Right-padded: a causal model's states at a trace's own tokens never see the padding after them, so
+    each trace's features are its own pass's (to float rounding). Returns, per trace in order, its features or
+    the error that refuses it (too long for the model, no steps)."""
+    from ..models.sizing import batches
+
+    out: list[TraceFeatures | GradeError | None] = [None] * len(traces)
+    ready = []
+    for k, (question, trace, task) in enumerate(traces):
+        try:
+            ready.append((k, _prepare(lm, question, trace, task)))
+        except GradeError as exc:
+            out[k] = exc
+    lengths = [len(p.prompt_ids) + len(p.response_ids) for _, p in ready]
+    longest_answer = max((len(p.response_ids) for _, p in ready), default=1)
+    for group in batches(lm, lengths, kind="forward", override=batch_size, logits_per_row=longest_answer):
+        for k, features in zip([ready[i][0] for i in group], _read(lm, [ready[i][1] for i in group])):
+            out[k] = features
+    return out
+
+
+@dataclass
+class _Prepared:
+    """One trace tokenised for the reader: its steps' character spans and token ranges."""
+
+    question: str
+    trace: str
+    spans: list[tuple[int, int]]
+    prompt_ids: list[int]
+    response_ids: list[int]
+    ranges: list[tuple[int, int]]
+
+
+def _prepare(lm, question: str, trace: str, task: str) -> _Prepared:
     from ..common.errors import InputError
 
     spans = split_steps(trace)
@@ -145,22 +184,37 @@ def step_features(lm, question: str, trace: str, *, task: str = DEFAULT_TASK) ->
     if len(prompt_ids) + len(response_ids) > lm.max_context:
         raise InputError(f"question and trace have {len(prompt_ids) + len(response_ids)} tokens; this model "
                          f"accepts at most {lm.max_context}")
-    ranges = step_token_ranges(lm.tokenizer, response_ids, spans)
-    ids = torch.tensor([prompt_ids + response_ids], device=lm.device)
-    n_prompt = len(prompt_ids)
+    return _Prepared(question, trace, spans, prompt_ids, response_ids,
+                     step_token_ranges(lm.tokenizer, response_ids, spans))
+
+
+def _read(lm, prepared: Sequence[_Prepared]) -> list[TraceFeatures]:
+    """One forward pass over ``prepared`` traces (right-padded), and each trace's features."""
+    import torch
+
+    rows = [p.prompt_ids + p.response_ids for p in prepared]
+    width = max(len(r) for r in rows)
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=lm.device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=lm.device)
     with lm.lock, torch.no_grad():
-        out = lm.model(input_ids=ids, output_hidden_states=True, use_cache=False)
-    logits = out.logits[0, n_prompt - 1: -1].float()
-    surprisal = torch.nn.functional.cross_entropy(logits, ids[0, n_prompt:], reduction="none").cpu().numpy()
+        out = lm.model(input_ids=ids, attention_mask=mask if len(rows) > 1 else None, output_hidden_states=True,
+                       use_cache=False)
     layers = _layer_indices(len(out.hidden_states) - 1)
-    # a step with no token of its own is read at the last token before it (what the model had seen)
-    last = [max(end - 1, 0) if end > first else max(first - 1, 0) for first, end in ranges]
-    positions = torch.tensor([n_prompt + t for t in last], device=ids.device)
-    hidden = torch.stack([out.hidden_states[i][0, positions].float() for i in layers], dim=1).cpu().numpy()
-    texts = [trace[a:b] for a, b in spans]
-    findings = [[f.to_dict() for f in found] for found in check_steps(question, texts)]
-    scalars = step_scalars([surprisal[a:b] for a, b in ranges], findings)
-    return TraceFeatures(hidden.astype(np.float32), scalars, len(prompt_ids) + len(response_ids), findings)
+    features = []
+    for b, p in enumerate(prepared):
+        n_prompt, n = len(p.prompt_ids), len(rows[b])
+        logits = out.logits[b, n_prompt - 1: n - 1].float()
+        surprisal = torch.nn.functional.cross_entropy(logits, ids[b, n_prompt:n], reduction="none").cpu().numpy()
+        # a step with no token of its own is read at the last token before it (what the model had seen)
+        last = [max(end - 1, 0) if end > first else max(first - 1, 0) for first, end in p.ranges]
+        positions = torch.tensor([n_prompt + t for t in last], device=ids.device)
+        hidden = torch.stack([out.hidden_states[i][b, positions].float() for i in layers], dim=1).cpu().numpy()
+        texts = [p.trace[a:c] for a, c in p.spans]
+        findings = [[f.to_dict() for f in found] for found in check_steps(p.question, texts)]
+        scalars = step_scalars([surprisal[a:c] for a, c in p.ranges], findings)
+        features.append(TraceFeatures(hidden.astype(np.float32), scalars, n, findings))
+    return features
 
 
 def trace_key(model: str, question: str, trace: str, task: str = DEFAULT_TASK) -> str:
@@ -531,6 +585,7 @@ class VerifierResult:
     seconds: float
     measured: dict
     final_correct: bool | None = None
+    findings: list[list[dict]] | None = None  # per step, the model-free check's findings the features read
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -607,12 +662,14 @@ def load_reader(lm, loader=None):
 
 
 def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | None = None,
-                 task: str = DEFAULT_TASK, final_correct: bool | None = None) -> VerifierResult:
+                 task: str = DEFAULT_TASK, final_correct: bool | None = None,
+                 features: TraceFeatures | None = None) -> VerifierResult:
     """Read ``response`` with ``lm`` (one forward pass) and name its first wrong step, or none.
 
     verifier : default the one shipped for ``lm.name`` (:func:`shipped_verifier`).
     final_correct : whether the response's final answer is right, where a gold answer says so (see
         :meth:`StepVerifier.suspect`); None: unknown.
+    features : the trace's features where already read (:func:`step_features_batch`); None: read here.
     """
     import time
 
@@ -623,7 +680,8 @@ def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | N
     if verifier is None:
         raise InputError(f"no step verifier is shipped for {lm.name}; train one (scripts/studies/train_step_verifier.py)")
     response = response.strip()
-    features = step_features(lm, question, response, task=task)
+    if features is None:  # given: read by step_features_batch with other traces
+        features = step_features(lm, question, response, task=task)
     p = verifier.predict_proba(features)
     suspect = verifier.suspect(p, final_correct=final_correct)
     scores = verifier.step_scores(p)
@@ -640,4 +698,4 @@ def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | N
         level = "math" if task == "math" else "gsm8k"
         measured = decide_outcome(correct=final_correct).measured(verifier, level) or measured
     return VerifierResult([float(x) for x in p], None if suspect is None else suspect + 1, ranking,
-                          threshold, texts, time.perf_counter() - t, measured, final_correct)
+                          threshold, texts, time.perf_counter() - t, measured, final_correct, features.findings)

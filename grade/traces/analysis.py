@@ -91,7 +91,8 @@ def grade_pending(frame):
     return frame["grade_pos"].isna()
 
 
-def verifier_only_record(reader, item: TraceItem, model: str, srank: str = "paper") -> tuple[dict, list[dict]]:
+def verifier_only_record(reader, item: TraceItem, model: str, srank: str = "paper",
+                         features=None) -> tuple[dict, list[dict]]:
     """A trace triaged without GRADE: the step verifier (one forward pass of ``reader``, the loaded reader model of
     :func:`grade.steps.verifier.load_reader`) and the model-free check, as a store row whose GRADE columns
     (:data:`GRADE_COLUMNS`) are null and no token rows. ``model``: the model whose run the trace is from (the store's
@@ -104,8 +105,10 @@ def verifier_only_record(reader, item: TraceItem, model: str, srank: str = "pape
         raise InputError("the response is empty")
     t = time.perf_counter()
     final = decide_outcome(correct=item.correct, cut_off=item.cut_off).final_correct
-    verdict = verify_trace(reader, item.question, response, task=item.task, final_correct=final)
-    findings = [[f.to_dict() for f in found] for found in check_steps(item.question, verdict.step_texts)]
+    verdict = verify_trace(reader, item.question, response, task=item.task, final_correct=final, features=features)
+    # the verifier's features read the same check of the same steps: run it once
+    findings = verdict.findings if verdict.findings is not None else [
+        [f.to_dict() for f in found] for found in check_steps(item.question, verdict.step_texts)]
     row = {name: None for name in GRADE_COLUMNS}
     row.update({
         "trace_id": item.trace_id, "doc_id": item.doc_id, "sample": item.sample, "task": item.task,
@@ -233,9 +236,20 @@ def _analysed(lm, items: Iterable[TraceItem], srank: str, skipped: list,
 
 def _triaged(reader, items: Iterable[TraceItem], model: str, srank: str,
              skipped: list) -> Iterable[tuple[TraceItem, dict | None]]:
-    for item in items:
+    """The verifier-only rows of ``items``, the reader's forward passes batched over each chunk of traces
+    (:func:`grade.steps.verifier.step_features_batch`)."""
+    from ..steps.verifier import step_features_batch
+
+    items = list(items)
+    t = time.perf_counter()
+    features = step_features_batch(reader, [(i.question, i.response.strip(), i.task) for i in items])
+    share = (time.perf_counter() - t) / max(len(items), 1)  # each trace's part of the batched reading
+    for item, read in zip(items, features):
         try:
-            row, tokens = verifier_only_record(reader, item, model, srank)
+            # a trace the batch refused goes the one-trace way, which names why (an empty response, too long)
+            row, tokens = verifier_only_record(reader, item, model, srank,
+                                               features=None if isinstance(read, GradeError) else read)
+            row["seconds"] += share
         except GradeError as exc:
             log.warning("skipped trace %s: %s", item.trace_id, exc)
             skipped.append((item.trace_id, str(exc)))
