@@ -8,34 +8,44 @@
 #   scripts/build/restore_benchmark_caches.sh            # into this checkout (data/ is ignored by git)
 #   scripts/build/restore_benchmark_caches.sh DEST       # into DEST/data/... instead (a test's temporary folder)
 #   scripts/build/restore_benchmark_caches.sh --labels   # only the label files kept in history (below)
+#   scripts/build/restore_benchmark_caches.sh --assets   # only the shipped files kept in history (below; `make install`)
 #
-# The label files that only the benchmark's and the probes' and detectors' builds read (SmolLM2's and Gemma's
-# datasets that neither the app's examples nor the tests read) live in history too: they are restored beside the
-# tracked ones in this checkout's data/labels, whatever DEST is, since every run names them relative to the
-# repository (git ignores them there). A file already there is kept (one being labelled again, say).
+# Two more kinds of files live in history only, each restored into this checkout (whatever DEST is), where git
+# ignores them; a file already there is kept (one being labelled again, say):
+# - the label files that only the benchmark's and the probes' and detectors' builds read (SmolLM2's and Gemma's
+#   datasets that neither the app's examples nor the tests read), beside the tracked ones in data/labels, since
+#   every run names them relative to the repository;
+# - the weights of the step verifier that Qwen2.5-Coder reads with on a GPU (grade/assets/step_verifier; its .json,
+#   which the pages cite, stays tracked): `make install` restores them, and a GPU driver that reads with Qwen
+#   carries them to the GPU machine.
 set -euo pipefail
 dest=$(realpath -m -- "${1:-$(dirname "$0")/../..}")
 cd "$(dirname "$0")/../.."
 HISTORY_LABELS=(data/labels/smollm2-135m-instruct/{nq_open,math}.jsonl.xz
                 data/labels/gemma-3-270m/{nq_open,mmlu,math,hotpotqa_context,hotpotqa}.jsonl.xz)
-restore_labels() {
-  local missing=() f commit
-  for f in "${HISTORY_LABELS[@]}"; do [ -e "$f" ] || missing+=("$f"); done
+HISTORY_ASSETS=(grade/assets/step_verifier/qwen2.5-coder-1.5b-instruct.safetensors)
+restore_kept() {  # the message that begins the commit which took the files out of the tree (its parent holds them), files...
+  local message=$1 missing=() f commit tmp
+  shift
+  for f in "$@"; do [ -e "$f" ] || missing+=("$f"); done
   [ ${#missing[@]} -eq 0 ] && return 0
-  # the commit that took them out of the tree (found by its message, so that a rebase does not lose it): its parent holds them
-  commit=$(git log --format=%H -1 --grep='^Label files only the build scripts read kept in history' || true)
+  # found by its message, so that a rebase does not lose it
+  commit=$(git log --format=%H -1 --grep="^$message" || true)
   if [ -z "$commit" ] || ! git cat-file -e "$commit^^{commit}" 2>/dev/null; then
-    echo "error: the commit that took the label files out of the tree is not in this clone (a shallow clone?); run 'git fetch --unshallow'" >&2
+    echo "error: the commit '$message' is not in this clone (a shallow clone?); run 'git fetch --unshallow'" >&2
     exit 2
   fi
   # unpacked aside, then each file renamed into place: a reader never sees half a file, and two runs at once agree
-  local tmp
-  tmp=$(mktemp -d data/labels/.restore.XXXXXX)
+  tmp=$(mktemp -d "$(dirname "${missing[0]}")/.restore.XXXXXX")
   git archive "$commit^" "${missing[@]}" | tar -x -C "$tmp"
   for f in "${missing[@]}"; do [ -e "$f" ] || mv -n "$tmp/$f" "$f" || [ -e "$f" ]; done
   rm -rf "$tmp"
 }
-restore_labels
+if [ "${1:-}" = "--assets" ]; then
+  restore_kept "Shipped files kept in history" "${HISTORY_ASSETS[@]}"
+  exit 0
+fi
+restore_kept "Label files only the build scripts read kept in history" "${HISTORY_LABELS[@]}"
 [ "${1:-}" = "--labels" ] && exit 0
 mkdir -p "$dest"
 #

@@ -16,6 +16,10 @@ gguf=${1:?GGUF file}
 out=${2:?output folder}
 . "$(dirname "$0")/common.sh"
 MODEL=$QWEN_MODEL
+# the traces are read by Qwen's own step verifier: its weights are not tracked (`make install` restores them
+# here), so they travel to the GPU machine only when carried
+verifier=grade/assets/step_verifier/$MODEL.safetensors
+[ -f "$verifier" ] || { echo "error: $verifier is not here: run 'make install' and carry it to the GPU machine" >&2; exit 2; }
 mkdir -p "$out"
 common=(--model "$MODEL" --device cuda --dtype float32)
 prepare_qwen "$gguf"
