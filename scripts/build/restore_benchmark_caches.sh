@@ -12,9 +12,9 @@
 #
 # Two more kinds of files live in history only, each restored into this checkout (whatever DEST is), where git
 # ignores them; a file already there is kept (one being labelled again, say):
-# - the label files that only the benchmark's and the probes' and detectors' builds read (SmolLM2's and Gemma's
-#   datasets that neither the app's examples nor the tests read), beside the tracked ones in data/labels, since
-#   every run names them relative to the repository;
+# - the label files that only the benchmark's and the probes' and detectors' builds read (the datasets that neither
+#   the app's examples nor the tests read: SmolLM2's and Gemma's, Qwen2.5-Coder's MATH, MMLU and NQ-open), beside
+#   the tracked ones in data/labels, since every run names them relative to the repository;
 # - the weights of the step verifier that Qwen2.5-Coder reads with on a GPU (grade/assets/step_verifier; its .json,
 #   which the pages cite, stays tracked): `make install` restores them, and a GPU driver that reads with Qwen
 #   carries them to the GPU machine.
@@ -23,6 +23,8 @@ dest=$(realpath -m -- "${1:-$(dirname "$0")/../..}")
 cd "$(dirname "$0")/../.."
 HISTORY_LABELS=(data/labels/smollm2-135m-instruct/{nq_open,math}.jsonl.xz
                 data/labels/gemma-3-270m/{nq_open,mmlu,math,hotpotqa_context,hotpotqa}.jsonl.xz)
+# Qwen2.5-Coder's: read also by its GPU drivers (crossfit_gpu.sh, step_split_gpu.sh), which say to carry them
+QWEN_HISTORY_LABELS=(data/labels/qwen2.5-coder-1.5b-instruct/{math,mmlu,nq_open}.jsonl.xz)
 HISTORY_ASSETS=(grade/assets/step_verifier/qwen2.5-coder-1.5b-instruct.safetensors)
 restore_kept() {  # the message that begins the commit which took the files out of the tree (its parent holds them), files...
   local message=$1 missing=() f commit tmp
@@ -46,6 +48,7 @@ if [ "${1:-}" = "--assets" ]; then
   exit 0
 fi
 restore_kept "Label files only the build scripts read kept in history" "${HISTORY_LABELS[@]}"
+restore_kept "Qwen's label files only the build scripts read kept in history" "${QWEN_HISTORY_LABELS[@]}"
 [ "${1:-}" = "--labels" ] && exit 0
 mkdir -p "$dest"
 #

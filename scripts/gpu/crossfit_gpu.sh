@@ -32,6 +32,11 @@ gguf=${1:?GGUF file}
 out=${2:?output folder}
 . "$(dirname "$0")/common.sh"
 MODEL=$QWEN_MODEL
+# Qwen's MATH, MMLU and NQ-open label files are kept in history, not tracked: restore them here
+# (scripts/build/restore_benchmark_caches.sh --labels) and carry them to the GPU machine
+for f in data/labels/$MODEL/{math,mmlu,nq_open}.jsonl.xz; do
+  [ -f "$f" ] || { echo "error: $f is not here: run scripts/build/restore_benchmark_caches.sh --labels and carry it" >&2; exit 2; }
+done
 mkdir -p "$out/labels" "$out/features" "$out/logs"
 [ -f "$out/prepared" ] || { prepare_qwen "$gguf" && touch "$out/prepared"; } || exit 2
 if [ -n "${DONE:-}" ] && [ -d "$DONE" ]; then

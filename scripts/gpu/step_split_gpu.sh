@@ -20,6 +20,11 @@ MODEL=$QWEN_MODEL
 # here), so they travel to the GPU machine only when carried
 verifier=grade/assets/step_verifier/$MODEL.safetensors
 [ -f "$verifier" ] || { echo "error: $verifier is not here: run 'make install' and carry it to the GPU machine" >&2; exit 2; }
+# Qwen's MATH, MMLU and NQ-open label files are kept in history, not tracked: restore them here
+# (scripts/build/restore_benchmark_caches.sh --labels) and carry them to the GPU machine
+for f in data/labels/$MODEL/{math,mmlu,nq_open}.jsonl.xz; do
+  [ -f "$f" ] || { echo "error: $f is not here: run scripts/build/restore_benchmark_caches.sh --labels and carry it" >&2; exit 2; }
+done
 mkdir -p "$out"
 common=(--model "$MODEL" --device cuda --dtype float32)
 prepare_qwen "$gguf"
