@@ -77,7 +77,10 @@ def test_traces_page_opens_sorts_opens_a_trace_and_saves_an_annotation(app_url, 
     _choose(driver, "tr_sort", "GRADE_pos")
     options = _options(driver, "tr_open")
     assert len(options) == 6 and _grades(options) == sorted(_grades(options), reverse=True), options
-    _wait(driver, lambda d: next(iter(_css(d, ".st-key-tr_desc label")), None), 30, "the Descending toggle").click()
+    toggle = _wait(driver, lambda d: next(iter(_css(d, ".st-key-tr_desc label")), None), 30, "the Descending toggle")
+    # clear of the app's toolbar, which covers the top of the window (the closed list can leave the page scrolled)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle)
+    toggle.click()
     _settled(driver)
     options = _options(driver, "tr_open")
     assert _grades(options) == sorted(_grades(options)), options
