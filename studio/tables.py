@@ -10,6 +10,7 @@ the Source Sans font that Streamlit ships (the font the grid draws in), at the g
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -54,13 +55,23 @@ def _font(weight: int):
     return None
 
 
+#: One font object serves every session's thread: FreeType's layout of one object is not safe from two threads.
+_LAYOUT = threading.Lock()
+
+
 @lru_cache(maxsize=20_000)
 def text_width(text: str, bold: bool = False) -> float:
-    """Width (px) of ``text`` on one line in the grid's font (its headers are semi-bold)."""
+    """Width (px) of ``text`` in the grid's font (its headers are semi-bold): its widest line."""
+    if "\n" in text:
+        return max(text_width(line, bold) for line in text.split("\n"))
     font = _font(600 if bold else 400)
-    if font is None:  # a generous average, wider than any Source Sans letter but W and M
-        return len(text) * FONT_PX * 0.62
-    return float(font.getlength(text))
+    if font is not None:
+        try:
+            with _LAYOUT:
+                return float(font.getlength(text))
+        except (OSError, RuntimeError, ValueError):  # a text the layout engine refuses
+            pass
+    return len(text) * FONT_PX * 0.62  # a generous average, wider than any Source Sans letter but W and M
 
 
 def _lines(text: str, room: float) -> int:
@@ -149,7 +160,6 @@ def layout(frame: pd.DataFrame, column_config: Mapping[str, Any] | None = None, 
         wrapped = [n for n in names if need[n] > floor[n] and _is_text(frame[n])
                    and _wrappable(texts[n], floor[n] - 2 * PADDING_PX)]
         left = room - sum(need[n] for n in names if n not in wrapped)
-        lines = MAX_LINES + 1
         if wrapped and left >= sum(floor[n] for n in wrapped):
             # the text columns share what is left: the narrow ones whole, the widest cut to one common width
             share, rest = {}, sorted(wrapped, key=need.get)
@@ -162,13 +172,15 @@ def layout(frame: pd.DataFrame, column_config: Mapping[str, Any] | None = None, 
                 share[narrow] = need[narrow]
             if sum(share.values()) <= left:
                 widths.update(share)
-                lines = max(_lines(t, share[n] - 2 * PADDING_PX) for n in wrapped for t in texts[n] if t)
-        if lines > MAX_LINES:
-            static = not selectable  # a table whose rows are picked stays a grid, however tall its rows
-            lines = min(lines, MAX_LINES * 3)
-        if lines > 1:
-            row_height = max(WRAPPING_ROW_PX, math.ceil(FONT_PX * (1 + LINE_HEIGHT * (lines - 1))
-                                                        + 4 * VERTICAL_PADDING_PX))
+        static = sum(widths.values()) > room and not selectable
+    # text that wraps (narrowed columns, or lines of its own) takes rows tall enough for its most lines
+    lines = max([_lines(t, widths[n] - 2 * PADDING_PX) for n in names if _is_text(frame[n]) for t in texts[n] if t]
+                + [1])
+    if lines > MAX_LINES:
+        static = static or not selectable  # a table whose rows are picked stays a grid, however tall its rows
+        lines = min(lines, MAX_LINES * 3)
+    if lines > 1:
+        row_height = max(WRAPPING_ROW_PX, math.ceil(FONT_PX * (1 + LINE_HEIGHT * (lines - 1)) + 4 * VERTICAL_PADDING_PX))
     for name in names:
         own = config.get(name)
         own = dict(own) if isinstance(own, Mapping) else {}
