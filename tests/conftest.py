@@ -1,3 +1,4 @@
+import contextlib
 import os
 import subprocess
 import threading
@@ -34,6 +35,51 @@ def _once_per_run(tmp_path_factory, name: str, build) -> Path:
             build(folder)
             done.touch()
     return folder
+
+
+@contextlib.contextmanager
+def studio_server(env: dict | None = None):
+    """The app (``streamlit run app.py``) at a free loopback port, with ``env`` over this process's environment;
+    yields its URL. Its output is printed at the end where it holds a traceback (pytest shows it with a failure)."""
+    import socket
+    import sys
+    import tempfile
+
+    from bench.load_test import wait_healthy
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=ROOT, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error", **(env or {})}, stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_healthy(url, process, timeout=120)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+        if "Traceback" in output:
+            print(output[-5000:])
+
+
+@pytest.fixture(scope="session")
+def studio_url():
+    """The app on the model it starts on, started once per test process and shared by the browser tests of every
+    file that asks for it (each in browser sessions of its own): the server starts and loads its model once, not
+    once per file."""
+    with studio_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

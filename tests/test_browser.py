@@ -1,6 +1,7 @@
 """End to end: the real app in headless Chromium (Debian's ``chromium`` + ``chromium-driver``, via selenium).
 
-Starts ``streamlit run app.py`` on a free localhost port, types a question, clicks Analyze, checks that
+On the app server of the test process (``streamlit run app.py`` on a free localhost port, conftest's
+``studio_url``, shared with the other browser files), types a question, clicks Analyze, checks that
 the probe's verdict appears, visits every page, and saves a screenshot of each page: to a temporary folder, or with ``GRADE_UPDATE_SCREENSHOTS=1`` to
 ``assets/screenshots/<page>.png`` (the README shows them), so a test run leaves the checkout clean.
 Install the browser with ``make browser``.
@@ -10,23 +11,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.load_test import wait_healthy
-
 ROOT = Path(__file__).resolve().parents[1]
-SCREENSHOTS = (
-    ROOT / "assets" / "screenshots"
-    if os.environ.get("GRADE_UPDATE_SCREENSHOTS") == "1"
-    else Path(tempfile.mkdtemp(prefix="grade-screenshots-"))
-)
+UPDATE_SCREENSHOTS = os.environ.get("GRADE_UPDATE_SCREENSHOTS") == "1"
+SCREENSHOTS = ROOT / "assets" / "screenshots" if UPDATE_SCREENSHOTS else Path(tempfile.mkdtemp(prefix="grade-screenshots-"))
+# The Reasoning trace page's generation: the page's own length (GSM8K's 256 tokens) for the README's screenshot, a
+# few steps' worth otherwise (what the test checks, a generated trace analysed beside another, needs no more).
+TRACE_TOKENS = None if UPDATE_SCREENSHOTS else 48
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 QUESTION = "What is the capital of France?"
@@ -35,36 +31,11 @@ SLOW = 600  # seconds: model load + analysis + generation on a busy 2-core CPU
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def app_url():
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tempfile.TemporaryFile()
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_healthy(url, process, timeout=120)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.seek(0)
-        output = log.read().decode(errors="replace")
-        if "Traceback" in output:
-            print(output[-5000:])  # shown by pytest on failure
+def app_url(studio_url):
+    """The app's URL: the server of the whole test process (conftest's ``studio_url``), for this file and the
+    browser files that import this fixture."""
+    return studio_url
 
 
 def _new_driver(profile: str):
@@ -124,8 +95,11 @@ def _css(driver, selector: str):
 
 
 def _idle(driver) -> bool:
-    """No script run in progress: Streamlit shows a 'running' status widget while a run is going."""
-    return not _css(driver, '[data-testid="stStatusWidget"]')
+    """No script run in progress or asked for: the app's root element says so from the moment a widget asks for a
+    rerun (``data-test-script-state``), the 'running' status widget only half a second into a run."""
+    root = _css(driver, '[data-testid="stApp"]')
+    state = root[0].get_attribute("data-test-script-state") if root else "running"
+    return state not in ("running", "rerunRequested", "stopRequested") and not _css(driver, '[data-testid="stStatusWidget"]')
 
 
 def _text(driver, selector: str, attribute: str | None = None) -> str:
@@ -152,11 +126,12 @@ def _save(driver, name: str) -> Path:
         "const m = document.querySelector('[data-testid=\"stMain\"]');"
         "return Math.max(m ? m.scrollHeight : 0, document.body.scrollHeight);")
     driver.set_window_size(1440, min(max(int(height) + 40, 900), 6000))
-    time.sleep(1.5)  # let Plotly re-layout to the new size
+    # let Plotly re-layout to the new size: a committed picture waits for it, a test run's needs only the page
+    time.sleep(1.5 if UPDATE_SCREENSHOTS else 0.3)
     path = SCREENSHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
     driver.set_window_size(1440, 1000)
-    if os.environ.get("GRADE_UPDATE_SCREENSHOTS") == "1":
+    if UPDATE_SCREENSHOTS:
         # 256 colours keep the committed pages readable at about 40 % of the size: the tracked tree travels to
         # the GPU machine beside the model's weights
         from PIL import Image
@@ -177,7 +152,7 @@ def _go(driver, title: str) -> None:
 
 
 def _settled(driver, timeout: float = SLOW, what: str = "") -> None:
-    time.sleep(1.0)
+    time.sleep(0.5)  # the browser's own events (a blur, a click) reach the app first
     _wait(driver, _idle, timeout, what or "the script run to finish")
 
 
@@ -195,6 +170,19 @@ def _type_question(driver, url: str, question: str) -> None:
     box.click()
     box.send_keys(question)
     box.send_keys(Keys.TAB)  # commit the text area before clicking
+    _settled(driver)
+
+
+def _set_number(driver, selector: str, value: int) -> None:
+    """Type ``value`` into the number box ``selector`` and let the page take it."""
+    from selenium.webdriver.common.keys import Keys
+
+    box = _wait(driver, lambda d: next(iter(_css(d, selector)), None), 60, selector)
+    box.click()
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(value))
+    box.send_keys(Keys.TAB)
+    _wait(driver, lambda d: next(iter(_css(d, selector)), None).get_attribute("value") == str(value), 30, selector)
     _settled(driver)
 
 
@@ -234,6 +222,8 @@ def test_app_end_to_end(app_url, new_browser):
 
     _go(driver, "Reasoning trace")
     _settled(driver)
+    if TRACE_TOKENS:
+        _set_number(driver, ".st-key-rt_max_tokens input", TRACE_TOKENS)
     generate = _wait(driver, lambda d: next(iter(_css(d, ".st-key-rt_gen_A button")), None), 60, "generate button")
     generate.click()
     _wait(driver, lambda d: any(t.get_attribute("value").strip() for t in _css(d, ".st-key-rt_text_A textarea")),

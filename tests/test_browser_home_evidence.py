@@ -9,16 +9,12 @@ With the embedded SmolLM2 (none of these checks is about Qwen): five analyses, o
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from bench.load_test import wait_healthy
-from tests.test_browser import (SLOW, _css, _free_port, _no_exception, _settled, _type_question, _wait,
+from tests.conftest import studio_server
+from tests.test_browser import (SLOW, _css, _no_exception, _settled, _type_question, _wait,
                                 new_browser)  # noqa: F401  (new_browser: the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,28 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")
-def home_url():
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tempfile.TemporaryFile()
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "GRADE_START_MODEL": MODEL}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(url, process, timeout=120)
+def home_url(request):
+    """The app on SmolLM2: the test process's shared server where SmolLM2 is the model it starts on (the default),
+    else a server of this file's own."""
+    if os.environ.get("GRADE_START_MODEL", MODEL) == MODEL:
+        yield request.getfixturevalue("studio_url")
+        return
+    with studio_server({"GRADE_START_MODEL": MODEL}) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.seek(0)
-        output = log.read().decode(errors="replace")
-        if "Traceback" in output:
-            print(output[-5000:])
 
 
 @pytest.fixture(scope="module")
