@@ -58,12 +58,15 @@ def _folder(folder=None):
 def annotation_rows(name: str, folder=None) -> list[dict]:
     """The rows of one annotation file by its name (``gsm8k_qwen.a.jsonl``), stored as such or xz-compressed
     (``.jsonl.xz``, as the package keeps them: the tracked tree travels to GPU machines)."""
-    import lzma
+    import io
+
+    from ..common.bounded import open_decompressed
 
     base = _folder(folder)
     path = base / name if (base / name).is_file() else base / f"{name}.xz"
-    opener = lzma.open if path.suffix == ".xz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
+    # a folder given by the user (fetched annotation sets) is read within the decompression caps
+    raw = open_decompressed(path) if path.suffix == ".xz" else open(path, "rb")
+    with io.TextIOWrapper(raw, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
