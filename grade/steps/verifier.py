@@ -438,6 +438,9 @@ class StepVerifier:
         if tuple(meta["feature_depths"]) != FEATURE_DEPTHS or tuple(meta["all_scalars"]) != SCALARS:
             raise InputError(f"{meta_path} was trained on other features than this version computes")
         weights = meta_path.with_name(meta["weights"])
+        if not weights.is_file():  # the Qwen reader's weights live in the repository's history, not its tracked tree
+            raise InputError(f"{weights.name} is not here: a clone of the repository restores it with `make install` "
+                             "(scripts/build/restore_benchmark_caches.sh --assets)")
         if hashlib.sha256(weights.read_bytes()).hexdigest() != meta["weights_sha256"]:
             raise InputError(f"{weights} does not belong to {meta_path.name} (checksum mismatch)")
         t = load_file(str(weights))
