@@ -39,26 +39,44 @@ def _stratified_draws(y: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, n) question indices, each row a bootstrap draw that resamples each class separately."""
     rng = np.random.default_rng(seed)
     pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
-    rows = [np.concatenate([rng.choice(pos, len(pos)) if len(pos) else pos,
-                            rng.choice(neg, len(neg)) if len(neg) else neg]) for _ in range(n_boot)]
+    # rng.integers is what rng.choice(pos, len(pos)) draws from, without choice's checks per call: the same rows
+    rows = [np.concatenate([pos[rng.integers(0, len(pos), len(pos))] if len(pos) else pos,
+                            neg[rng.integers(0, len(neg), len(neg))] if len(neg) else neg]) for _ in range(n_boot)]
     return np.stack(rows) if rows else np.zeros((0, len(y)), dtype=int)
 
 
-def _metric_rows(metric: Callable[[np.ndarray, np.ndarray], float], y: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """``metric`` of every row of (draws, n) labels and scores. AUROC, the benchmark's most frequent metric,
-    is computed for all rows at once (the Mann-Whitney form of :func:`auroc` along the rows: the same numbers,
-    without a Python call per draw); any other metric row by row."""
-    if metric is not auroc or not len(y):
-        return np.asarray([metric(yr, sr) for yr, sr in zip(y, s)], dtype=np.float64)
-    from scipy.stats import rankdata
+def _draw_groups(y: np.ndarray, s: np.ndarray, draws: np.ndarray, descending: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(draws, groups) counts of every bootstrap draw's questions and of its answerable ones in each group of tied
+    scores of ``s``, the groups in score order (highest first where ``descending``). A draw's tie groups are those of
+    ``s``, so these counts give what a sort of each draw would, without sorting it."""
+    values, group = np.unique(-s if descending else s, return_inverse=True)
+    n_draws, n_groups = len(draws), len(values)
+    flat = (group.ravel()[draws] + n_groups * np.arange(n_draws)[:, None]).ravel()
+    count = np.bincount(flat, minlength=n_draws * n_groups).reshape(n_draws, n_groups)
+    positive = np.bincount(flat, weights=(y != 0)[draws].ravel(), minlength=n_draws * n_groups)
+    return count, positive.reshape(n_draws, n_groups)
 
-    positive = y.astype(bool)
+
+def _auroc_draws(y: np.ndarray, s: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """:func:`auroc` of every bootstrap draw (rows of question indices) at once: the Mann-Whitney form, a tie group's
+    questions each ranked at the group's average rank. The same numbers as draw by draw (ranks are halves of whole
+    numbers, so their sums are exact in any order)."""
+    count, positive = _draw_groups(y, s, draws, descending=False)
+    below = np.cumsum(count, axis=1) - count  # questions ranked under each group
     n_pos = positive.sum(axis=1)
-    n_neg = y.shape[1] - n_pos
-    ranks = rankdata(s, method="average", axis=1)
+    n_neg = draws.shape[1] - n_pos
     with np.errstate(invalid="ignore", divide="ignore"):
-        values = ((ranks * positive).sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+        values = ((positive * (below + (count + 1) / 2)).sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
     return np.where((n_pos > 0) & (n_neg > 0), values, np.nan)
+
+
+def _metric_rows(metric: Callable[[np.ndarray, np.ndarray], float], y: np.ndarray, s: np.ndarray,
+                 draws: np.ndarray) -> np.ndarray:
+    """``metric`` of every bootstrap draw (rows of question indices into y and s): AUROC, the benchmark's most
+    frequent metric, for all draws at once (:func:`_auroc_draws`); any other metric draw by draw."""
+    if metric is auroc and len(draws):
+        return _auroc_draws(y, s, draws)
+    return np.asarray([metric(yr, sr) for yr, sr in zip(y[draws], s[draws])], dtype=np.float64)
 
 
 def bootstrap_ci(y, s, metric: Callable[[np.ndarray, np.ndarray], float] = auroc, *,
@@ -70,7 +88,7 @@ def bootstrap_ci(y, s, metric: Callable[[np.ndarray, np.ndarray], float] = auroc
     if len(y) == 0 or not np.isfinite(s).all():
         return float("nan"), float("nan")
     draws = _stratified_draws(y, n_boot, seed)
-    return _percentile_interval(_metric_rows(metric, y[draws], s[draws]), ci)
+    return _percentile_interval(_metric_rows(metric, y, s, draws), ci)
 
 
 def _percentile_interval(values: np.ndarray, ci: float) -> tuple[float, float]:
@@ -97,7 +115,7 @@ def paired_bootstrap_diff(y, s_a, s_b, metric: Callable[[np.ndarray, np.ndarray]
         return out
     out["diff"] = metric(y, a) - metric(y, b)
     idx = _stratified_draws(y, n_boot, seed)
-    draws = _metric_rows(metric, y[idx], a[idx]) - _metric_rows(metric, y[idx], b[idx])
+    draws = _metric_rows(metric, y, a, idx) - _metric_rows(metric, y, b, idx)
     draws = draws[np.isfinite(draws)]
     if len(draws):
         alpha = (1 - ci) / 2
@@ -185,14 +203,11 @@ def _expected_correct_draws(y: np.ndarray, s: np.ndarray, draws: np.ndarray) -> 
     sorting a draw: a draw's tie groups are those of ``s``, so it is enough to count how many of each group's
     questions, and of its answerable ones, the draw holds. The same numbers as row by row (the groups come in the
     same order; a group's answerable count is a whole number however it is summed)."""
-    y = np.asarray(y, dtype=np.float64)
-    values, group = np.unique(-np.asarray(s, dtype=np.float64), return_inverse=True)  # group 0: the highest score
-    n_draws, n = draws.shape
-    flat = (group.ravel()[draws] + len(values) * np.arange(n_draws)[:, None]).ravel()
-    count = np.bincount(flat, minlength=n_draws * len(values))
+    count, positive = _draw_groups(np.asarray(y), np.asarray(s, dtype=np.float64), draws, descending=True)
     with np.errstate(invalid="ignore", divide="ignore"):  # a group a draw misses is repeated 0 times
-        share = np.bincount(flat, weights=y[draws].ravel(), minlength=n_draws * len(values)) / count
-    per_question = np.repeat(share, count).reshape(n_draws, n)
+        share = positive / count
+    n_draws, n = draws.shape
+    per_question = np.repeat(share.ravel(), count.ravel()).reshape(n_draws, n)
     return np.concatenate([np.zeros((n_draws, 1)), np.cumsum(per_question, axis=1)], axis=1)
 
 
