@@ -304,7 +304,7 @@ def localization_metrics(per_trace: Sequence[tuple[np.ndarray, int]], *, n_boot:
     for name, col, chance in (("top1", 0, float(table[:, 3].mean())), ("top3", 1, float(table[:, 4].mean())),
                               ("step_auroc", 2, 0.5)):
         values = table[:, col]
-        means = np.array([np.nanmean(values[b]) for b in boots])
+        means = np.nanmean(values[boots], axis=1)  # every draw at once: the same sums as draw by draw
         out[name] = {"value": float(np.nanmean(values)), "low": float(np.nanpercentile(means, 2.5)),
                      "high": float(np.nanpercentile(means, 97.5)), "chance": chance}
     return out
