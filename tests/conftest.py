@@ -19,6 +19,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
+def pytest_collection_modifyitems(items):
+    """Files with browser tests first, then by their number of slow tests, each file's tests in their own order:
+    `make test` hands whole files to its two workers in this order (pytest-xdist's --dist loadfile), so the unit
+    files, seconds each, come last and fill the gaps, and neither worker is left with a long file handed out
+    while the other has finished."""
+    weight: dict[Path, list[int]] = {}
+    for item in items:
+        counts = weight.setdefault(item.path, [0, 0])
+        counts[0] += item.get_closest_marker("browser") is not None
+        counts[1] += item.get_closest_marker("slow") is not None
+    first_seen = {path: k for k, path in enumerate(weight)}
+    items.sort(key=lambda item: (-min(weight[item.path][0], 1), -weight[item.path][1], first_seen[item.path]))
+
+
 def _once_per_run(tmp_path_factory, name: str, build) -> Path:
     """``build(folder)`` once per test run, whatever the number of worker processes: the first worker to get
     here builds ``name`` under the run's shared temporary folder, holding a lock, and the others wait and reuse
