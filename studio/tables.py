@@ -1,5 +1,6 @@
-"""Tables whose every cell reads whole: each column as wide as its widest text, measured with the grid's own font,
-and where the columns together are wider than the page, the text columns wrapped onto taller rows.
+"""Tables whose every cell reads whole: each column as wide as its widest text, measured with the grid's own font;
+where the columns together are wider than the page, the text columns wrapped onto taller rows; where even that does
+not fit (headers that are wider together than the page: the grid never wraps a header), a static table.
 
 ``st.dataframe`` draws its cells on a canvas and cuts whatever does not fit its column (a fixed width, or a width
 fitted to a sample of its first rows); nothing on the page then says that text is missing. :func:`show` sizes the
@@ -26,7 +27,8 @@ FONT_PX = 14
 PADDING_PX = 8
 VERTICAL_PADDING_PX = 3
 LINE_HEIGHT = 1.4
-#: Width (px) inside a table's border in the main column of a 1440 px wide window, and inside an expander or a bordered container there.
+#: Width (px) inside a table's border in the main column of a 1440 px wide window, and inside an expander or a
+#: bordered container there.
 MAIN_PX = 976
 BOXED_PX = 940
 #: The tick column of a selectable table.
@@ -55,7 +57,7 @@ def _font(weight: int):
     return None
 
 
-#: One font object serves every session's thread: FreeType's layout of one object is not safe from two threads.
+#: One font object serves every session's thread, and a FreeType face is not to be used from two threads at once.
 _LAYOUT = threading.Lock()
 
 
@@ -180,7 +182,8 @@ def layout(frame: pd.DataFrame, column_config: Mapping[str, Any] | None = None, 
         static = static or not selectable  # a table whose rows are picked stays a grid, however tall its rows
         lines = min(lines, MAX_LINES * 3)
     if lines > 1:
-        row_height = max(WRAPPING_ROW_PX, math.ceil(FONT_PX * (1 + LINE_HEIGHT * (lines - 1)) + 4 * VERTICAL_PADDING_PX))
+        row_height = max(WRAPPING_ROW_PX,
+                         math.ceil(FONT_PX * (1 + LINE_HEIGHT * (lines - 1)) + 4 * VERTICAL_PADDING_PX))
     for name in names:
         own = config.get(name)
         own = dict(own) if isinstance(own, Mapping) else {}
@@ -189,7 +192,8 @@ def layout(frame: pd.DataFrame, column_config: Mapping[str, Any] | None = None, 
     return Layout(config, row_height, static)
 
 
-def fitted(frame: pd.DataFrame, column_config: Mapping[str, Any] | None = None, **where) -> tuple[dict[str, Any], int | None]:
+def fitted(frame: pd.DataFrame, column_config: Mapping[str, Any] | None = None,
+           **where) -> tuple[dict[str, Any], int | None]:
     """The grid's column configuration and row height of :func:`layout` (for ``st.data_editor``, always a grid)."""
     shown = layout(frame, column_config, **where)
     return shown.column_config, shown.row_height
@@ -199,7 +203,8 @@ def _static(frame: pd.DataFrame, shown: Layout, column_order: list[str] | None, 
     """``frame`` as a static table shows it: the grid's number formats and labels, no index unless asked for."""
     names = [c for c in (column_order if column_order is not None else frame.columns) if c in frame.columns]
     labels = {n: (shown.column_config.get(n) or {}).get("label") or n for n in names}
-    text = pd.DataFrame({labels[n]: ["" if _shown(v, None) == "None" else _shown(v, _number_format(shown.column_config.get(n)))
+    formats = {n: _number_format(shown.column_config.get(n)) for n in names}
+    text = pd.DataFrame({labels[n]: ["" if _shown(v, None) == "None" else _shown(v, formats[n])
                                      for v in frame[n].tolist()] for n in names}, index=frame.index)
     style = text.style
     return style.hide(axis="index") if hide_index else style
