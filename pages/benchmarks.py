@@ -282,7 +282,8 @@ def _shipped_probes() -> None:
                 "**GRADE_pre (shipped)** and **GRADE_pos (shipped)** rows above are the same form, fitted per dataset.")
     for loss, table in shipped.items():
         if not table.empty:
-            st.markdown(f"**GRADE_{loss} probe**")
+            table, measured = benchmark_text.one_protocol(table)
+            st.markdown(f"**GRADE_{loss} probe**" + (f" (measured on {measured})" if measured else ""))
             tables.show(table, key=f"bench_shipped_{loss}")
 
 

@@ -78,8 +78,10 @@ def _show_quality(model: str, loss: str, key: str, room: float = tables.MAIN_PX)
     table = _quality_rows(model, loss)
     if table.empty:
         return False
+    table, measured = benchmark_text.one_protocol(table)
     st.markdown(f"**What the verdict cards cite for the shipped GRADE_{_shown(loss)} probe** (each question scored by "
-                f"the probe Home picks for its task; a number needs {MIN_PER_CLASS} questions of each class):")
+                f"the probe Home picks for its task; a number needs {MIN_PER_CLASS} questions of each class"
+                + (f"; measured on {measured}" if measured else "") + "):")
     tables.show(table, key=key, room=room)
     return True
 
@@ -222,7 +224,7 @@ with shipped_tab:
         if st.button("Use this probe", key="use_probe", type="primary"):
             _use(picked.path)
         curve = None if _shipped(picked) else _roc_from_metrics(picked.name, picked.test_metrics)
-        if _shipped(picked):
+        if _shipped(picked) and str(picked.path) != active:  # the active probe's numbers are in its box above
             _show_quality(picked.model, picked.loss, "picked_quality")
         if curve is not None:
             left, right = st.columns([3, 2], gap="large")

@@ -119,6 +119,14 @@ def shipped_probe_table(model: str, loss: str):
     return pd.DataFrame(rows)
 
 
+def one_protocol(table):
+    """:func:`shipped_probe_table` as a page shows it: where every row was measured the same way, without its
+    ``measured`` column, and that sentence (said once beside the table, not on every row); else the table and None."""
+    if "measured" in table and len(table) and table["measured"].nunique() == 1:
+        return table.drop(columns="measured"), str(table["measured"].iloc[0])
+    return table, None
+
+
 def titled_text(text: str) -> str:
     """A results file's note with its dataset identifiers (``nq_open``, ``hotpotqa_closed``) as their names."""
     import re
