@@ -127,3 +127,27 @@ def test_a_bad_row_in_a_batch_is_skipped_alone(smollm):
     frame, skipped = features_of_rows(smollm, rows, batch_size=3)
     assert list(frame.id) == [rows[0]["id"], rows[2]["id"]]
     assert [s[1] for s in skipped] == ["too-long"]
+
+
+def test_the_benchmark_hands_its_batch_size_to_every_model_pass(smollm, tmp_path, monkeypatch):
+    """``grade benchmark --batch-size N`` reaches the baselines' and the features' batched passes."""
+    import grade.studies.benchmark as study
+    from grade.commands.benchmark import config_from_args
+    from grade.commands.cli import build_parser
+    from grade.verdict.detectors.baselines import BaselineConfig
+
+    args = build_parser().parse_args(["benchmark", "--model", "smollm2-135m-instruct", "--batch-size", "3",
+                                      "--cache-dir", str(tmp_path)])
+    config = config_from_args(args)
+    assert config.batch_size == 3
+    seen = []
+    monkeypatch.setattr(study, "score_items", lambda *a, **k: seen.append(("baselines", k["batch_size"])))
+    monkeypatch.setattr(study, "extract_features", lambda *a, **k: seen.append(("features", k["batch_size"])))
+    model = study.LazyModel(lambda: smollm, offline=False)
+    rows = [{"id": "q1", "question": "What is the capital of France?", "task": "qa", "answers": ["Paris"],
+             "label": 1, "dataset": "triviaqa"}]
+    study.ensure_baselines(model, tmp_path, config.model, "triviaqa", rows, [], "original", BaselineConfig(),
+                           lambda line: None, config.batch_size)
+    study.ensure_features(model, study.feature_store(tmp_path, config.model, "triviaqa", "original", "pre"), rows,
+                          "original", "pre", None, lambda line: None, config.batch_size)
+    assert seen == [("baselines", 3), ("features", 3)]

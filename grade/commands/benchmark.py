@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from .common import add_model_arguments
+from .engine import add_batch_argument
 
 #: The repository's data folders, relative to the working directory: the command's documented defaults
 #: (the package below takes folders as arguments) and the folders :func:`repository_runs` reads.
@@ -95,6 +96,7 @@ def register(sub) -> None:
     p.add_argument("--folds", type=int, default=5, help="with --crossfit: k of the k-fold")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the machine is shared)")
+    add_batch_argument(p)
     p.set_defaults(func=run)
 
 
@@ -154,6 +156,7 @@ def config_from_args(args: argparse.Namespace):
         protocol=protocol, samples=args.samples, sampling_rows=args.sampling_rows, variants=list(args.variants or []),
         robustness_datasets=args.robustness_datasets,
         document_pair=tuple(args.document_pair) if args.document_pair else None, length_split=list(args.length_split or []),
+        batch_size=args.batch_size,
     )
 
 

@@ -72,6 +72,7 @@ class BenchmarkConfig:
     robustness_datasets: list[str] | None = None
     document_pair: tuple[str, str] | None = None
     length_split: list[str] = field(default_factory=list)
+    batch_size: int | None = None  # rows a batched model pass takes (None: the rule of grade.models.sizing)
 
     def __post_init__(self):
         if self.sampling_rows not in SAMPLING_ROWS:
@@ -104,7 +105,7 @@ def feature_store(cache: Path, model: str, dataset: str, variant: str, loss: str
 
 
 def ensure_features(model: LazyModel, store: FeatureStore, rows: list[dict], variant: str, loss: str, extra,
-                    say: Callable[[str], None]):
+                    say: Callable[[str], None], batch_size: int | None = None):
     """Feature DataFrame for ``rows`` under ``variant`` (computing the missing ones unless offline).
 
     A stored ``pos`` row whose response is no longer the row's is missing too (computed again, or
@@ -128,7 +129,8 @@ def ensure_features(model: LazyModel, store: FeatureStore, rows: list[dict], var
         t = time.perf_counter()
         say(f"  GRADE_{loss} features ({variant}) for {len(missing)} questions -> {store.path}")
         prompt_for = None if variant == "original" else (lambda row: task_prompt(lm, row, variant))
-        extract_features(lm, missing, store.path, loss=loss, keep_hidden=False, chunk_size=16, prompt_for=prompt_for)
+        extract_features(lm, missing, store.path, loss=loss, keep_hidden=False, chunk_size=16, prompt_for=prompt_for,
+                         batch_size=batch_size)
         say(f"  ... {time.perf_counter() - t:.0f} s")
         stale = set()
     elif missing:
@@ -144,7 +146,7 @@ def ensure_features(model: LazyModel, store: FeatureStore, rows: list[dict], var
 
 def ensure_baselines(model: LazyModel, cache: Path, name: str, dataset: str, rows: list[dict],
                      sampling_rows: list[dict], variant: str, config: BaselineConfig,
-                     say: Callable[[str], None]) -> dict:
+                     say: Callable[[str], None], batch_size: int | None = None) -> dict:
     """Baseline records (id -> record) for ``rows`` (computing the missing passes unless offline)."""
     main = cache_path(cache, name, dataset, variant)
     samples = cache_path(cache, name, dataset, variant, part="samples")
@@ -166,7 +168,8 @@ def ensure_baselines(model: LazyModel, cache: Path, name: str, dataset: str, row
             if i == n or i % 10 == 0:
                 say(f"    {i}/{n}  {time.perf_counter() - t:.0f} s")
 
-        score_items(lm, missing, path, variant=variant, config=config, parts=parts, callback=progress)
+        score_items(lm, missing, path, variant=variant, config=config, parts=parts, callback=progress,
+                    batch_size=batch_size)
     return read_caches([main, samples])
 
 
@@ -302,10 +305,11 @@ def build_tables(config: BenchmarkConfig, load_model: Callable[[], LoadedModel] 
             f"using {len(rows)} (" + ", ".join(f"{k} {v['n']}" for k, v in entry["split"].items()) + ")")
 
         features = {loss: ensure_features(model, feature_store(cache, config.model, dataset, "original", loss), rows,
-                                          "original", loss, extra, say) for loss in ("pre", "pos")}
+                                          "original", loss, extra, say, config.batch_size) for loss in ("pre", "pos")}
         sampling = {"all": rows, "none": [],
                     "eval": [r for r, s in zip(rows, split) if s in ("val", "test")]}[config.sampling_rows]
-        scores = ensure_baselines(model, cache, config.model, dataset, rows, sampling, "original", baseline_config, say)
+        scores = ensure_baselines(model, cache, config.model, dataset, rows, sampling, "original", baseline_config, say,
+                                  config.batch_size)
         table = build_table(dataset, "original", rows, split, features=features, baseline_cache=scores)
         if for_study_only:
             aside[dataset] = table
@@ -318,10 +322,11 @@ def build_tables(config: BenchmarkConfig, load_model: Callable[[], LoadedModel] 
             test_rows = [r for r, s in zip(rows, split) if s == "test"]
             for variant in config.variants:
                 vfeatures = {loss: ensure_features(model, feature_store(cache, config.model, dataset, variant, loss),
-                                                   test_rows, variant, loss, None, say) for loss in ("pre", "pos")}
+                                                   test_rows, variant, loss, None, say, config.batch_size)
+                             for loss in ("pre", "pos")}
                 vsampling = test_rows if config.sampling_rows != "none" else []
                 vscores = ensure_baselines(model, cache, config.model, dataset, test_rows, vsampling, variant,
-                                           baseline_config, say)
+                                           baseline_config, say, config.batch_size)
                 perturbed[(dataset, variant)] = build_table(dataset, variant, test_rows,
                                                             np.array(["test"] * len(test_rows), dtype=object),
                                                             features=vfeatures, baseline_cache=vscores)
