@@ -401,7 +401,8 @@ def test_a_probe_for_another_model_gives_no_verdict_but_the_features(tmp_path):
 
 def _comparison(at):
     """The side-by-side table: a row per quantity, a column per question (pinned, this question)."""
-    found = [d.value for d in at.dataframe if "" in d.value.columns and "probe verdict" in d.value[""].tolist()]
+    found = [d.value for d in [*at.dataframe, *at.table]  # a grid, or a static table where a grid cannot show it whole
+             if "" in d.value.columns and "probe verdict" in d.value[""].tolist()]
     return found[0].set_index("") if found else None
 
 
