@@ -37,7 +37,7 @@ def rows_of(meta: dict, features_root: Path) -> tuple[pd.DataFrame, str]:
     if inputs == "rank_ratio":
         ref = pd.read_parquet(SHIPPED_REFERENCE_FEATURES)
         ref = ref[(ref["model"] == model) & (ref["loss"] == loss)].reset_index(drop=True)
-        return ref, f"the shipped reference set ({model}, {loss}): {len(ref)} labelled questions"
+        return ref, band_source(len(ref), None)
     folder = features_root / "data" / "probe_features" / model / loss
     split = ROOT / "results" / model / SPLIT_FILE
     held = read_split(split) if split.is_file() else set()
@@ -61,8 +61,17 @@ def rows_of(meta: dict, features_root: Path) -> tuple[pd.DataFrame, str]:
                          random_state=0)
             for (name, label), group in df.groupby(["dataset", "label"])]
     df = pd.concat(keep).sort_index().reset_index(drop=True)
-    where = ", ".join(f"{loss}/{p.name}" for p in stores)
-    return df, f"the probe's labelled feature stores ({where}): {len(df)} questions of {', '.join(datasets)}"
+    return df, band_source(len(df), datasets)
+
+
+def band_source(n: int, datasets: list[str] | None) -> str:
+    """Where the bands come from, as Home's caption shows it: display names, no file or model identifiers.
+    ``datasets`` None: the shipped reference set."""
+    from grade.common.display import dataset_title
+
+    if datasets is None:
+        return f"the shipped reference set, {n:,} labelled questions"
+    return f"the {n:,} labelled questions the probe learned from ({', '.join(dataset_title(d) for d in datasets)})"
 
 
 def main(argv: list[str] | None = None) -> int:
