@@ -152,9 +152,10 @@ serve: install install-fast-background
 	GRADE_SERVED=1 GRADE_PRECOMPUTE_EXAMPLES=$${GRADE_PRECOMPUTE_EXAMPLES:-1} GRADE_START_MODEL=$(START_MODEL) $(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
 	  --server.maxUploadSize 8 --client.showErrorDetails none --server.enableXsrfProtection true
 
-# `make test TEST_WORKERS=2`: two worker processes (pytest-xdist), one per core of a 2-core machine, each taking
-# whole test files (a file's module fixtures built once). One process (0) until a parallel run is shown to pass.
-TEST_WORKERS ?= 0
+# Two worker processes (pytest-xdist), one per core of the 2-core machine the suite is timed on, each taking whole
+# test files (a file's module fixtures built once; tests/conftest.py hands out the browser files first and the unit
+# files last, and starts one app server per worker). `make test TEST_WORKERS=0` runs it all in one process.
+TEST_WORKERS ?= 2
 test: install browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
