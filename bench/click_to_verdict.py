@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .common import ROOT, machine, table, write_json
 from . import load_test
-from .load_test import KeepLow, _free_port, wait_healthy
+from .load_test import KeepLow, _css, _free_port, _idle, set_text, wait_healthy
 
 MODEL = "qwen2.5-coder-1.5b-instruct"
 TARGET_S = 5.0
@@ -62,10 +62,6 @@ def start_server(model: str, port: int, log) -> subprocess.Popen:
     return load_test.start_server(model, port, log, served=False, env={"GRADE_SHIPPED_RESULTS": "1"})
 
 
-def _css(driver, selector):
-    return driver.find_elements("css selector", selector)
-
-
 def _wait_for(driver, predicate, timeout: float, what: str, every: float = 0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -77,23 +73,6 @@ def _wait_for(driver, predicate, timeout: float, what: str, every: float = 0.1):
             return found
         time.sleep(every)
     raise TimeoutError(f"no {what} within {timeout:.0f} s")
-
-
-def _idle(driver) -> bool:
-    return not _css(driver, '[data-testid="stStatusWidget"]')
-
-
-def _set_text(driver, selector: str, text: str) -> None:
-    from selenium.webdriver.common.keys import Keys
-
-    box = _wait_for(driver, lambda d: next(iter(_css(d, selector)), None), 60, selector)
-    box.click()
-    box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(Keys.DELETE)
-    box.send_keys(text)
-    box.send_keys(Keys.TAB)
-    time.sleep(0.5)
-    _wait_for(driver, _idle, 120, "the page to take the text")
 
 
 def _pick_task(driver, display_name: str) -> None:
@@ -114,7 +93,7 @@ def ask(driver, question: str, task_name: str, timeout: float) -> dict:
     """Type ``question`` under ``task_name``, click Analyze, follow the page until the new verdict card shows and
     until the page settles. Returns the seconds and what the page said."""
     _pick_task(driver, task_name)
-    _set_text(driver, ".st-key-question textarea", question)
+    set_text(driver, ".st-key-question textarea", question, 120, settle_s=0.5)
     before = driver.execute_script(_PAGE_STATE)
     button = _wait_for(driver, lambda d: next((b for b in _css(d, ".st-key-analyze button") if b.is_enabled()), None),
                        60, "the Analyze button")

@@ -273,16 +273,22 @@ def open_and_type(driver, url: str, question: str, timeout: float) -> None:
 
 
 def set_question(driver, question: str, timeout: float) -> None:
+    set_text(driver, ".st-key-question textarea", question, timeout)
+
+
+def set_text(driver, selector: str, text: str, timeout: float, settle_s: float = 1.0) -> None:
+    """Replace the text of the box at ``selector`` as a user types it, leave the box (Streamlit commits a text
+    area when it loses focus) and wait for the page's run that takes it."""
     from selenium.webdriver.common.keys import Keys
 
-    box = _until(driver, lambda d: next(iter(_css(d, ".st-key-question textarea")), None), 60, "the question box")
+    box = _until(driver, lambda d: next(iter(_css(d, selector)), None), 60, selector)
     box.click()
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
-    box.send_keys(question)
+    box.send_keys(text)
     box.send_keys(Keys.TAB)
-    time.sleep(1.0)
-    _until(driver, _idle, timeout, "the question to be committed")
+    time.sleep(settle_s)
+    _until(driver, _idle, timeout, f"the page to take the text of {selector}")
 
 
 def click_analyze(driver) -> None:
