@@ -96,8 +96,8 @@ def verifier_only_record(reader, item: TraceItem, model: str, srank: str = "pape
     """A trace triaged without GRADE: the step verifier (one forward pass of ``reader``, the loaded reader model of
     :func:`grade.steps.verifier.load_reader`) and the model-free check, as a store row whose GRADE columns
     (:data:`GRADE_COLUMNS`) are null and no token rows. ``model``: the model whose run the trace is from (the store's
-    model). Raises InputError where the reader cannot read the trace."""
-    from ..steps.step_checks import check_steps
+    model). ``features``: the trace's features where a batch already read them
+    (:func:`grade.steps.verifier.step_features_batch`). Raises InputError where the reader cannot read the trace."""
     from ..steps.verifier import verify_trace
 
     response = item.response.strip()
@@ -106,9 +106,7 @@ def verifier_only_record(reader, item: TraceItem, model: str, srank: str = "pape
     t = time.perf_counter()
     final = decide_outcome(correct=item.correct, cut_off=item.cut_off).final_correct
     verdict = verify_trace(reader, item.question, response, task=item.task, final_correct=final, features=features)
-    # the verifier's features read the same check of the same steps: run it once
-    findings = verdict.findings if verdict.findings is not None else [
-        [f.to_dict() for f in found] for found in check_steps(item.question, verdict.step_texts)]
+    findings = verdict.findings  # the check of these steps, which the verifier's features read
     row = {name: None for name in GRADE_COLUMNS}
     row.update({
         "trace_id": item.trace_id, "doc_id": item.doc_id, "sample": item.sample, "task": item.task,
