@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import zlib
 from dataclasses import dataclass
@@ -58,16 +57,18 @@ def _folder(folder=None):
 def annotation_rows(name: str, folder=None) -> list[dict]:
     """The rows of one annotation file by its name (``gsm8k_qwen.a.jsonl``), stored as such or xz-compressed
     (``.jsonl.xz``, as the package keeps them: the tracked tree travels to GPU machines)."""
-    import io
-
-    from ..common.bounded import open_decompressed
+    from ..common.errors import InputError
+    from ..common.io import iter_jsonl
 
     base = _folder(folder)
     path = base / name if (base / name).is_file() else base / f"{name}.xz"
-    # a folder given by the user (fetched annotation sets) is read within the decompression caps
-    raw = open_decompressed(path) if path.suffix == ".xz" else open(path, "rb")
-    with io.TextIOWrapper(raw, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    # a folder given by the user (fetched annotation sets) is read within the decompression and line caps
+    rows = []
+    for number, value, problem in iter_jsonl(path):
+        if problem is not None:
+            raise InputError(f"{path}:{number}: {problem}")
+        rows.append(value)
+    return rows
 
 
 def annotation_files(folder=None) -> list[str]:
