@@ -36,8 +36,42 @@ def _median_seconds(call, runs: int = RUNS) -> tuple[float, list]:
     return sorted(seconds)[runs // 2], results
 
 
+def profile_batch(lm, prompt_ids: list[list[int]]) -> None:
+    """The batched GRADE_pre path (:func:`grade.gradients.analysis.analyze_batch`) on ``len(prompt_ids)`` prompts:
+    its wall time, its stages summed over the rows, the floor of one forward + backward pass of the same batch,
+    and a profiler table sorted by GPU time and by CPU time."""
+    from grade.gradients.analysis import analyze_batch
+
+    requests = [{"question": "benchmark", "prompt": words(ids)} for ids in prompt_ids]
+    median, results = _median_seconds(lambda: analyze_batch(lm, requests), runs=5)
+    stages: dict[str, float] = {}
+    for result in results[len(results) // 2]:
+        for key, value in result.timings.items():
+            stages[key] = stages.get(key, 0.0) + value
+    print(f"batch of {len(requests)}: {median:.4f} s; stages summed over rows "
+          f"{({k: round(v, 4) for k, v in stages.items()})}")
+    ids_gpu = torch.tensor(prompt_ids).cuda()
+    print(f"floor of the batch: {_median_seconds(lambda: floor_pass(lm, ids_gpu), runs=5)[0]:.4f} s")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        analyze_batch(lm, requests)
+        torch.cuda.synchronize()
+    for key in ("cuda_time_total", "cpu_time_total"):
+        print(f"==== batch of {len(requests)}, by {key}")
+        print(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
+
+
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=0, help="profile the batched path on this many prompts instead")
+    args = parser.parse_args()
     lm = random_llama("cuda")
+    if args.batch:
+        gen = torch.Generator().manual_seed(TOKENS)
+        profile_batch(lm, [torch.randint(0, lm.model.config.vocab_size - 3, (TOKENS,), generator=gen).tolist()
+                           for _ in range(args.batch)])
+        return
     ids = torch.randint(0, lm.model.config.vocab_size - 3, (TOKENS,), generator=torch.Generator().manual_seed(TOKENS))
     prompt = words(ids.tolist())
 

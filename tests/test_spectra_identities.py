@@ -195,3 +195,27 @@ def test_uncertified_layers_take_the_exact_route():
     per_step = [torch.stack([torch.cat([d[:4], torch.zeros_like(d[4:])]), d]) for d in deltas]  # Δ_k zero past its end
     steps = stable_ranks_prefixes_checked(hidden, per_step, [4, 12], "pos", "pos")
     assert [set(s.exact) for s in steps] == [set(), {1}]
+
+
+def test_rows_of_one_length_share_a_run_and_keep_their_own_values():
+    """The batched pass's rows (grade.gradients.stable_rank.stable_ranks_checked_rows): rows of one length go
+    through one fast-route run, a rank-deficient layer of one row still takes the exact route, a row with a NaN
+    gives None without costing the others theirs, and every row equals its own stable_ranks_checked."""
+    from grade.gradients.stable_rank import stable_ranks_checked, stable_ranks_checked_rows
+
+    gen = torch.Generator().manual_seed(5)
+
+    def row(n):
+        return [torch.randn(n, 64, generator=gen) for _ in range(3)], [torch.randn(n, 16, generator=gen) for _ in range(3)]
+
+    rows = [row(12), row(12), row(9), row(12)]
+    rows[1][0][2][5] = rows[1][0][2][2]  # a repeated token row in one layer of one row: P != I there
+    rows[3][1][0][0, 0] = float("nan")
+    checked = stable_ranks_checked_rows([h for h, _ in rows], [d for _, d in rows], "pos", "pos")
+    assert checked[3] is None and all(c is not None for c in checked[:3])
+    assert set(checked[1].exact) == {2} and not checked[0].exact
+    for (hidden, deltas), got in zip(rows[:3], checked[:3]):
+        alone = stable_ranks_checked(hidden, deltas, "pos", "pos")
+        np.testing.assert_allclose(got.srank_h, alone.srank_h, rtol=1e-6)
+        np.testing.assert_allclose(got.srank_g, alone.srank_g, rtol=1e-6)
+        np.testing.assert_allclose(got.rank_ratio, alone.rank_ratio, rtol=1e-6)

@@ -38,6 +38,7 @@ from .stable_rank import (
     rank_ratios,
     stable_rank,
     stable_ranks_checked,
+    stable_ranks_checked_rows,
     stable_ranks_prefixes_checked,
 )
 from ..tasks.tasks import answer_format
@@ -691,21 +692,20 @@ def _pre_passes(lm: LoadedModel, batch: list[_Inputs], kinds, *, keep_hidden: bo
         states = out.hidden_states if keep_hidden else None
         del capture, out
     finite = finite.cpu().tolist()
-    features: list[_Features | None] = []
-    for r, row in enumerate(ids_list):
-        first = width - len(row)
-        if not finite[r]:
-            features.append(None)
+    kept = [r for r in range(rows) if finite[r]]
+    t = time.perf_counter()
+    # every row's own tokens (no padding), the rows of one length in one fast-route run
+    checked = stable_ranks_checked_rows([[h[r, width - len(ids_list[r]):] for h in hidden] for r in kept],
+                                        [[g[r, width - len(ids_list[r]):] for g in grads] for r in kept], *kinds)
+    spectra_s = time.perf_counter() - t
+    features: list[_Features | None] = [None] * rows
+    for r, ranks in zip(kept, checked):
+        if ranks is None:
             continue
-        t = time.perf_counter()
-        try:
-            srank_h, srank_g, ratio, _, _, _ = layer_features([h[r, first:] for h in hidden],
-                                                              [g[r, first:] for g in grads], kinds, False)
-        except NumericalError:
-            features.append(None)
-            continue
-        timings[r].update(forward_s=forward_s / rows, backward_s=backward_s / rows,
-                          spectra_s=time.perf_counter() - t, batch_rows=float(rows))
+        first = width - len(ids_list[r])
+        timings[r].update(forward_s=forward_s / rows, backward_s=backward_s / rows, spectra_s=spectra_s / len(kept),
+                          batch_rows=float(rows))
         row_states = tuple(h[r:r + 1, first:] for h in states) if states is not None else None
-        features.append(_Features(srank_h, srank_g, ratio, float(values[r].detach()), hidden_states=row_states))
+        features[r] = _Features(ranks.srank_h, ranks.srank_g, ranks.rank_ratio, float(values[r].detach()),
+                                hidden_states=row_states)
     return features

@@ -234,13 +234,16 @@ def top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, c
 
 def _ritz_top(basis: torch.Tensor, images: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Top Ritz value (B,) float64 CPU of Qᵀ G Q, and whether its error bound is below ``rtol·θ`` (B,)."""
-    projected = torch.bmm(basis, images.transpose(1, 2)).double().cpu()  # (B, k, k) = Qᵀ G Q
+    # (B, k, k) = Qᵀ G Q in float64, on a GPU where it is (a batch of small eigh there is one launch; on the
+    # host it was a third of a batched analysis's spectra time), else on the CPU
+    projected = torch.bmm(basis, images.transpose(1, 2)).double()
     projected = (projected + projected.transpose(1, 2)) / 2
     values, vectors = torch.linalg.eigh(projected)
     theta = values[:, -1].clamp_min(0)
-    s = vectors[:, :, -1].to(basis.device, basis.dtype).unsqueeze(1)  # (B, 1, k)
-    residual = (torch.bmm(s, images) - theta.to(basis.device, basis.dtype)[:, None, None] * torch.bmm(s, basis)).norm(dim=-1)
+    s = vectors[:, :, -1].to(basis.dtype).unsqueeze(1)  # (B, 1, k)
+    residual = (torch.bmm(s, images) - theta.to(basis.dtype)[:, None, None] * torch.bmm(s, basis)).norm(dim=-1)
     residual = residual.squeeze(1).double().cpu()
+    values, theta = values.cpu(), theta.cpu()
     gap = (values[:, -1] - values[:, -2]).clamp_min(0) if values.shape[1] > 1 else torch.full_like(theta, float("inf"))
     bound = torch.minimum(residual, residual.square() / gap.clamp_min(torch.finfo(torch.float64).tiny))
     return theta, bound <= rtol * theta
@@ -335,6 +338,8 @@ def cholesky_info(gram_h: torch.Tensor | Sequence[torch.Tensor], chunk: int) -> 
         for stream in streams:
             main.wait_stream(stream)
         return info
+    if gram_h[0].is_cuda:  # a GPU's memory takes larger chunks, and each chunk is a few launches
+        chunk = max(chunk, GPU_CHOLESKY_CHUNK)
     for first in range(0, n_mats, chunk):
         info[first : first + chunk] = _first_bad_pivot(_scaled(torch.stack([gram_h[i] for i in range(first, min(n_mats, first + chunk))])))
     return info
@@ -345,6 +350,9 @@ def cholesky_info(gram_h: torch.Tensor | Sequence[torch.Tensor], chunk: int) -> 
 #: 2048 took 17 ms on 4 streams and 25 ms batched; at 1024 rows, 14 ms vs 7.5 ms.
 CERTIFICATE_STREAMS = 4
 CERTIFICATE_STREAMS_MIN_N = 1536
+#: Matrices per batched Cholesky call on a GPU below CERTIFICATE_STREAMS_MIN_N rows (at most 2 x 64 x 1536² float32
+#: values, 1.2 GB, at once).
+GPU_CHOLESKY_CHUNK = 64
 
 
 def _scaled(block: torch.Tensor) -> torch.Tensor:
@@ -581,6 +589,53 @@ def stable_ranks_checked(
         hidden = fetch_hidden(uncertified) if uncertified else {}
     exact = exact_where_uncertified(srank_h, srank_g, full_rank, lambda l: (hidden[l], deltas[l]), kind_h, kind_g)
     return CheckedStableRanks(srank_h, srank_g, exact)
+
+
+def stable_ranks_checked_rows(
+    hidden: Sequence[Sequence[torch.Tensor]],
+    deltas: Sequence[Sequence[torch.Tensor]],
+    kind_h: SRankKind,
+    kind_g: SRankKind,
+    *,
+    max_buffer_bytes: int | None = None,
+) -> list[CheckedStableRanks | None]:
+    """:func:`stable_ranks_checked` of R rows of a batched pass (each row its own question), rows of the same
+    length in one fast-route run: their R·L layers' grams in one buffer and one Lanczos run, so a batch costs a
+    few launches and host round trips per length instead of per row. hidden[r]: L x (n_r, d_ff), deltas[r]:
+    L x (n_r, d_model). Returns one :class:`CheckedStableRanks` per row, None for a row whose h or Δ is not
+    finite (its caller redoes it alone, where the error names the layer). The values are each row's own
+    :func:`stable_ranks_checked` (every matrix's Lanczos sequences and certificate are its own).
+    ``max_buffer_bytes`` bounds one run's buffers (default: 4 GiB on a GPU, 256 MiB on a CPU)."""
+    if max_buffer_bytes is None:
+        max_buffer_bytes = (1 << 32) if deltas and deltas[0][0].is_cuda else (1 << 28)
+    out: list[CheckedStableRanks | None] = [None] * len(hidden)
+    by_length: dict[int, list[int]] = {}
+    for r, row in enumerate(deltas):
+        by_length.setdefault(row[0].shape[-2], []).append(r)
+    for n, rows in by_length.items():
+        n_layers = len(deltas[rows[0]])
+        per_row = 2 * n_layers * n * n * 4 * 3  # the grams, and Lanczos's basis and images at up to n steps
+        step = max(1, max_buffer_bytes // per_row)
+        for first in range(0, len(rows), step):
+            chunk = rows[first:first + step]
+            try:
+                fast = stable_ranks_fast([h for r in chunk for h in hidden[r]], [d for r in chunk for d in deltas[r]],
+                                         kind_h, kind_g)
+            except NumericalError:
+                if len(chunk) == 1:
+                    continue
+                for r in chunk:  # which row is not finite: each alone
+                    out[r] = stable_ranks_checked_rows([hidden[r]], [deltas[r]], kind_h, kind_g)[0]
+                continue
+            srank_h = fast.srank_h.double().cpu().numpy().reshape(len(chunk), n_layers)
+            srank_g = fast.srank_g.double().cpu().numpy().reshape(len(chunk), n_layers)
+            full_rank = fast.full_rank.cpu().numpy().reshape(len(chunk), n_layers)
+            for k, r in enumerate(chunk):
+                sh, sg = srank_h[k].copy(), srank_g[k].copy()
+                exact = exact_where_uncertified(sh, sg, full_rank[k], lambda l, r=r: (hidden[r][l], deltas[r][l]),
+                                                kind_h, kind_g)
+                out[r] = CheckedStableRanks(sh, sg, exact)
+    return out
 
 
 def stable_ranks_prefixes_checked(
