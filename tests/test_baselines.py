@@ -473,7 +473,8 @@ def _restored_caches(tmp_path, model: str = "smollm2-135m-instruct"):
 
 def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path):
     """The with/without-document and short/long studies of results/ from the caches of git history
-    (HotpotQA with and without its paragraphs), no model loaded."""
+    (HotpotQA with and without its paragraphs), no model loaded; ``--studies none``: those condition studies and
+    the main table only, and the other studies' tables empty."""
     import subprocess
     import sys
     from pathlib import Path
@@ -489,7 +490,7 @@ def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path)
          "--cache-dir", str(cache), "--datasets", f"hotpotqa={labels / 'hotpotqa_context.jsonl.xz'}",
          f"hotpotqa_closed={labels / 'hotpotqa.jsonl.xz'}",
          "--document-pair", "hotpotqa", "hotpotqa_closed", "--length-split", "hotpotqa",
-         "--variants", "none", "--n-boot", "50", "--no-figures", "--out", str(out)],
+         "--variants", "none", "--studies", "none", "--n-boot", "50", "--no-figures", "--out", str(out)],
         cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = E.BenchmarkResult.load(out)
@@ -499,6 +500,7 @@ def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path)
     assert ("with/without document", "hotpotqa", "hotpotqa_closed") in pairs
     assert ("with/without document", "hotpotqa_closed", "hotpotqa") in pairs
     assert ("short/long (hotpotqa)", "hotpotqa:short", "hotpotqa:long") in pairs
+    assert not result.ablations and not result.transfer and not result.robustness and not result.confidently_wrong
     closed = [r for r in result.conditions if r["test"] == "hotpotqa_closed" and r["train"] == "hotpotqa"][0]
     assert closed["n"] > result.datasets["hotpotqa_closed"]["split"]["test"]["n"]  # every unseen question, not a split
 

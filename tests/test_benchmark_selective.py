@@ -176,7 +176,8 @@ def test_runs_and_configs_follow_the_folders_they_are_given(tmp_path):
 @pytest.mark.slow
 def test_qwens_selective_answering_regenerates_offline_from_the_caches_in_history(tmp_path):
     """`python -m grade benchmark --offline` on Qwen's caches (restored from git history where this checkout has
-    none) writes the selective-answering files; the training-free detectors' rows, which no fitting can move
+    none) writes the selective-answering files (from the main table alone: ``--studies none`` skips the studies
+    that do not feed it); the training-free detectors' rows, which no fitting can move
     between machines, are those committed under results/."""
     import pandas as pd
 
@@ -197,7 +198,7 @@ def test_qwens_selective_answering_regenerates_offline_from_the_caches_in_histor
     committed = ROOT / "results" / (f"{QWEN}-capped" if (ROOT / "results" / f"{QWEN}-capped").is_dir() else QWEN)
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "grade", "benchmark", "--model", model, *extra, "--offline",
-                           "--no-figures", "--variants", "none", "--out", str(out)],
+                           "--no-figures", "--variants", "none", "--studies", "none", "--out", str(out)],
                           cwd=where, capture_output=True, text=True, timeout=900,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]

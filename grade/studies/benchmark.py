@@ -35,6 +35,7 @@ from ..batch.features import FeatureStore, extract_features, load_features, row_
 from ..common.io import find_jsonl, open_text
 from ..models.models import LoadedModel
 from . import BenchmarkResult, Protocol, assign_splits, build_table, length_halves, read_labels, run_studies, select_rows
+from .runs import OPTIONAL_STUDIES
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class BenchmarkConfig:
     robustness_datasets : datasets that get the perturbed runs (None: all eligible).
     document_pair : (WITH, WITHOUT): the same questions with and without their document.
     length_split : datasets split at the median length of their documents for a short/long study.
+    studies : which of :data:`grade.studies.runs.OPTIONAL_STUDIES` run besides the main table.
     """
 
     model: str
@@ -73,6 +75,7 @@ class BenchmarkConfig:
     document_pair: tuple[str, str] | None = None
     length_split: list[str] = field(default_factory=list)
     batch_size: int | None = None  # rows a batched model pass takes (None: the rule of grade.models.sizing)
+    studies: tuple[str, ...] = OPTIONAL_STUDIES
 
     def __post_init__(self):
         if self.sampling_rows not in SAMPLING_ROWS:
@@ -231,7 +234,8 @@ def run_benchmark(config: BenchmarkConfig, load_model: Callable[[], LoadedModel]
                      f"{config.model}: nothing was benchmarked.")
         return BenchmarkResult(config.model, asdict(config.protocol), info, [], [], [], [], [], notes)
     pairs = condition_pairs(config, tables, built.aside, built.lengths, notes)
-    return run_studies(config.model, tables, built.perturbed, info, config.protocol, notes=notes, condition_pairs=pairs)
+    return run_studies(config.model, tables, built.perturbed, info, config.protocol, notes=notes, condition_pairs=pairs,
+                       studies=tuple(config.studies))
 
 
 def build_tables(config: BenchmarkConfig, load_model: Callable[[], LoadedModel] | None,

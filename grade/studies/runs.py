@@ -329,12 +329,21 @@ class BenchmarkResult:
                    test_scores=rows(cls.SCORES_FILE) or crossfit_test_scores(folder))
 
 
+#: The studies a benchmark runs besides its main table, selective answering and the condition pairs (each costs its
+#: own probe fits; ``grade benchmark --studies`` picks some).
+OPTIONAL_STUDIES = ("transfer", "robustness", "ablations", "confidently_wrong")
+
+
 def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
                   dataset_info: dict[str, dict], protocol: Protocol, *, notes: list[str] | None = None,
-                  studies: tuple[str, ...] = ("transfer", "robustness", "ablations", "confidently_wrong"),
+                  studies: tuple[str, ...] = OPTIONAL_STUDIES,
                   condition_pairs: dict[str, tuple[Table, Table]] | None = None) -> BenchmarkResult:
     """All studies on assembled tables (see :func:`build_table`). ``condition_pairs``: study name ->
-    two tables of the same questions under two conditions (see :func:`condition_transfer`)."""
+    two tables of the same questions under two conditions (see :func:`condition_transfer`); ``studies``: which of
+    :data:`OPTIONAL_STUDIES` run (the others' tables stay empty)."""
+    unknown = sorted(set(studies) - set(OPTIONAL_STUDIES))
+    if unknown:
+        raise InputError(f"unknown studies {', '.join(unknown)}; choose from {', '.join(OPTIONAL_STUDIES)}")
     if not tables:
         raise InputError("no dataset has enough labelled questions of each class for a benchmark")
     test_scores: list[dict] = []
