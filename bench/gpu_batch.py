@@ -214,6 +214,7 @@ def bench_grade_shape(device: str, tiny: bool, rows: int, log) -> list[dict]:
                 for _ in range(3))
     analyze_batch(lm, requests[:2])  # warm-up
     batch_s = min(timed(lambda: analyze_batch(lm, requests), device)[0] for _ in range(2))
+    per_pass = sorted({int(r.timings["batch_rows"]) for r in analyze_batch(lm, requests)})  # the sizing rule's choice
     floor_one = 4 * parameters(lm) * tokens / rate
     # the least work that yields every Δ of the batch (no capture, no spectra), measured: how far the model's own
     # pass already is from the FLOP floor
@@ -224,7 +225,8 @@ def bench_grade_shape(device: str, tiny: bool, rows: int, log) -> list[dict]:
     floor_pass(lm, ids)
     pass_s = min(timed(lambda: floor_pass(lm, ids), device)[0] for _ in range(3))
     log(f"[8B shape] {lm.name}: matmul {rate / 1e12:.1f} TFLOP/s, one analysis {one_s:.3f} s ({one_s / floor_one:.2f}x "
-        f"floor), batch of {rows} {batch_s:.3f} s ({batch_s / (rows * floor_one):.2f}x floor); the bare forward + "
+        f"floor), batch of {rows} ({per_pass} rows a pass) {batch_s:.3f} s ({batch_s / (rows * floor_one):.2f}x floor); "
+        f"the bare forward + "
         f"backward pass of the batch {pass_s:.3f} s ({pass_s / (rows * floor_one):.2f}x floor)")
     shape = "tiny Llama (float32)" if tiny else "Llama-3.1-8B shape (bf16)"
     out = [{"command": f"GRADE_pre, {shape}, n={tokens}, one analysis", "items": 1, "seconds": one_s,
@@ -233,7 +235,8 @@ def bench_grade_shape(device: str, tiny: bool, rows: int, log) -> list[dict]:
            {"command": f"GRADE_pre, {shape}, n={tokens}, batch of {rows}", "items": rows, "seconds": batch_s,
             "items_per_s": rows / batch_s, "floor_items_per_s": 1 / floor_one,
             "over_floor": batch_s / (rows * floor_one),
-            "note": f"the bare forward + backward pass of the batch: {pass_s / (rows * floor_one):.2f}x"}]
+            "note": f"{'/'.join(map(str, per_pass))} rows a pass; the bare forward + backward pass of the batch: "
+                    f"{pass_s / (rows * floor_one):.2f}x"}]
     del lm
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()

@@ -80,7 +80,10 @@ def free_memory_bytes(device) -> int:
     device = torch.device(device)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        # the caching allocator keeps the blocks an earlier pass freed: the device counts them as used, this
+        # process can reuse them (without this a second batch after a large one was sized as if it had ~nothing)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free + max(0, cached))
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
             for line in handle:
