@@ -449,6 +449,14 @@ def stable_ranks_fast(
         else:
             gram_into(grams[layer], hidden[layer].to(device))
         gram_into(grams[n_layers + layer], deltas[layer].to(device))
+    return _fast_of_grams(grams, d_ff, kind_h, kind_g, iterations=iterations, cholesky_chunk=cholesky_chunk,
+                          certificate=certificate)
+
+
+def _fast_of_grams(grams: torch.Tensor, d_ff: int, kind_h: SRankKind, kind_g: SRankKind, *, iterations: int = 128,
+                   cholesky_chunk: int = 8, certificate=None) -> FastStableRanks:
+    """:func:`stable_ranks_fast` from its buffer: grams (2L, n, n), the L ``h hᵀ`` then the L ``Δ Δᵀ``."""
+    n_layers = grams.shape[0] // 2
     traces = _traces(grams)
     _require_finite(traces[:n_layers], traces[n_layers:], n_layers)
     gram_h = grams[:n_layers]
@@ -591,6 +599,21 @@ def stable_ranks_checked(
     return CheckedStableRanks(srank_h, srank_g, exact)
 
 
+def _row_grams(hidden: Sequence[Sequence[torch.Tensor]], deltas: Sequence[Sequence[torch.Tensor]],
+               compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """:func:`stable_ranks_fast`'s buffer for R rows of one length on one GPU, (2·R·L, n, n) with row k's layer l at
+    k·L + l in each half, each layer's R grams from one batched product: 2L launches instead of 2RL (at the 8B
+    shape, a batch of 16 launched 1,024 small products one by one)."""
+    rows, n_layers = len(deltas), len(deltas[0])
+    n, device = deltas[0][0].shape[-2], deltas[0][0].device
+    grams = torch.empty(2 * rows * n_layers, n, n, dtype=compute_dtype, device=device)
+    for layer in range(n_layers):
+        for offset, tensors in ((0, hidden), (rows * n_layers, deltas)):
+            stacked = torch.stack([t[layer].to(device) for t in tensors])  # (R, n, width): one row of the batch each
+            grams[offset + layer: offset + rows * n_layers: n_layers] = _batched_gram(stacked, compute_dtype)
+    return grams
+
+
 def stable_ranks_checked_rows(
     hidden: Sequence[Sequence[torch.Tensor]],
     deltas: Sequence[Sequence[torch.Tensor]],
@@ -619,8 +642,12 @@ def stable_ranks_checked_rows(
         for first in range(0, len(rows), step):
             chunk = rows[first:first + step]
             try:
-                fast = stable_ranks_fast([h for r in chunk for h in hidden[r]], [d for r in chunk for d in deltas[r]],
-                                         kind_h, kind_g)
+                if deltas[chunk[0]][0].is_cuda and len(chunk) > 1:
+                    fast = _fast_of_grams(_row_grams([hidden[r] for r in chunk], [deltas[r] for r in chunk]),
+                                          hidden[chunk[0]][0].shape[-1], kind_h, kind_g)
+                else:
+                    fast = stable_ranks_fast([h for r in chunk for h in hidden[r]],
+                                             [d for r in chunk for d in deltas[r]], kind_h, kind_g)
             except NumericalError:
                 if len(chunk) == 1:
                     continue
