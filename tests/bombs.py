@@ -62,10 +62,19 @@ def lying_zip(path: Path, source: Path) -> Path:
     in both its headers: its metadata declares 1 KiB while its data decodes to all of it."""
     with zipfile.ZipFile(source) as archive:
         info = archive.infolist()[-1]
-    data = source.read_bytes()
-    needle = info.file_size.to_bytes(4, "little")
-    assert data.count(needle) == 2, "the size fields were not found once in each header"
-    path.write_bytes(data.replace(needle, (1024).to_bytes(4, "little")))
+    data = bytearray(source.read_bytes())
+    # Where the zip format puts the two fields (not a search for their bytes: the other members' compressed data
+    # held the same four bytes once in a few hundred runs): the local header's uncompressed size at offset 22, and
+    # the central directory's at offset 24 of the last entry, the last "PK\1\2" of the file (only the end record
+    # follows it).
+    central = data.rfind(b"PK\x01\x02")
+    name_length = int.from_bytes(data[central + 28:central + 30], "little")
+    assert data[central + 46:central + 46 + name_length].decode() == info.filename, "not the last member's entry"
+    fields = (info.header_offset + 22, central + 24)
+    assert all(data[f:f + 4] == info.file_size.to_bytes(4, "little") for f in fields), "the size fields moved"
+    for field in fields:
+        data[field:field + 4] = (1024).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
     return path
 
 
