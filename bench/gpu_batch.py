@@ -213,8 +213,9 @@ def bench_grade_shape(device: str, tiny: bool, rows: int, log) -> list[dict]:
     one_s = min(timed(lambda: grade.analyze(lm, "benchmark", prompt=prompts[0], spectra=False), device)[0]
                 for _ in range(3))
     analyze_batch(lm, requests[:2])  # warm-up
-    batch_s = min(timed(lambda: analyze_batch(lm, requests), device)[0] for _ in range(2))
-    per_pass = sorted({int(r.timings["batch_rows"]) for r in analyze_batch(lm, requests)})  # the sizing rule's choice
+    runs = [timed(lambda: analyze_batch(lm, requests), device) for _ in range(2)]
+    batch_s = min(seconds for seconds, _ in runs)
+    per_pass = sorted({int(r.timings["batch_rows"]) for r in runs[-1][1]})  # the sizing rule's choice
     floor_one = 4 * parameters(lm) * tokens / rate
     # the least work that yields every Δ of the batch (no capture, no spectra), measured: how far the model's own
     # pass already is from the FLOP floor

@@ -159,22 +159,8 @@ def config_from_args(args: argparse.Namespace):
         protocol=protocol, samples=args.samples, sampling_rows=args.sampling_rows, variants=list(args.variants or []),
         robustness_datasets=args.robustness_datasets,
         document_pair=tuple(args.document_pair) if args.document_pair else None, length_split=list(args.length_split or []),
-        batch_size=args.batch_size, studies=studies_from_args(args.studies),
+        batch_size=args.batch_size, studies=args.studies,
     )
-
-
-def studies_from_args(names: list[str] | None) -> tuple[str, ...]:
-    """``--studies``: None (not given) is every study, ``none`` alone is none; an unknown name is an InputError."""
-    from ..common.errors import InputError
-    from ..studies.runs import OPTIONAL_STUDIES
-
-    if names is None:
-        return OPTIONAL_STUDIES
-    chosen = tuple(n for n in names if n != "none")
-    unknown = sorted(set(chosen) - set(OPTIONAL_STUDIES))
-    if unknown:
-        raise InputError(f"--studies: unknown {', '.join(unknown)}; choose from {', '.join(OPTIONAL_STUDIES)} or none")
-    return chosen
 
 
 def run(args: argparse.Namespace) -> int:

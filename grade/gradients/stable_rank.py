@@ -642,6 +642,8 @@ def stable_ranks_checked_rows(
         for first in range(0, len(rows), step):
             chunk = rows[first:first + step]
             try:
+                # one batched product per layer on a GPU, where launches are the cost; on a CPU each matrix's own
+                # product, as stable_ranks_checked forms it (the same rounding, and no stacked copy of h)
                 if deltas[chunk[0]][0].is_cuda and len(chunk) > 1:
                     fast = _fast_of_grams(_row_grams([hidden[r] for r in chunk], [deltas[r] for r in chunk]),
                                           hidden[chunk[0]][0].shape[-1], kind_h, kind_g)

@@ -35,7 +35,7 @@ from ..batch.features import FeatureStore, extract_features, load_features, row_
 from ..common.io import find_jsonl, open_text
 from ..models.models import LoadedModel
 from . import BenchmarkResult, Protocol, assign_splits, build_table, length_halves, read_labels, run_studies, select_rows
-from .runs import OPTIONAL_STUDIES
+from .runs import OPTIONAL_STUDIES, chosen_studies
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class BenchmarkConfig:
     robustness_datasets : datasets that get the perturbed runs (None: all eligible).
     document_pair : (WITH, WITHOUT): the same questions with and without their document.
     length_split : datasets split at the median length of their documents for a short/long study.
-    studies : which of :data:`grade.studies.runs.OPTIONAL_STUDIES` run besides the main table.
+    studies : which of :data:`grade.studies.runs.OPTIONAL_STUDIES` run besides the main table (None: all; "none": none).
     """
 
     model: str
@@ -75,7 +75,7 @@ class BenchmarkConfig:
     document_pair: tuple[str, str] | None = None
     length_split: list[str] = field(default_factory=list)
     batch_size: int | None = None  # rows a batched model pass takes (None: the rule of grade.models.sizing)
-    studies: tuple[str, ...] = OPTIONAL_STUDIES
+    studies: tuple[str, ...] | list[str] | None = OPTIONAL_STUDIES  # a tuple after __post_init__
 
     def __post_init__(self):
         if self.sampling_rows not in SAMPLING_ROWS:
@@ -85,6 +85,7 @@ class BenchmarkConfig:
             self.labels_dirs = [self.cache_dir / safe_name(self.model) / "labels"]
         self.labels_dirs = [Path(d) for d in self.labels_dirs]
         self.variants = [v for v in self.variants if v != "none"]
+        self.studies = chosen_studies(self.studies)
 
 
 class LazyModel:
@@ -235,7 +236,7 @@ def run_benchmark(config: BenchmarkConfig, load_model: Callable[[], LoadedModel]
         return BenchmarkResult(config.model, asdict(config.protocol), info, [], [], [], [], [], notes)
     pairs = condition_pairs(config, tables, built.aside, built.lengths, notes)
     return run_studies(config.model, tables, built.perturbed, info, config.protocol, notes=notes, condition_pairs=pairs,
-                       studies=tuple(config.studies))
+                       studies=config.studies)
 
 
 def build_tables(config: BenchmarkConfig, load_model: Callable[[], LoadedModel] | None,

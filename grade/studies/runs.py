@@ -334,6 +334,18 @@ class BenchmarkResult:
 OPTIONAL_STUDIES = ("transfer", "robustness", "ablations", "confidently_wrong")
 
 
+def chosen_studies(names) -> tuple[str, ...]:
+    """``names`` of :data:`OPTIONAL_STUDIES` as a tuple (``none`` stands for no study; None for all); an unknown
+    name is an InputError."""
+    if names is None:
+        return OPTIONAL_STUDIES
+    chosen = tuple(n for n in names if n != "none")
+    unknown = sorted(set(chosen) - set(OPTIONAL_STUDIES))
+    if unknown:
+        raise InputError(f"unknown studies {', '.join(unknown)}; choose from {', '.join(OPTIONAL_STUDIES)} or none")
+    return chosen
+
+
 def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str, str], Table],
                   dataset_info: dict[str, dict], protocol: Protocol, *, notes: list[str] | None = None,
                   studies: tuple[str, ...] = OPTIONAL_STUDIES,
@@ -341,9 +353,7 @@ def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str,
     """All studies on assembled tables (see :func:`build_table`). ``condition_pairs``: study name ->
     two tables of the same questions under two conditions (see :func:`condition_transfer`); ``studies``: which of
     :data:`OPTIONAL_STUDIES` run (the others' tables stay empty)."""
-    unknown = sorted(set(studies) - set(OPTIONAL_STUDIES))
-    if unknown:
-        raise InputError(f"unknown studies {', '.join(unknown)}; choose from {', '.join(OPTIONAL_STUDIES)}")
+    studies = chosen_studies(studies)
     if not tables:
         raise InputError("no dataset has enough labelled questions of each class for a benchmark")
     test_scores: list[dict] = []
