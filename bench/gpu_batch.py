@@ -16,8 +16,9 @@ that generate, TriviaQA for the GRADE pass):
   forward FLOPs at the matmul rate), ``label`` (``--samples`` samples a question; floor: the sampled tokens at
   the decode floor), ``extract`` / ``evaluate --probe`` / ``evaluate --detector prompt-entropy`` (the GRADE_pre
   pass; floor: forward + activation-only backward, 4 x parameters FLOPs a token, at the matmul rate);
-* **GRADE_pre at the 8B shape** (random Llama-3.1-8B-shaped weights in bf16, n = 512 tokens; ``--tiny``: a
-  tiny Llama on a CPU): one analysis, and a batch, against the same FLOP floor;
+* **GRADE_pre and GRADE_pos at the 8B shape** (random Llama-3.1-8B-shaped weights in bf16, prompts of 512 tokens,
+  under pos with a 64-token response; ``--tiny``: a tiny Llama on a CPU): one analysis, and a batch, against the
+  same FLOP floor; the ``extract`` rows include ``--loss pos`` on the labelled answers;
 * **scaling**: ``extract`` through ``--engine ray`` with 1, 2 and 4 workers of one GPU each, where Ray is
   importable and the machine has that many GPUs (:mod:`bench.bench_scaling`), else says why not.
 
@@ -189,14 +190,26 @@ def bench_extract(lm, rows, n_one: int, flops_rate: float, log) -> list[dict]:
     flops = 4 * parameters(lm) / flops_rate
     log(f"[extract] {len(rows)} q batched {seconds:.2f} s; {n_one} q one at a time {one_s:.2f} s; rank ratio rel "
         f"diff {diff:.1e}")
-    return [_rows("extract (GRADE_pre)", len(rows), seconds, flops * int(df.n_tokens.sum()),
-                  f"{int(df.n_tokens.sum())} tokens; vs one at a time rank ratio rel diff {diff:.1e}"),
-            _rows("  the same, --batch-size 1", n_one, one_s, flops * int(one.n_tokens.sum()), "")]
+    out = [_rows("extract (GRADE_pre)", len(rows), seconds, flops * int(df.n_tokens.sum()),
+                 f"{int(df.n_tokens.sum())} tokens; vs one at a time rank ratio rel diff {diff:.1e}"),
+           _rows("  the same, --batch-size 1", n_one, one_s, flops * int(one.n_tokens.sum()), "")]
+    # GRADE_pos of the labelled answers (each row's majority answer: no generation)
+    seconds, (df, _) = timed(lambda: features_of_rows(lm, rows, loss="pos", keep_hidden=True), lm.device)
+    one_s, (one, _) = timed(lambda: features_of_rows(lm, rows[:n_one], loss="pos", keep_hidden=True, batch_size=1),
+                            lm.device)
+    ratios = np.stack(df.rank_ratio)[:n_one]
+    diff = float(np.abs(ratios - np.stack(one.rank_ratio)).max() / np.abs(ratios).max())
+    log(f"[extract pos] {len(rows)} q batched {seconds:.2f} s; {n_one} q one at a time {one_s:.2f} s; rank ratio rel "
+        f"diff {diff:.1e}")
+    return out + [_rows("extract --loss pos (GRADE_pos)", len(rows), seconds, flops * int(df.n_tokens.sum()),
+                        f"{int(df.n_tokens.sum())} tokens; vs one at a time rank ratio rel diff {diff:.1e}"),
+                  _rows("  the same, --batch-size 1", n_one, one_s, flops * int(one.n_tokens.sum()), "")]
 
 
-def bench_grade_shape(device: str, tiny: bool, rows: int, log) -> list[dict]:
+def bench_grade_shape(device: str, tiny: bool, rows: int, log, loss: str = "pre") -> list[dict]:
     """GRADE_pre at the 8B shape (random weights, bf16, n = 512; ``tiny``: a tiny Llama in float32) against the
-    forward + backward FLOP floor: one analysis, and a batch of ``rows`` prompts."""
+    forward + backward FLOP floor: one analysis, and a batch of ``rows`` prompts. ``loss="pos"``: GRADE_pos of a
+    64-token response after each prompt (16 with ``tiny``), the floor counting prompt and response."""
     import grade
     from grade.gradients.analysis import analyze_batch
 
@@ -208,12 +221,15 @@ def bench_grade_shape(device: str, tiny: bool, rows: int, log) -> list[dict]:
     n = 128 if tiny else 512
     gen = torch.Generator().manual_seed(n)
     prompts = [words(torch.randint(0, lm.model.config.vocab_size - 3, (n,), generator=gen).tolist()) for _ in range(rows)]
-    requests = [{"question": "benchmark", "prompt": p} for p in prompts]
-    tokens = [len(grade.analyze(lm, "benchmark", prompt=p, spectra=False).input_ids) for p in prompts[:1]][0]
-    one_s = min(timed(lambda: grade.analyze(lm, "benchmark", prompt=prompts[0], spectra=False), device)[0]
+    m = 16 if tiny else 64
+    answers = [words(torch.randint(0, lm.model.config.vocab_size - 3, (m,), generator=gen).tolist()) if loss == "pos"
+               else None for _ in range(rows)]
+    requests = [{"question": "benchmark", "prompt": p, "response": a} for p, a in zip(prompts, answers)]
+    tokens = len(grade.analyze(lm, loss=loss, spectra=False, **requests[0]).input_ids)
+    one_s = min(timed(lambda: grade.analyze(lm, loss=loss, spectra=False, **requests[0]), device)[0]
                 for _ in range(3))
-    analyze_batch(lm, requests[:2])  # warm-up
-    runs = [timed(lambda: analyze_batch(lm, requests), device) for _ in range(2)]
+    analyze_batch(lm, requests[:2], loss=loss)  # warm-up
+    runs = [timed(lambda: analyze_batch(lm, requests, loss=loss), device) for _ in range(2)]
     batch_s = min(seconds for seconds, _ in runs)
     per_pass = sorted({int(r.timings["batch_rows"]) for r in runs[-1][1]})  # the sizing rule's choice
     floor_one = 4 * parameters(lm) * tokens / rate
@@ -221,19 +237,21 @@ def bench_grade_shape(device: str, tiny: bool, rows: int, log) -> list[dict]:
     # pass already is from the FLOP floor
     from .pipeline import floor_pass
 
-    encoded = [lm.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    encoded = [lm.tokenizer(p if a is None else f"{p} {a}", add_special_tokens=False)["input_ids"]
+               for p, a in zip(prompts, answers)]
     ids = torch.tensor([e[:min(map(len, encoded))] for e in encoded], device=lm.device)
     floor_pass(lm, ids)
     pass_s = min(timed(lambda: floor_pass(lm, ids), device)[0] for _ in range(3))
-    log(f"[8B shape] {lm.name}: matmul {rate / 1e12:.1f} TFLOP/s, one analysis {one_s:.3f} s ({one_s / floor_one:.2f}x "
+    name = "GRADE_pre" if loss == "pre" else "GRADE_pos"
+    log(f"[8B shape, {name}] {lm.name}: matmul {rate / 1e12:.1f} TFLOP/s, one analysis {one_s:.3f} s ({one_s / floor_one:.2f}x "
         f"floor), batch of {rows} ({per_pass} rows a pass) {batch_s:.3f} s ({batch_s / (rows * floor_one):.2f}x floor); "
         f"the bare forward + "
         f"backward pass of the batch {pass_s:.3f} s ({pass_s / (rows * floor_one):.2f}x floor)")
     shape = "tiny Llama (float32)" if tiny else "Llama-3.1-8B shape (bf16)"
-    out = [{"command": f"GRADE_pre, {shape}, n={tokens}, one analysis", "items": 1, "seconds": one_s,
+    out = [{"command": f"{name}, {shape}, n={tokens}, one analysis", "items": 1, "seconds": one_s,
             "items_per_s": 1 / one_s, "floor_items_per_s": 1 / floor_one, "over_floor": one_s / floor_one,
             "note": f"matmul {rate / 1e12:.2f} TFLOP/s"},
-           {"command": f"GRADE_pre, {shape}, n={tokens}, batch of {rows}", "items": rows, "seconds": batch_s,
+           {"command": f"{name}, {shape}, n={tokens}, batch of {rows}", "items": rows, "seconds": batch_s,
             "items_per_s": rows / batch_s, "floor_items_per_s": 1 / floor_one,
             "over_floor": batch_s / (rows * floor_one),
             "note": f"{'/'.join(map(str, per_pass))} rows a pass; the bare forward + backward pass of the batch: "
@@ -301,7 +319,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny Llama instead of the 8B shape (CPU)")
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4])
     parser.add_argument("--scaling-questions", type=int, default=512)
-    parser.add_argument("--skip", nargs="*", default=[], choices=("p-entropy", "label", "extract", "shape", "scaling"))
+    parser.add_argument("--skip", nargs="*", default=[], choices=("p-entropy", "label", "extract", "shape", "shape-pos", "scaling"))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     import grade
@@ -334,6 +352,8 @@ def main(argv=None) -> int:
         del lm
     if "shape" not in args.skip:
         rows += bench_grade_shape(args.device, args.tiny, args.shape_rows, log)
+    if "shape-pos" not in args.skip:
+        rows += bench_grade_shape(args.device, args.tiny, args.shape_rows, log, loss="pos")
     if "scaling" not in args.skip and torch.device(args.device).type == "cuda":
         rows += bench_scaling(args.model, args.workers, args.scaling_questions, log)
     model = (f"{args.model}; matmul {rate / 1e12:.2f} TFLOP/s; decode floor {floor_tps:.0f} tokens/s at batch {best}; "

@@ -152,3 +152,46 @@ def test_the_benchmark_hands_its_batch_size_to_every_model_pass(smollm, tmp_path
     study.ensure_features(model, study.feature_store(tmp_path, config.model, "triviaqa", "original", "pre"), rows,
                           "original", "pre", None, lambda line: None, config.batch_size)
     assert seen == [("baselines", 3), ("features", 3)]
+
+
+def test_extract_pos_batched_gives_each_rows_own_analysis(smollm):
+    """GRADE_pos of many rows at once: the given responses' cross-entropies in one left-padded pass and one backward
+    pass, the responses to generate decoded together first, a step-wise row (GSM8K) alone. Every row's features
+    and surprisal are those of ``analyze_row``, one row at a time, and a generated response is the one it gives."""
+    from grade.batch.features import analyze_row, feature_rows, given_response
+
+    rows = _fact_rows(2) + read_labelled(LABELS / "mmlu.jsonl.xz")[:1]
+    for key in ("majority", "samples", "response"):  # no response of its own: the model's greedy answer is scored
+        rows[1] = {k: v for k, v in rows[1].items() if k != key}
+    rows[1] = {**rows[1], "id": "generated", "max_new_tokens": 12}
+    # a short reasoning answer: step-wise, so analysed alone (one backward pass a step)
+    rows.append(min(read_labelled(LABELS / "gsm8k.jsonl.xz")[:20], key=lambda r: len(given_response(r) or "x" * 9999)))
+    rows.append({**rows[0], "id": "the same row again"})  # two rows of one length: one run of their spectra
+    skipped: list = []
+    batched = [record for _, record in feature_rows(smollm, rows, loss="pos", keep_hidden=True, skipped=skipped,
+                                                    batch_size=len(rows))]
+    assert not skipped and all(r is not None for r in batched)
+    for row, record in zip(rows, batched):
+        alone = analyze_row(smollm, row, loss="pos", keep_hidden=True)
+        assert record["response"] == alone.response and record["n_tokens"] == len(alone.input_ids), row["id"]
+        np.testing.assert_allclose(record["rank_ratio"], alone.rank_ratio, rtol=1e-4, err_msg=row["id"])
+        assert record["loss_value"] == pytest.approx(alone.loss_value, rel=1e-5), row["id"]
+        np.testing.assert_allclose(record["hidden"], alone.last_hidden, rtol=1e-3, atol=1e-3)
+    assert rows[-2]["task"] == "gsm8k"
+
+
+def test_batched_pos_surprisal_is_each_rows_own(smollm):
+    """The batched ``pos`` pass reads each response's token surprisal from its own positions (left padding moves
+    them), with NaN over the prompt, as :func:`grade.analyze` does."""
+    from grade import analyze
+    from grade.gradients.analysis import analyze_batch
+
+    requests = [{"question": "What is the capital of France?", "response": "Paris."},
+                {"question": "Name a large planet of the solar system, please, in one word.",
+                 "response": "Jupiter is the largest planet of the solar system."}]
+    batched = analyze_batch(smollm, requests, loss="pos")
+    for request, result in zip(requests, batched):
+        alone = analyze(smollm, loss="pos", spectra=False, **request)
+        assert result.response_start == alone.response_start
+        np.testing.assert_allclose(result.token_surprisal, alone.token_surprisal, rtol=1e-4, atol=1e-5)
+        assert np.isnan(result.token_surprisal[:result.response_start]).all()

@@ -234,25 +234,9 @@ def analyze_row(lm, row: dict[str, Any], *, loss: str = "pre", srank: str = "pap
     under ``pos``: one loss per step, and the row's rank ratios are the mean of the step ratios (the
     paper's GRADE_pos for reasoning)."""
     from ..gradients.analysis import analyze
-    from ..tasks.tasks import scored_stepwise
 
-    task = row.get("task") or "qa"
-    response = given_response(row) if loss == "pos" else None
-    return analyze(
-        lm,
-        row["question"],
-        context=row.get("context") or None,
-        task=task,
-        loss=loss,
-        response=response,
-        generate=loss == "pos" and response is None,
-        srank=srank,
-        spectra=spectra,
-        keep_hidden=keep_hidden,
-        steps=loss == "pos" and scored_stepwise(task),
-        max_new_tokens=row.get("max_new_tokens"),
-        prompt=prompt if prompt is not None else _prompt_for(lm, row),
-    )
+    return analyze(lm, loss=loss, srank=srank, spectra=spectra, keep_hidden=keep_hidden,
+                   **_row_request(lm, row, loss, prompt))
 
 
 def feature_record(row: dict[str, Any], result) -> dict[str, Any]:
@@ -288,23 +272,25 @@ def feature_rows(lm, rows, *, loss: str = "pre", srank: str = "paper", keep_hidd
                  batch_size: int | None = None) -> Iterator[tuple[dict, dict | None]]:
     """``(row, record)`` for each row (record None where the row cannot be analysed: too long, no
     response...; its ``(dataset, id, reason)`` goes to ``skipped``). ``prompt_for(row)`` gives a
-    perturbed prompt. Under ``pre`` the rows go through batched passes
-    (:func:`grade.gradients.analysis.analyze_batch`, ``batch_size`` rows a pass, default the rule of
-    :func:`grade.models.sizing.batch_size`), a batch's worth of rows at a time; the values are those of
-    :func:`analyze_row`, one row at a time, up to float rounding."""
-    if loss != "pre":
-        for row in rows:
-            yield row, _one_record(lm, row, loss, srank, keep_hidden, skipped, prompt_for)
-        return
+    perturbed prompt. The rows go through batched passes (:func:`grade.gradients.analysis.analyze_batch`,
+    ``batch_size`` rows a pass, default the rule of :func:`grade.models.sizing.batch_size`; step-wise ``pos``
+    rows one at a time), a batch's worth of rows at a time; the values are those of :func:`analyze_row`, one row
+    at a time, up to float rounding."""
     from ..gradients.analysis import analyze_batch
 
     rows = list(rows)
-    chunk = _grade_chunk(lm, rows, batch_size, prompt_for)
+    chunk = _grade_chunk(lm, rows, loss, batch_size, prompt_for)
     for start in range(0, len(rows), chunk):
-        part = rows[start:start + chunk]
-        requests = [_pre_request(lm, row, prompt_for(row) if prompt_for else None) for row in part]
-        for row, result in zip(part, analyze_batch(lm, requests, loss="pre", srank=srank, keep_hidden=keep_hidden,
-                                                   batch_size=batch_size)):
+        part, requests, results = rows[start:start + chunk], {}, {}
+        for k, row in enumerate(part):
+            try:
+                requests[k] = _row_request(lm, row, loss, prompt_for(row) if prompt_for else None)
+            except GradeError as exc:  # one bad row must not stop a batch
+                results[k] = exc
+        results.update(zip(requests, analyze_batch(lm, list(requests.values()), loss=loss, srank=srank,
+                                                   keep_hidden=keep_hidden, batch_size=batch_size)))
+        for k, row in enumerate(part):
+            result = results[k]
             if isinstance(result, GradeError):
                 _skip(row, result, skipped)
                 yield row, None
@@ -312,48 +298,54 @@ def feature_rows(lm, rows, *, loss: str = "pre", srank: str = "paper", keep_hidd
                 yield row, feature_record(row, result)
 
 
-def _pre_request(lm, row: dict[str, Any], prompt: str | None) -> dict[str, Any]:
-    """:func:`analyze_row`'s arguments of a ``pre`` row, as one request of
-    :func:`grade.gradients.analysis.analyze_batch`."""
-    return {"question": row["question"], "context": row.get("context") or None, "task": row.get("task") or "qa",
-            "max_new_tokens": row.get("max_new_tokens"),
-            "prompt": prompt if prompt is not None else _prompt_for(lm, row)}
+def _row_request(lm, row: dict[str, Any], loss: str, prompt: str | None) -> dict[str, Any]:
+    """:func:`grade.gradients.analysis.analyze`'s arguments for one labelled row (:func:`analyze_row`), as one
+    request of :func:`grade.gradients.analysis.analyze_batch`. Under ``pos`` the response is
+    :func:`given_response`, else the model's greedy answer, step-wise for chain-of-thought tasks."""
+    from ..tasks.tasks import scored_stepwise
+
+    task = row.get("task") or "qa"
+    request = {"question": row["question"], "context": row.get("context") or None, "task": task,
+               "max_new_tokens": row.get("max_new_tokens"),
+               "prompt": prompt if prompt is not None else _prompt_for(lm, row)}
+    if loss == "pos":
+        response = given_response(row)
+        request.update(response=response, generate=response is None, steps=scored_stepwise(task))
+    return request
 
 
-def _grade_chunk(lm, rows: list[dict], batch_size: int | None, prompt_for) -> int:
+def _grade_chunk(lm, rows: list[dict], loss: str, batch_size: int | None, prompt_for) -> int:
     """Rows handed to one :func:`~grade.gradients.analysis.analyze_batch` call: one batch of the longest prompt
-    (:func:`grade.models.sizing.batch_size`), so that a progress bar moves once a batch."""
+    (and, under ``pos``, the longest response it may have: :func:`grade.models.sizing.batch_size`), so that a
+    progress bar moves once a batch."""
     from ..models.sizing import batch_size as size_rule
     from ..models.generation import encode_prompt
     from ..tasks.prompts import format_prompt
+    from ..tasks.tasks import answer_format
 
     if batch_size is not None or not rows:
         return max(1, batch_size or 1)
-    longest = 1
+    longest = answer = 1
     for row in rows:
         try:
             prompt = (prompt_for(row) if prompt_for else None) or _prompt_for(lm, row) or format_prompt(
                 lm.tokenizer, row["question"], task=row.get("task") or "qa", context=row.get("context") or None)
         except GradeError:
             continue
-        longest = max(longest, len(encode_prompt(lm.tokenizer, prompt)))
-    return size_rule(lm, tokens=longest, kind="grade")
+        n = len(encode_prompt(lm.tokenizer, prompt))
+        if loss == "pos":
+            response = given_response(row)
+            m = (len(lm.tokenizer.encode(response, add_special_tokens=False)) if response is not None else
+                 answer_format(row.get("task") or "qa", row.get("max_new_tokens")).max_new_tokens)
+            n, answer = n + m, max(answer, m)
+        longest = max(longest, n)
+    return size_rule(lm, tokens=longest, kind="grade", logits_per_row=answer + 1 if loss == "pos" else 1)
 
 
 def _skip(row: dict, exc: Exception, skipped: list | None) -> None:
     log.warning("skipped %s/%s: %s", row["dataset"], row["id"], exc)
     if skipped is not None:
         skipped.append((row["dataset"], row["id"], str(exc)))
-
-
-def _one_record(lm, row, loss, srank, keep_hidden, skipped, prompt_for) -> dict | None:
-    try:
-        result = analyze_row(lm, row, loss=loss, srank=srank, keep_hidden=keep_hidden,
-                             prompt=prompt_for(row) if prompt_for else None)
-    except GradeError as exc:  # one bad row must not stop a batch
-        _skip(row, exc, skipped)
-        return None
-    return feature_record(row, result)
 
 
 # --------------------------------------------------------------------------------------------------

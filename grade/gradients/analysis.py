@@ -269,13 +269,11 @@ class _Features:
     last_logits: torch.Tensor | None = None  # ... and its last position's logits (vocab,)
 
 
-def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, response, generate, steps,
-                    max_new_tokens, max_tokens, prompt, timings) -> _Inputs:
-    """Check the request, build and encode the prompt, get the response (given, or generated within the
-    context left) and cut it into steps; every refusal comes before a pass over the model."""
+def _encoded_prompt(lm: LoadedModel, question: str, *, context, task, prompt, max_tokens
+                    ) -> tuple[str, str, list[int], int]:
+    """``(question, prompt, prompt_ids, limit)``: the checked question, its prompt and token ids, and the most tokens
+    prompt and response may have together; a prompt over that limit is refused."""
     question = validate_question(question)
-    if loss not in ("pre", "pos"):
-        raise InputError(f"unknown loss {loss!r}; use pre or pos")
     if prompt is None:
         prompt = format_prompt(lm.tokenizer, question, task=task, context=context)
     # The same encoding the label sampler used: a base model's plain prompt needs its BOS token.
@@ -283,18 +281,35 @@ def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, resp
     limit = min(max_tokens, lm.max_context)
     if len(prompt_ids) > limit:
         raise InputError(f"the prompt has {len(prompt_ids)} tokens; this model accepts at most {limit}")
+    return question, prompt, prompt_ids, limit
+
+
+def _answer_length(task: str, max_new_tokens: int | None, room: int) -> int:
+    """Tokens a generated response may have: the task's answer length (or ``max_new_tokens``) within the ``room``
+    the context leaves. Bounded before generating: an answer that could not fit would be refused after it."""
+    return min(answer_format(task, max_new_tokens).max_new_tokens, room)
+
+
+def _prepare_inputs(lm: LoadedModel, question: str, *, context, task, loss, response, generate, steps,
+                    max_new_tokens, max_tokens, prompt, timings, answer=None) -> _Inputs:
+    """Check the request, build and encode the prompt, get the response (given, generated within the
+    context left, or ``answer``: that generation already made, by :func:`analyze_batch`) and cut it into steps;
+    every refusal comes before a pass over the model."""
+    question, prompt, prompt_ids, limit = _encoded_prompt(lm, question, context=context, task=task, prompt=prompt,
+                                                          max_tokens=max_tokens)
+    if loss not in ("pre", "pos"):
+        raise InputError(f"unknown loss {loss!r}; use pre or pos")
     response_ids: list[int] = []
     if loss == "pos":
         if generate:
-            check_cancelled()
-            t = time.perf_counter()
-            # Bounded before it starts: an answer that could not fit would be refused after generating.
-            room = limit - len(prompt_ids)
-            length = min(answer_format(task, max_new_tokens).max_new_tokens, room)
-            answer = greedy_answer(lm, prompt_ids, task=task, max_new_tokens=length)
+            if answer is None:
+                check_cancelled()
+                t = time.perf_counter()
+                answer = greedy_answer(lm, prompt_ids, task=task,
+                                       max_new_tokens=_answer_length(task, max_new_tokens, limit - len(prompt_ids)))
+                timings["generate_s"] = time.perf_counter() - t
             response_ids = answer.answer_ids
             response = lm.tokenizer.decode(response_ids, skip_special_tokens=True)
-            timings["generate_s"] = time.perf_counter() - t
         elif response is not None and response.strip():
             response_ids = _encode(lm, response)
         if not response_ids:
@@ -491,6 +506,12 @@ def _assemble_result(lm: LoadedModel, inputs: _Inputs, features: _Features, *, l
     )
 
 
+def _low_memory_default(lm: LoadedModel, n_tokens: int) -> bool:
+    """The grams route (:func:`captured_forward`'s ``low_memory``) where it pays: on a GPU from
+    :data:`LOW_MEMORY_MIN_TOKENS` tokens on; below a few hundred tokens activations are small and launches dominate."""
+    return torch.device(lm.device).type == "cuda" and n_tokens >= LOW_MEMORY_MIN_TOKENS
+
+
 def analyze(
     lm: LoadedModel,
     question: str,
@@ -583,8 +604,8 @@ def analyze(
         features = _stepwise_passes(lm, inputs, kinds, spectra=spectra, keep_hidden=keep_hidden, row_sums=row_sums,
                                     by_prefix=by_prefix, budget_bytes=budget, timings=timings)
     else:
-        if low_memory is None:  # below a few hundred tokens activations are small and launches dominate
-            low_memory = torch.device(lm.device).type == "cuda" and len(inputs.input_ids) >= LOW_MEMORY_MIN_TOKENS
+        if low_memory is None:
+            low_memory = _low_memory_default(lm, len(inputs.input_ids))
         keep_cache = keep_prompt_pass and loss == "pre"
         n_response = len(inputs.response_ids) if loss == "pos" else 0
         features = _one_loss_pass(lm, inputs, loss, kinds, spectra=spectra, keep_hidden=keep_hidden or keep_cache,
@@ -607,72 +628,119 @@ def analyze_batch(lm: LoadedModel, requests: list[dict], *, loss: LossKind = "pr
     question never stops the others).
 
     ``requests``: keyword arguments of :func:`analyze` per question (``question`` and optionally ``context``,
-    ``task``, ``prompt``, ``response``, ``generate``, ``steps``, ``max_new_tokens``). Under ``pre`` the questions go
-    through batched passes: prompts left-padded into one forward pass with the MLP capture, one loss per row, one
-    backward pass of their sum (rows do not interact, so each row's Δ is its own loss's), then each row's stable
-    ranks from its own tokens. Longer prompts are grouped together (less padding), ``batch_size`` rows a pass
-    (default: :func:`grade.models.sizing.batch_size` of a ``grade`` pass, from the device's free memory and the
-    model's shape). The values are :func:`analyze`'s up to float rounding. Other requests (``pos``) run one at a
-    time through :func:`analyze`.
+    ``task``, ``prompt``, ``response``, ``generate``, ``steps``, ``max_new_tokens``). The questions go through
+    batched passes: sequences left-padded into one forward pass with the MLP capture, one loss per row (the entropy
+    after the prompt under ``pre``, the response's cross-entropy under ``pos``), one backward pass of their sum (rows
+    do not interact, so each row's Δ is its own loss's), then each row's stable ranks from its own tokens. Longer
+    sequences are grouped together (less padding), ``batch_size`` rows a pass (default:
+    :func:`grade.models.sizing.batch_size` of a ``grade`` pass, from the device's free memory and the model's
+    shape). Responses to generate come from batched greedy decoding first (:func:`_batched_answers`). The values
+    are :func:`analyze`'s up to float rounding. Step-wise ``pos`` requests (``steps``: one backward pass per step)
+    run one at a time through :func:`analyze`.
     """
     from ..models.sizing import batches
     from ..common.errors import GradeError
 
     results: list = [None] * len(requests)
-    if loss != "pre":
-        for i, request in enumerate(requests):
-            try:
-                results[i] = analyze(lm, loss=loss, srank=srank, spectra=False, keep_hidden=keep_hidden, **request)
-            except GradeError as exc:
-                results[i] = exc
-        return results
-    prepared: dict[int, tuple[_Inputs, dict]] = {}
-    for i, request in enumerate(requests):
-        timings: dict[str, float] = {}
+    batched = [i for i, request in enumerate(requests) if loss == "pre" or not request.get("steps")]
+    for i in sorted(set(range(len(requests))) - set(batched)):
         try:
-            inputs = _prepare_inputs(lm, request["question"], context=request.get("context"),
-                                     task=request.get("task") or "qa", loss="pre", response=None, generate=False,
-                                     steps=False, max_new_tokens=request.get("max_new_tokens"),
-                                     max_tokens=request.get("max_tokens", DEFAULT_MAX_TOKENS),
-                                     prompt=request.get("prompt"), timings=timings)
+            results[i] = analyze(lm, loss=loss, srank=srank, spectra=False, keep_hidden=keep_hidden, **requests[i])
         except GradeError as exc:
             results[i] = exc
+    timings: dict[int, dict[str, float]] = {i: {} for i in batched}
+    answers = _batched_answers(lm, {i: requests[i] for i in batched}, timings, results) if loss == "pos" else {}
+    prepared: dict[int, _Inputs] = {}
+    for i in batched:
+        if results[i] is not None:  # refused before its answer was generated
             continue
-        prepared[i] = (inputs, timings)
+        request = requests[i]
+        try:
+            prepared[i] = _prepare_inputs(lm, request["question"], context=request.get("context"),
+                                          task=request.get("task") or "qa", loss=loss, response=request.get("response"),
+                                          generate=bool(request.get("generate")), steps=False,
+                                          max_new_tokens=request.get("max_new_tokens"),
+                                          max_tokens=request.get("max_tokens", DEFAULT_MAX_TOKENS),
+                                          prompt=request.get("prompt"), timings=timings[i], answer=answers.get(i))
+        except GradeError as exc:
+            results[i] = exc
     keys = list(prepared)
-    kinds = srank_kinds("pre", srank)
-    for group in batches(lm, [len(prepared[i][0].input_ids) for i in keys], kind="grade", override=batch_size):
+    kinds = srank_kinds(loss, srank)
+    logits_per_row = 1 if loss == "pre" else 1 + max((len(prepared[i].response_ids) for i in keys), default=0)
+    for group in batches(lm, [len(prepared[i].input_ids) for i in keys], kind="grade", override=batch_size,
+                         logits_per_row=logits_per_row):
         chunk = [keys[k] for k in group]
         try:
-            features = _pre_passes(lm, [prepared[i][0] for i in chunk], kinds, keep_hidden=keep_hidden,
-                                   timings=[prepared[i][1] for i in chunk])
+            features = _batched_passes(lm, [prepared[i] for i in chunk], loss, kinds, keep_hidden=keep_hidden,
+                                       timings=[timings[i] for i in chunk])
         except GradeError:
             features = None
         for k, i in enumerate(chunk):
-            inputs, timings = prepared[i]
             request = requests[i]
             try:
                 if features is None or features[k] is None:  # a row the batched pass could not take: alone
-                    results[i] = analyze(lm, loss="pre", srank=srank, spectra=False, keep_hidden=keep_hidden,
-                                         **request)
-                    continue
-                results[i] = _assemble_result(lm, inputs, features[k], loss="pre", srank=srank,
+                    features_i = _one_loss_pass(lm, prepared[i], loss, kinds, spectra=False, keep_hidden=keep_hidden,
+                                                low_memory=_low_memory_default(lm, len(prepared[i].input_ids)),
+                                                layer_by_layer=False, row_sums=False, keep_cache=False,
+                                                timings=timings[i])
+                else:
+                    features_i = features[k]
+                results[i] = _assemble_result(lm, prepared[i], features_i, loss=loss, srank=srank,
                                               task=request.get("task") or "qa", context=request.get("context"),
-                                              timings=timings)
+                                              timings=timings[i])
             except GradeError as exc:
                 results[i] = exc
     return results
 
 
-def _pre_passes(lm: LoadedModel, batch: list[_Inputs], kinds, *, keep_hidden: bool, timings: list[dict]
-                ) -> list[_Features | None]:
-    """One forward pass of the left-padded prompts with the capture and one backward pass of the summed entropies
-    after each prompt: :class:`_Features` per row (None for a row whose numbers were not finite, to be redone
-    alone, where :func:`analyze` says why)."""
+def _batched_answers(lm: LoadedModel, requests: dict[int, dict], timings: dict[int, dict], refused: list) -> dict:
+    """The greedy answers of the ``pos`` requests that ask for one (``generate``), index -> Generation, decoded
+    together: the requests of one task and one answer length (:func:`_answer_length`) share
+    :func:`grade.models.generation.generate`'s batches, so that each row gets the length and stop rule
+    :func:`analyze` would give it. A request refused before generating gets its error in ``refused``."""
+    from ..common.errors import GradeError
+    from ..models.generation import generate, settings_for_task
+
+    groups: dict[tuple[str, int], list[tuple[int, list[int]]]] = {}
+    for i, request in requests.items():
+        if not request.get("generate"):
+            continue
+        task = request.get("task") or "qa"
+        try:
+            _, _, prompt_ids, limit = _encoded_prompt(lm, request["question"], context=request.get("context"),
+                                                      task=task, prompt=request.get("prompt"),
+                                                      max_tokens=request.get("max_tokens", DEFAULT_MAX_TOKENS))
+        except GradeError as exc:
+            refused[i] = exc
+            continue
+        length = _answer_length(task, request.get("max_new_tokens"), limit - len(prompt_ids))
+        groups.setdefault((task, length), []).append((i, prompt_ids))
+    answers: dict[int, object] = {}
+    for (task, length), members in groups.items():
+        if length < 1:  # no room for an answer: left to _prepare_inputs, which refuses it as analyze does
+            continue
+        check_cancelled()
+        t = time.perf_counter()
+        generated = generate(lm, [ids for _, ids in members], settings_for_task(task, length))
+        seconds = (time.perf_counter() - t) / len(members)
+        for (i, _), rows in zip(members, generated):
+            answers[i] = rows[0]
+            timings[i]["generate_s"] = seconds
+    return answers
+
+
+def _batched_passes(lm: LoadedModel, batch: list[_Inputs], loss: LossKind, kinds, *, keep_hidden: bool,
+                    timings: list[dict]) -> list[_Features | None]:
+    """One forward pass of the left-padded sequences with the capture and one backward pass of the summed losses
+    (``pre``: the entropy after each prompt; ``pos``: each response's mean cross-entropy): :class:`_Features` per
+    row (None for a row whose numbers were not finite, to be redone alone, where :func:`analyze` says why)."""
     ids_list = [x.input_ids for x in batch]
     width, rows = max(map(len, ids_list)), len(ids_list)
     ids, mask, positions = left_padded(lm, ids_list)
-    extra = {"logits_to_keep": 1} if _accepts_logits_to_keep(lm.model) else {}
+    # Left padding ends every row at the last position: the last `keep` positions hold every logit a loss reads
+    # (the last one under pre; under pos, each response's tokens and the position before its first).
+    keep = 1 if loss == "pre" else 1 + max(len(x.response_ids) for x in batch)
+    extra = {"logits_to_keep": keep} if _accepts_logits_to_keep(lm.model) else {}
     check_cancelled()
     t = time.perf_counter()
     with torch.enable_grad(), capture_mlp(lm.model) as capture:
@@ -680,8 +748,19 @@ def _pre_passes(lm: LoadedModel, batch: list[_Inputs], kinds, *, keep_hidden: bo
                        output_hidden_states=keep_hidden, **extra)
         if capture.hidden[0] is None or capture.hidden[0].shape[0] != rows:  # a model that flattens rows (OPT)
             return [None] * rows
-        log_p = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-        values = -(log_p.exp() * log_p).sum(-1)  # (rows,): entropy_at_last_position of each row
+        logits = out.logits[:, -keep:]
+        surprisal: list[np.ndarray | None] = [None] * rows
+        if loss == "pre":
+            log_p = torch.log_softmax(logits[:, -1].float(), dim=-1)
+            values = -(log_p.exp() * log_p).sum(-1)  # (rows,): entropy_at_last_position of each row
+        else:
+            window = ids[:, width - keep:]  # the ids of the kept logits' positions
+            values = torch.stack([response_cross_entropy(logits[r], window[r], keep - len(x.response_ids), keep)
+                                  for r, x in enumerate(batch)])
+            for r, x in enumerate(batch):
+                surprisal[r] = np.full(len(x.input_ids), np.nan)
+                surprisal[r][len(x.prompt_ids):] = token_surprisal(
+                    logits[r], window[r], keep - len(x.response_ids), keep).cpu().numpy()
         forward_s = time.perf_counter() - t
         finite = torch.isfinite(values)
         check_cancelled()
@@ -690,7 +769,7 @@ def _pre_passes(lm: LoadedModel, batch: list[_Inputs], kinds, *, keep_hidden: bo
         backward_s = time.perf_counter() - t
         hidden = list(capture.hidden)
         states = out.hidden_states if keep_hidden else None
-        del capture, out
+        del capture, out, logits
     finite = finite.cpu().tolist()
     kept = [r for r in range(rows) if finite[r]]
     t = time.perf_counter()
@@ -707,5 +786,5 @@ def _pre_passes(lm: LoadedModel, batch: list[_Inputs], kinds, *, keep_hidden: bo
                           batch_rows=float(rows))
         row_states = tuple(h[r:r + 1, first:] for h in states) if states is not None else None
         features[r] = _Features(ranks.srank_h, ranks.srank_g, ranks.rank_ratio, float(values[r].detach()),
-                                hidden_states=row_states)
+                                surprisal=surprisal[r], hidden_states=row_states)
     return features
