@@ -295,19 +295,18 @@ else:
     _datasets_table()
     _capped_main_table()
 
-figs = figures(result)
-# the capped run's studies where the cross-fitted one has none: said so above each
-robust_source = result if result.robustness else capped if capped is not None and capped.robustness else None
-cond_source = result if result.conditions else capped if capped is not None and capped.conditions else None
-sections = ["AUROC", "Selective answering", "Transfer", "Robustness", "Ablations", "Confidently wrong", "Conditions"]
-tabs = dict(zip(sections, st.tabs(sections)))
-with tabs["AUROC"]:
+
+def _auroc_section() -> None:
+    figs = figures(result)
     if "auroc_bars" in figs:
         session.show_figure(figs["auroc_bars"], f"{choice}-auroc-bars", key="bench_auroc_bars")
         _warn_small(result.main, lambda r: dataset_title(r["dataset"]))
     else:
         st.info("No method has an AUROC in these results.")
-with tabs["Selective answering"]:
+
+
+def _selective_section() -> None:
+    figs = figures(result)
     st.markdown("If the model may say *I don't know*, a detector decides which questions it answers: the ones the "
                 "detector is surest of. Each curve shows how often the answered questions are right (up) against "
                 "the share of questions answered (across).")
@@ -354,7 +353,10 @@ with tabs["Selective answering"]:
     else:
         st.info("These results keep no per-question scores: regenerate them with "
                 "`python -m grade benchmark --offline` to draw the curves.")
-with tabs["Transfer"]:
+
+
+def _transfer_section() -> None:
+    figs = figures(result)
     st.markdown("Detectors trained on one dataset (rows) and tested on another (columns). Test questions seen in "
                 "training under another condition are left out.")
     if "transfer_heatmap" in figs:
@@ -363,7 +365,9 @@ with tabs["Transfer"]:
         _warn_small(result.transfer, lambda r: f"{dataset_title(r['train'])} → {dataset_title(r['test'])}")
     else:
         st.info("Only one dataset qualified: no transfer to show.")
-with tabs["Robustness"]:
+
+
+def _robustness_section() -> None:
     st.markdown("The same questions with a reworded instruction or an added irrelevant sentence; detectors "
                 "are not retrained. Relative change = (perturbed − original) / original.")
     if robust_source is not None:
@@ -372,16 +376,20 @@ with tabs["Robustness"]:
                        "perturb its questions, which would take one more model pass per question and variant.")
         rob = _titled(pd.DataFrame(robust_source.robustness))
         tables.show(rob.rename(columns=titled_columns), key="bench_robustness_table")
-        rob_figs = figs if robust_source is result else figures(robust_source)
+        rob_figs = figures(robust_source)
         if "robustness" in rob_figs:
             session.show_figure(rob_figs["robustness"], f"{choice}-robustness", key="bench_robustness")
     else:
         st.info("No perturbed runs for this model: `python -m grade benchmark --variants reworded irrelevant` "
                 "(the capped protocol) runs them, one more model pass per question and variant.")
-with tabs["Ablations"]:
+
+
+def _ablations_section() -> None:
     if not _ablations():
         st.info("No ablation in these results: `python -m grade benchmark` writes them with the capped protocol.")
-with tabs["Confidently wrong"]:
+
+
+def _confidently_wrong_section() -> None:
     st.markdown("Questions where every sample gives the same answer and it is wrong: the model is confidently "
                 "wrong. All are unanswerable, so accuracy = share flagged as unanswerable.")
     if result.confidently_wrong:
@@ -392,7 +400,9 @@ with tabs["Confidently wrong"]:
                         room=tables.BOXED_PX)
     else:
         st.info("No confidently wrong questions were counted in these results.")
-with tabs["Conditions"]:
+
+
+def _conditions_section() -> None:
     st.markdown("The same questions under two conditions (with and without the supporting document; short and long "
                 "documents): detectors trained under one condition, tested on every question of the other that they "
                 "did not train on. Rows where train = test are that condition's own test split.")
@@ -415,3 +425,24 @@ with tabs["Conditions"]:
     else:
         st.info("No condition study for this model: the HotpotQA conditions are in the main table as datasets of "
                 "their own; `python -m grade benchmark --document-pair WITH WITHOUT` trains under one and tests under the other.")
+
+
+# the capped run's studies where the cross-fitted one has none: said so above each
+robust_source = result if result.robustness else capped if capped is not None and capped.robustness else None
+cond_source = result if result.conditions else capped if capped is not None and capped.conditions else None
+SECTIONS = {"AUROC": _auroc_section, "Selective answering": _selective_section, "Transfer": _transfer_section,
+            "Robustness": _robustness_section, "Ablations": _ablations_section,
+            "Confidently wrong": _confidently_wrong_section, "Conditions": _conditions_section}
+
+
+@st.fragment
+def _sections() -> None:
+    """Only the open tab's section is built and sent, and switching tabs reruns this fragment alone: the closed
+    tabs' charts and tables were drawn by the browser too, unseen, and made the page slow to open."""
+    for name, tab in zip(SECTIONS, st.tabs(list(SECTIONS), key="benchmark_section", on_change="rerun")):
+        if tab.open:
+            with tab:
+                SECTIONS[name]()
+
+
+_sections()
