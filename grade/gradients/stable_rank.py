@@ -232,16 +232,24 @@ def top_eigenvalue(gram: torch.Tensor, iterations: int, *, rtol: float = 1e-7, c
     return theta.view(batch, per_matrix).amax(dim=1)  # Ritz values never exceed λ₁: the larger is closer
 
 
+#: The largest Ritz problem (k x k) solved on the GPU; larger ones go to the host (see :func:`_ritz_top`).
+SMALL_EIGH_ON_GPU = 32
+
+
 def _ritz_top(basis: torch.Tensor, images: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Top Ritz value (B,) float64 CPU of Qᵀ G Q, and whether its error bound is below ``rtol·θ`` (B,)."""
     # (B, k, k) = Qᵀ G Q in float64, on a GPU where it is (a batch of small eigh there is one launch; on the
     # host it was a third of a batched analysis's spectra time), else on the CPU
     projected = torch.bmm(basis, images.transpose(1, 2)).double()
     projected = (projected + projected.transpose(1, 2)) / 2
+    if projected.is_cuda and projected.shape[-1] > SMALL_EIGH_ON_GPU:
+        # above 32 rows cuSOLVER's batched (Jacobi) eigh gives way to one solver call per matrix: slower than the host
+        projected = projected.cpu()
     values, vectors = torch.linalg.eigh(projected)
     theta = values[:, -1].clamp_min(0)
-    s = vectors[:, :, -1].to(basis.dtype).unsqueeze(1)  # (B, 1, k)
-    residual = (torch.bmm(s, images) - theta.to(basis.dtype)[:, None, None] * torch.bmm(s, basis)).norm(dim=-1)
+    s = vectors[:, :, -1].to(device=basis.device, dtype=basis.dtype).unsqueeze(1)  # (B, 1, k)
+    residual = (torch.bmm(s, images) - theta.to(device=basis.device, dtype=basis.dtype)[:, None, None]
+                * torch.bmm(s, basis)).norm(dim=-1)
     residual = residual.squeeze(1).double().cpu()
     values, theta = values.cpu(), theta.cpu()
     gap = (values[:, -1] - values[:, -2]).clamp_min(0) if values.shape[1] > 1 else torch.full_like(theta, float("inf"))
