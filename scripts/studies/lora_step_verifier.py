@@ -4,10 +4,12 @@ protocols, beside the shipped step verifier (``scripts/studies/transfer_step_ver
 
     # the GPU part (one command; resumable: each variant's predictions file is rewritten after every fold)
     python scripts/studies/lora_step_verifier.py train --device cuda --out DIR [--time-limit S]
-    # scoring (CPU): thresholds per protocol on the dev halves out of fold, then the test halves once
-    python scripts/studies/lora_step_verifier.py score --preds DIR
-    # a check of the whole path on a CPU in a minute or two (a few traces, one epoch, two folds)
-    python scripts/studies/lora_step_verifier.py train --device cpu --limit 12 --out /tmp/lora_check
+    # scoring (CPU): thresholds per protocol on the dev halves out of fold, then the test halves once; without
+    # --preds it rescores the predictions kept in results/; --probe-per-level also refits the shipped probe
+    python scripts/studies/lora_step_verifier.py score --preds DIR [--probe-per-level]
+    # a check of the whole path on a CPU in a minute or two (one trace of each file and half, one epoch, two folds)
+    python scripts/studies/lora_step_verifier.py train --device cpu --limit 1 --folds 2 --epochs 1 --only r16 \
+        --out /tmp/lora_check
     python scripts/studies/lora_step_verifier.py score --preds /tmp/lora_check --n-boot 50 --no-write
 
 Each trace is read as :mod:`grade.steps.verifier` reads it (the reader's chat template, the same steps and the same
@@ -52,8 +54,8 @@ DEPTHS = (3, 5)  # indices into FEATURE_DEPTHS: 0.75 and 1.0, the shipped verifi
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: name -> settings; tried in this order (the first is the experiment the issue asks for).
 VARIANTS = {
-    "LoRA r16 (attention + MLP), head on hidden(0.75,1.0)+scalars, 3 epochs":
-        dict(rank=16, alpha=32, lr=2e-4, head_lr=1e-3, epochs=3),
+    "LoRA r16 (attention + MLP), head on hidden(0.75,1.0)+scalars, 2 epochs":
+        dict(rank=16, alpha=32, lr=2e-4, head_lr=1e-3, epochs=2),
     "head only (frozen reader), hidden(0.75,1.0)+scalars, 3 epochs":
         dict(rank=0, alpha=0, lr=0.0, head_lr=1e-3, epochs=3),
     "LoRA r8 (attention + MLP), head on hidden(0.75,1.0)+scalars, 2 epochs":
@@ -285,7 +287,7 @@ def train_and_predict(lm, settings: dict, train: list[dict], predict: list[dict]
     plan = [batches(train, max_tokens, rng) for _ in range(settings["epochs"])]
     total = sum(len(p) for p in plan)
     warm = max(1, total // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min((k + 1) / warm, max(0.0, (total - k) / (total - warm))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min((k + 1) / warm, max(0.0, (total - k) / max(total - warm, 1))))
     lm.model.train(bool(adapters))
     head.train(True)
     step = 0
@@ -349,7 +351,9 @@ def run_train(args) -> int:
         path = args.out / f"preds_{slug(name)}.json"
         state = json.loads(path.read_text()) if path.is_file() else {
             "variant": name, "settings": VARIANTS[name], "folds": {}, "test": None, "seconds": {}}
-        jobs = [str(k) for k in range(args.folds)] + ["all"]
+        # the test halves' predictions first, so that a run cut short has them (they are scored only after the
+        # thresholds are chosen on the dev folds, whichever ran)
+        jobs = ["all"] + [str(k) for k in range(args.folds)]
         for job in jobs:
             if (job == "all" and state["test"] is not None) or job in state["folds"]:
                 continue
@@ -387,26 +391,115 @@ def run_train(args) -> int:
 # ------------------------------------------------------------------------------------------------ scoring
 
 
+def read_states(preds: Path) -> list[dict]:
+    """Each variant's predictions: a folder of ``preds_*.json`` (what the GPU run wrote) or their xz bundle."""
+    import lzma
+
+    if preds.is_file():
+        return list(json.loads(lzma.decompress(preds.read_bytes())).values())
+    return [json.loads(p.read_text()) for p in sorted(preds.glob("preds_*.json"))]
+
+
+def probe_probs(external: Path) -> tuple[str, dict, dict]:
+    """The shipped verifier's variant (a probe on frozen states) refitted as the probe study fits it: its dev
+    predictions out of fold and its test predictions, by trace id (needs the local feature cache)."""
+    import lzma
+
+    name = json.loads(lzma.decompress(SHIPPED.read_bytes()))["chosen"]
+    settings, sources = tsv.VARIANTS[name]
+    rows, _ = tsv.load_rows(READER, external)
+    dev = [r for r in rows if r["external"] and r["split"] == "dev"]
+    test = [r for r in rows if r["external"] and r["split"] == "test"]
+    test_problems = {r["problem"] for r in test}
+    others = [r for r in rows if not r["external"] and r["problem"] not in test_problems]
+    oof = {}
+    for k in range(5):
+        held = {r["problem"] for r in dev if tsv.fold_of(r["problem"]) == k}
+        v = tsv.fit(settings, tsv.training_pool(sources, [r for r in dev if r["problem"] not in held], others))
+        oof.update({r["id"]: v.predict_proba(r["features"]) for r in dev if r["problem"] in held})
+    v = tsv.fit(settings, tsv.training_pool(sources, dev, others))
+    return name, oof, {r["id"]: v.predict_proba(r["features"]) for r in test}
+
+
+def per_level(dev: list[dict], dev_probs: dict, test: list[dict], test_probs: dict, n_boot: int) -> dict:
+    """Each level its own thresholds (chosen on its dev traces out of fold), then its test traces scored once."""
+    out = {}
+    for level in ("gsm8k", "math"):
+        d = [r for r in dev if r["level"] == level and r["id"] in dev_probs]
+        t = [r for r in test if r["level"] == level and r["id"] in test_probs]
+        if not d or not t:
+            continue
+        v = StepVerifier(target="first")
+        chosen = tsv.choose_thresholds(v, [np.asarray(dev_probs[r["id"]]) for r in d], d)
+        for protocol in tsv.PROTOCOLS:
+            out[f"level {level}, {protocol}"] = {
+                "thresholds": {k: x for k, x in chosen.items() if k.startswith("threshold")},
+                "dev": tsv.metrics(v, [np.asarray(dev_probs[r["id"]]) for r in d], d, protocol, n_boot),
+                "test": tsv.metrics(v, [np.asarray(test_probs[r["id"]]) for r in t], t, protocol, n_boot)}
+    return out
+
+
+def paired(rows: list[dict], a: tuple, b: tuple, protocol: str, n_boot: int, seed: int = 0) -> dict:
+    """Differences a - b of F1, exact, "none", top-1 and top-3 by paragraph on the same traces, with 95 % paired
+    bootstrap intervals (erroneous and correct traces resampled apart, as first_error_metrics); a, b: (verifier
+    holding the thresholds, per-step probabilities per row)."""
+    from grade.steps.locate import _hit_at
+
+    per = []
+    for verifier, probs in (a, b):
+        pred, scores, wrong = tsv.answers(verifier, probs, rows, protocol)
+        w = [i for i, e in enumerate(wrong) if e is not None]
+        ok = [i for i, e in enumerate(wrong) if e is None]
+        per.append({"wrong_exact": np.array([float(pred[i] == wrong[i]) for i in w]),
+                    "none_acc": np.array([float(pred[i] is None) for i in ok]),
+                    "top1": np.array([_hit_at(np.asarray(scores[i], float), wrong[i], 1) for i in w]),
+                    "top3": np.array([_hit_at(np.asarray(scores[i], float), wrong[i], 3) for i in w])})
+    rng = np.random.default_rng(seed)
+    nw, no = len(per[0]["wrong_exact"]), len(per[0]["none_acc"])
+    bw, bo = rng.integers(0, max(nw, 1), (n_boot, nw)), rng.integers(0, max(no, 1), (n_boot, no))
+
+    def f1(x, y):
+        return np.where(x + y > 0, 2 * x * y / np.maximum(x + y, 1e-12), 0.0)
+
+    out = {}
+    for key in ("wrong_exact", "none_acc", "top1", "top3", "f1"):
+        if key == "f1":
+            if not (nw and no):
+                continue
+            va = [f1(m["wrong_exact"][bw].mean(1), m["none_acc"][bo].mean(1)) for m in per]
+            v0 = [float(f1(m["wrong_exact"].mean(), m["none_acc"].mean())) for m in per]
+        else:
+            n, idx = (no, bo) if key == "none_acc" else (nw, bw)
+            if not n:
+                continue
+            va = [m[key][idx].mean(1) for m in per]
+            v0 = [float(m[key].mean()) for m in per]
+        d = va[0] - va[1]
+        out[key] = {"value": v0[0] - v0[1], "low": float(np.percentile(d, 2.5)), "high": float(np.percentile(d, 97.5))}
+    return out
+
+
 def run_score(args) -> int:
     import lzma
 
     rows = load_rows(args.external)
-    by_id = {r["id"]: r for r in rows}
-    ext_dev, test, _ = parts(rows)
-    shell = StepVerifier(target="first")  # suspect / step_scores / thresholds only: the LoRA head's p_k are given
-    states = [json.loads(p.read_text()) for p in sorted(args.preds.glob("preds_*.json"))]
+    ext_dev, test, own = parts(rows)
+    training = {f: sum(r["file"] == f for r in ext_dev + own) for f in sorted({r["file"] for r in ext_dev + own})}
+    states = read_states(args.preds)
     order = {n: i for i, n in enumerate(VARIANTS)}
     states.sort(key=lambda s: order.get(s["variant"], 99))
-    dev_scores, thresholds, test_scores, complete = {}, {}, {}, {}
+    dev_scores, thresholds, test_scores, complete, levels = {}, {}, {}, {}, {}
     for s in states:
         name = s["variant"]
         oof = {i: p for fold in s["folds"].values() for i, p in fold.items()}
         dev = [r for r in ext_dev if r["id"] in oof]
         if not dev:
             continue
-        complete[name] = {"settings": s["settings"], "dev folds": sorted(s["folds"]), "dev traces": len(dev), "of": len(ext_dev),
-                          "test": s["test"] is not None, "seconds": s.get("seconds"), "device": s.get("device")}
+        complete[name] = {"settings": s["settings"], "dev folds": sorted(s["folds"]), "dev traces": len(dev),
+                          "of": len(ext_dev), "test": s["test"] is not None, "seconds": s.get("seconds"),
+                          "device": s.get("device")}
         probs = [np.asarray(oof[r["id"]]) for r in dev]
+        # the LoRA head's p_k are given: the verifier object only holds thresholds and the suspect rule
         v = StepVerifier(target="first")
         thresholds[name] = tsv.choose_thresholds(v, probs, dev)
         dev_scores[name] = {
@@ -421,7 +514,7 @@ def run_score(args) -> int:
                 for protocol in tsv.PROTOCOLS:
                     test_scores.setdefault(f"{g}, {protocol}", {})[name] = tsv.metrics(
                         v, [np.asarray(s["test"][r["id"]]) for r in part], part, protocol, args.n_boot)
-    del shell, by_id
+            levels[name] = per_level(ext_dev, oof, test, s["test"], args.n_boot)
     if not dev_scores:
         print("no predictions found")
         return 1
@@ -429,13 +522,36 @@ def run_score(args) -> int:
     best = max(full or dev_scores, key=lambda n: dev_scores[n]["mean F1 (levels x protocols)"])
     shipped = json.loads(lzma.decompress(SHIPPED.read_bytes())) if SHIPPED.is_file() else None
     ship_name = shipped["chosen"] if shipped else None
-    results = {"date": time.strftime("%Y-%m-%d"), "reader": READER, "chosen": best, "variants": VARIANTS,
+    differences = {}
+    if args.probe_per_level and shipped:
+        _, oof, tp = probe_probs(args.external)
+        levels["shipped verifier (probe on frozen states), refitted"] = per_level(ext_dev, oof, test, tp, args.n_boot)
+        # the chosen LoRA head against the probe on the same test traces, each with its own dev thresholds
+        lora = next(s for s in states if s["variant"] == best)
+        va, vb = StepVerifier(target="first"), StepVerifier(target="first")
+        for k, x in thresholds[best].items():
+            if k.startswith("threshold"):
+                setattr(va, k, x)
+        for k, x in shipped["thresholds"][ship_name].items():
+            setattr(vb, k, x)
+        for level in ("gsm8k", "math"):
+            part = [r for r in test if r["level"] == level]
+            for protocol in tsv.PROTOCOLS:
+                differences[f"level {level}, {protocol}"] = paired(
+                    part, (va, [np.asarray(lora["test"][r["id"]]) for r in part]),
+                    (vb, [np.asarray(tp[r["id"]]) for r in part]), protocol, args.n_boot)
+    import subprocess
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h", "--", str(Path(__file__).resolve())],
+                            capture_output=True, text=True).stdout.strip()
+    results = {"date": time.strftime("%Y-%m-%d"), "script_commit": commit, "reader": READER, "chosen": best,
+               "training_traces": training, "variants": VARIANTS,
                "runs": complete, "thresholds": thresholds, "dev_out_of_fold": dev_scores, "test": test_scores,
+               "per_level_thresholds": levels, "chosen_minus_probe_test": differences,
                "shipped_verifier": {"variant": ship_name, "commit": shipped and shipped.get("commit"),
                                     "dev_out_of_fold": shipped and shipped["dev_out_of_fold"][ship_name],
                                     "test": shipped and {g: res[ship_name] for g, res in shipped["test"].items()}}}
     md = render(results, args)
-    print(md)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         keep = ("f1", "wrong_exact", "none_acc", "top1", "top3", "n_wrong", "n_correct")
@@ -445,10 +561,18 @@ def run_score(args) -> int:
                 for n, m in d.items():
                     if isinstance(m, dict):
                         d[n] = {k: v for k, v in m.items() if k in keep}
+        for n, d in small["per_level_thresholds"].items():
+            for key, m in d.items():
+                for half in ("dev", "test"):
+                    m[half] = {k: v for k, v in m[half].items() if k in keep}
         for key, d in (small["shipped_verifier"]["test"] or {}).items():
             small["shipped_verifier"]["test"][key] = {k: v for k, v in d.items() if k in keep}
         (RESULTS / f"lora_{READER}.json").write_text(json.dumps(small, indent=1) + "\n")
         (RESULTS / f"lora_{READER}.md").write_text(md + "\n")
+        if args.preds.is_dir():  # the per-step predictions kept beside the tables, so that scoring can be rerun
+            bundle = {s["variant"]: s for s in states}
+            (RESULTS / f"lora_{READER}_preds.json.xz").write_bytes(lzma.compress(json.dumps(bundle).encode()))
+    print(md)
     return 0
 
 
@@ -461,6 +585,10 @@ def render(results: dict, args) -> str:
              "the variant of the best mean F1 over levels and protocols chosen there, then scored once on the test "
              "halves. Beside it the step verifier shipped now (a probe on frozen states; "
              f"`verifier_{READER}.md`, commit {ship['commit']}).", "",
+             "Training traces (every fold: the external dev halves less the fold's problems, plus Qwen's): "
+             + ", ".join(f"{f} {n}" for f, n in results["training_traces"].items()) + ". Trained on "
+             + ", ".join(sorted({str(c["device"]) for c in results["runs"].values()})) + " (the script at commit "
+             f"{results['script_commit']}); scored on a CPU.", "",
              "### dev halves, out of fold (F1 by paragraph)", "",
              "| variant | folds | mean | unknown GSM8K | unknown MATH | known GSM8K | known MATH |",
              "|---|---|---|---|---|---|---|"]
@@ -479,6 +607,25 @@ def render(results: dict, args) -> str:
         if ship["test"] and g in ship["test"]:
             res["shipped verifier (probe on frozen states)"] = ship["test"][g]
         lines += tsv.table(res, g, best)
+    if results.get("per_level_thresholds"):
+        lines += ["### a threshold per level (secondary: each level's thresholds chosen on its own dev traces out of "
+                  "fold; the reader knows a trace's task)", "",
+                  "| method | level, protocol | dev F1 | test F1 | test exact | test \"none\" on correct |",
+                  "|---|---|---|---|---|---|"]
+        for n, d in results["per_level_thresholds"].items():
+            for key, m in d.items():
+                lines.append(f"| {n} | {key} | {tsv.cell(m['dev']['f1'])} | {tsv.cell(m['test']['f1'])} | "
+                             f"{tsv.cell(m['test']['wrong_exact'])} | {tsv.cell(m['test']['none_acc'])} |")
+        lines.append("")
+    if results.get("chosen_minus_probe_test"):
+        lines += [f"### test halves: the chosen LoRA head minus the probe (the shipped verifier refitted, its dev "
+                  "thresholds), paired 95 % bootstrap intervals", "",
+                  "| level, protocol | F1 | exact | \"none\" on correct | top-1 | top-3 |", "|---|---|---|---|---|---|"]
+        for key, d in results["chosen_minus_probe_test"].items():
+            lines.append(f"| {key} | " + " | ".join(
+                f"{d[k]['value']:+.2f} [{d[k]['low']:+.2f}, {d[k]['high']:+.2f}]" if k in d else "-"
+                for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")) + " |")
+        lines.append("")
     lines += ["### what ran", ""]
     for n, c in results["runs"].items():
         secs = c["seconds"] or {}
@@ -506,10 +653,13 @@ def main(argv=None) -> int:
     t.add_argument("--time-limit", type=float, default=1e9, help="seconds: no new fold starts that would pass it")
     t.add_argument("--seed", type=int, default=0)
     s = sub.add_parser("score")
-    s.add_argument("--preds", type=Path, required=True)
+    s.add_argument("--preds", type=Path, default=RESULTS / f"lora_{READER}_preds.json.xz",
+                   help="the GPU run's folder, or the predictions kept in results (default)")
     s.add_argument("--external", type=Path, default=tsv.EXTERNAL)
     s.add_argument("--n-boot", type=int, default=1000)
     s.add_argument("--no-write", action="store_true")
+    s.add_argument("--probe-per-level", action="store_true",
+                   help="also refit the shipped verifier's probe (local feature cache) with a threshold per level")
     args = p.parse_args(argv)
     if args.stage == "train":
         if args.max_tokens is None:
