@@ -269,6 +269,9 @@ class StepVerifier:
     C : inverse L2 strength of the logistic regression.
     threshold : the suspect step is the first with p_k > threshold (:meth:`choose_threshold` sets it);
         threshold_right : the same where the trace's final answer is known to be right (:meth:`suspect`).
+    level_thresholds : ``{level: {"threshold": .., "threshold_right": ..}}``, the two thresholds of traces of one
+        level (``gsm8k``, ``math``: :func:`trace_level`) where they were chosen on that level's own dev traces; a
+        level not named here takes ``threshold`` and ``threshold_right``.
 
     Fitted attributes (all numpy, saved as safetensors): ``h_mean_`` (H,), ``h_scale_`` (H,), ``components_``
     (P, H), ``s_mean_`` (S,), ``s_scale_`` (S,), ``coef_`` (P + S,), ``intercept_``.
@@ -276,7 +279,7 @@ class StepVerifier:
 
     def __init__(self, layers: Sequence[int] = (3, 5), n_components: int = 32, scalars: Sequence[str] = SCALARS,
                  target: str = "cumulative", C: float = 0.1, threshold: float = 0.5,
-                 threshold_right: float | None = None):
+                 threshold_right: float | None = None, level_thresholds: dict | None = None):
         self.layers = tuple(int(i) for i in layers)
         self.n_components = int(n_components)
         self.scalars = tuple(scalars)
@@ -284,12 +287,20 @@ class StepVerifier:
         self.C = float(C)
         self.threshold = float(threshold)
         self.threshold_right = float(threshold if threshold_right is None else threshold_right)
+        self.level_thresholds = {str(level): {k: float(v[k]) for k in ("threshold", "threshold_right")}
+                                 for level, v in (level_thresholds or {}).items()}
         self.info: dict = {}
 
     def get_params(self) -> dict:
-        return {"layers": list(self.layers), "n_components": self.n_components, "scalars": list(self.scalars),
-                "target": self.target, "C": self.C, "threshold": self.threshold,
-                "threshold_right": self.threshold_right}
+        params = {"layers": list(self.layers), "n_components": self.n_components, "scalars": list(self.scalars),
+                  "target": self.target, "C": self.C, "threshold": self.threshold,
+                  "threshold_right": self.threshold_right}
+        return {**params, "level_thresholds": self.level_thresholds} if self.level_thresholds else params
+
+    def thresholds(self, level: str | None = None) -> tuple[float, float]:
+        """``(threshold, threshold_right)`` of a trace of ``level`` (its own where chosen for it, else the pooled)."""
+        own = self.level_thresholds.get(level) if level else None
+        return (own["threshold"], own["threshold_right"]) if own else (self.threshold, self.threshold_right)
 
     def _raw(self, f: TraceFeatures) -> tuple[np.ndarray, np.ndarray]:
         hidden = f.hidden[:, list(self.layers)].reshape(f.n_steps, -1) if self.layers else np.zeros((f.n_steps, 0))
@@ -357,17 +368,20 @@ class StepVerifier:
         target) or p_k itself (first)."""
         return np.diff(p, prepend=0.0) if self.target == "cumulative" else np.asarray(p)
 
-    def suspect(self, p: np.ndarray, threshold: float | None = None, final_correct: bool | None = None) -> int | None:
+    def suspect(self, p: np.ndarray, threshold: float | None = None, final_correct: bool | None = None,
+                level: str | None = None) -> int | None:
         """0-based first step with p_k > threshold, or None (no wrong step).
 
         final_correct : whether the trace's final answer matches the gold one, where that is known (an evaluation
         run's traces). Known wrong: some step is wrong, so the most suspect step (:meth:`step_scores`); known
         right: the first over ``threshold_right`` (the final answer of most such traces is right because every
         step is), else None. Unknown, or ``threshold`` given: the first over ``threshold``.
+        level : the trace's level (:func:`trace_level`): its own thresholds where the verifier has them.
         """
         if final_correct is False and threshold is None:
             return int(np.argmax(self.step_scores(np.asarray(p))))
-        tau = threshold if threshold is not None else self.threshold_right if final_correct else self.threshold
+        unknown, right = self.thresholds(level)
+        tau = threshold if threshold is not None else right if final_correct else unknown
         over = np.flatnonzero(np.asarray(p) > tau)
         return int(over[0]) if over.size else None
 
@@ -445,7 +459,7 @@ class StepVerifier:
             raise InputError(f"{weights} does not belong to {meta_path.name} (checksum mismatch)")
         t = load_file(str(weights))
         params = {k: meta[k] for k in ("layers", "n_components", "scalars", "target", "C", "threshold")}
-        params.update({k: meta[k] for k in ("threshold_right",) if k in meta})
+        params.update({k: meta[k] for k in ("threshold_right", "level_thresholds") if k in meta})
         verifier = cls(**params)
         verifier.h_mean_, verifier.h_scale_ = t["h_mean"].astype(np.float64), t["h_scale"].astype(np.float64)
         verifier.components_ = t["components"].astype(np.float64)
@@ -664,6 +678,11 @@ def load_reader(lm, loader=None):
         return _READERS[key]
 
 
+def trace_level(task: str | None) -> str:
+    """The level a trace's numbers and thresholds are kept for: ``math`` for the MATH task, else ``gsm8k``."""
+    return "math" if task == "math" else "gsm8k"
+
+
 def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | None = None,
                  task: str = DEFAULT_TASK, final_correct: bool | None = None,
                  features: TraceFeatures | None = None) -> VerifierResult:
@@ -686,11 +705,13 @@ def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | N
     if features is None:  # given: read by step_features_batch with other traces
         features = step_features(lm, question, response, task=task)
     p = verifier.predict_proba(features)
-    suspect = verifier.suspect(p, final_correct=final_correct)
+    level = trace_level(task)
+    suspect = verifier.suspect(p, final_correct=final_correct, level=level)
     scores = verifier.step_scores(p)
     ranking = [int(k) + 1 for k in sorted(range(len(scores)), key=lambda k: (-scores[k], k))]
     texts = [response[a:b] for a, b in split_steps(response)]
-    threshold = {None: verifier.threshold, True: verifier.threshold_right, False: 0.0}[final_correct]
+    unknown, right = verifier.thresholds(level)
+    threshold = {None: unknown, True: right, False: 0.0}[final_correct]
     measured = dict(verifier.info.get("measured", {}))
     if final_correct is not None and "measured_final_known" in verifier.info:
         measured = dict(verifier.info["measured_final_known"])
@@ -698,7 +719,6 @@ def verify_trace(lm, question: str, response: str, *, verifier: StepVerifier | N
     if protocols:  # the numbers of this protocol at this trace's level (grade.steps.outcome)
         from .outcome import decide_outcome
 
-        level = "math" if task == "math" else "gsm8k"
         measured = decide_outcome(correct=final_correct).measured(verifier, level) or measured
     return VerifierResult([float(x) for x in p], None if suspect is None else suspect + 1, ranking,
                           threshold, texts, time.perf_counter() - t, measured, final_correct, features.findings)

@@ -19,6 +19,7 @@ Writes ``results/step_errors/transfer/verifier_<reader>.json`` and ``.md``; ``--
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -111,11 +112,12 @@ def answers(verifier: StepVerifier, probs, rows, protocol: str, tau: float | Non
     for p, r in zip(probs, rows):
         final = r["final_correct"] if protocol == "known" else None
         if tau is None:
-            out.append(verifier.suspect(p, final_correct=final))
+            out.append(verifier.suspect(p, final_correct=final, level=r["level"]))
         elif final is False:
             out.append(int(np.argmax(verifier.step_scores(p))))
         else:  # known right: the threshold tried; not known under ``known``: the unknown protocol's, chosen first
-            over = np.flatnonzero(p > (verifier.threshold if protocol == "known" and final is None else tau))
+            over = np.flatnonzero(p > (verifier.thresholds(r["level"])[0] if protocol == "known" and final is None
+                                       else tau))
             out.append(int(over[0]) if over.size else None)
     return by_paragraph(out, [verifier.step_scores(p) for p in probs], [r["first_wrong"] for r in rows],
                         [r["paragraphs"] for r in rows])
@@ -152,6 +154,21 @@ def choose_thresholds(verifier: StepVerifier, probs, rows) -> dict:
         out[attr] = tau
         out[f"dev_f1_{protocol}"] = float(values[i])
     return out
+
+
+def choose_level_thresholds(verifier: StepVerifier, probs, rows) -> dict:
+    """Each level's two thresholds chosen on that level's traces alone (:func:`choose_thresholds` on them), set as
+    the verifier's ``level_thresholds``; its pooled thresholds are left as they were."""
+    pooled = verifier.threshold, verifier.threshold_right
+    chosen = {}
+    for level in ("gsm8k", "math"):
+        idx = [i for i, r in enumerate(rows) if r["level"] == level]
+        if idx:
+            taus = choose_thresholds(verifier, [probs[i] for i in idx], [rows[i] for i in idx])
+            chosen[level] = {k: taus[k] for k in ("threshold", "threshold_right")}
+    verifier.threshold, verifier.threshold_right = pooled
+    verifier.level_thresholds = chosen
+    return chosen
 
 
 def metrics(verifier, probs, rows, protocol, n_boot) -> dict:
@@ -242,7 +259,17 @@ def main(argv=None) -> int:
     others = [r for r in others if r["problem"] not in test_problems]
     print(f"features: external dev {len(dev)}, test {len(test)}, own files {len(others)}; missing {missing}", flush=True)
     variants = {n: v for n, v in VARIANTS.items() if not args.only or n in args.only}
-    dev_scores, thresholds = {}, {}
+    dev_scores, thresholds, base_of = {}, {}, {}
+
+    def score_dev(name, verifier, probs):
+        dev_scores[name] = {
+            f"{protocol} {g}": metrics(verifier, [probs[i] for i in idx], [dev[i] for i in idx], protocol, args.n_boot)
+            for protocol in PROTOCOLS for g, idx in groups(dev).items() if g.startswith("level")}
+        mean = float(np.mean([m["f1"]["value"] for m in dev_scores[name].values()]))
+        dev_scores[name]["mean F1 (levels x protocols)"] = mean
+        print(f"dev {name}: mean F1 {mean:.3f}; " + ", ".join(
+            f"{k} {m['f1']['value']:.2f}" for k, m in dev_scores[name].items() if isinstance(m, dict)), flush=True)
+
     for name, (settings, sources) in variants.items():
         probs: list = [None] * len(dev)
         verifier = None
@@ -255,13 +282,14 @@ def main(argv=None) -> int:
                     probs[i] = verifier.predict_proba(r["features"])
         chosen_tau = choose_thresholds(verifier, probs, dev)
         thresholds[name] = {k: v for k, v in chosen_tau.items() if k.startswith("threshold")}
-        dev_scores[name] = {
-            f"{protocol} {g}": metrics(verifier, [probs[i] for i in idx], [dev[i] for i in idx], protocol, args.n_boot)
-            for protocol in PROTOCOLS for g, idx in groups(dev).items() if g.startswith("level")}
-        mean = float(np.mean([m["f1"]["value"] for m in dev_scores[name].values()]))
-        dev_scores[name]["mean F1 (levels x protocols)"] = mean
-        print(f"dev {name}: mean F1 {mean:.3f}; " + ", ".join(
-            f"{k} {m['f1']['value']:.2f}" for k, m in dev_scores[name].items() if isinstance(m, dict)), flush=True)
+        score_dev(name, verifier, probs)
+        # the same probabilities with each level's thresholds chosen on that level's dev traces (a trace's task,
+        # GSM8K or MATH, is known where the verifier reads it): a rule of its own, chosen only if it wins on dev
+        per_level = f"{name}; thresholds per level"
+        thresholds[per_level] = {**thresholds[name], "level_thresholds": choose_level_thresholds(verifier, probs, dev)}
+        base_of[per_level] = name
+        score_dev(per_level, verifier, probs)
+        verifier.level_thresholds = {}
     shipped = shipped_verifier(args.reader)
     before = "verifier shipped before (Qwen's traces; its thresholds)"
     if shipped is not None:  # scored on dev as it is (it never saw an external trace): shipped again only if it wins
@@ -279,7 +307,10 @@ def main(argv=None) -> int:
         for k, v in thresholds[name].items():
             setattr(verifier, k, v)
         final[name] = verifier
-    methods = {**{n: final[n] for n in variants}, before: shipped}
+    for name, base in base_of.items():  # the same fit, each level's thresholds
+        final[name] = copy.deepcopy(final[base])
+        final[name].level_thresholds = thresholds[name]["level_thresholds"]
+    methods = {**{n: final[n] for n in thresholds}, before: shipped}
     final[before] = shipped
     per_group: dict = {}
     for g, idx in groups(test).items():
@@ -375,10 +406,12 @@ def main(argv=None) -> int:
             "variant": best, "reader": args.reader,
             "traces_model": "other models (MR-GSM8K's and Mr-Ben's solutions, annotated by people)",
             "trained_on": {"external dev traces": len(dev), **{f: sum(r["file"] == f for r in training_pool(
-                variants[best][1], dev, others)) for f in (*OWN_REAL, *WRITTEN)}},
+                variants[base_of.get(best, best)][1], dev, others)) for f in (*OWN_REAL, *WRITTEN)}},
             "never_trained_on": "any problem of an external test half",
-            "threshold_from": "external dev halves, out of fold, each protocol maximising the mean F1 by paragraph "
-                              "of the GSM8K and MATH levels",
+            "threshold_from": ("external dev halves, out of fold, each protocol and each level (GSM8K, MATH) "
+                               "maximising that level's F1 by paragraph" if best in base_of else
+                               "external dev halves, out of fold, each protocol maximising the mean F1 by paragraph "
+                               "of the GSM8K and MATH levels"),
             "protocols": protocols,
             # the keys the pages read: the GSM8K level, by paragraph
             "measured": gsm, "measured_final_known": protocols["known"]["measured"]["gsm8k"],
