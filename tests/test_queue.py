@@ -263,7 +263,7 @@ def test_served_home_precomputes_its_examples_and_answers_one_at_once(monkeypatc
         assert analysis.from_cache and "Paris" in analysis.answer  # from the cache: precomputed, not queued
     finally:
         # The examples still queued are work nobody waits for: they leave with the test instead of computing
-        # in this process's queue thread beside the test files that run after it (about 25 CPU-seconds).
+        # in this process's queue thread beside the test files that run after it.
         with queue._cond:
             for jobs in queue._background.values():
                 for job in jobs:
