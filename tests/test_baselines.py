@@ -393,7 +393,7 @@ def test_benchmarks_page_renders_results_and_an_empty_run(tmp_path, monkeypatch)
     good = _synthetic_table("good")
     halves = E.length_halves(good, np.arange(len(good.y)) % 5, protocol)[:2]
     result = E.run_studies("model-a", {"good": good}, {}, {"good": {"eligible": True}}, protocol,
-                             studies=("transfer", "ablations"), condition_pairs={"short/long": halves})
+                             studies=("transfer", "ablations", "conditions"), condition_pairs={"short/long": halves})
     result.save(tmp_path / "model-a")
     empty = E.BenchmarkResult("model-b", {}, {"x": {"eligible": False, "reason": "too few"}}, [], [], [], [], [], [])
     empty.save(tmp_path / "model-b")
@@ -446,7 +446,8 @@ def test_length_halves_split_at_the_median_and_roundtrip(tmp_path):
     assert median == np.median(lengths)
     assert len(short.y) == int((lengths <= median).sum()) and len(long.y) == int((lengths > median).sum())
     assert set(short.ids).isdisjoint(long.ids) and set(short.split) == {"train", "val", "test"}
-    result = E.run_studies("m", {"h": table}, {}, {}, protocol, studies=(), condition_pairs={"short/long": (short, long)})
+    result = E.run_studies("m", {"h": table}, {}, {}, protocol, studies=("conditions",),
+                           condition_pairs={"short/long": (short, long)})
     assert {(r["train"], r["test"]) for r in result.conditions if r["method"] == "GRADE_pre"} == {
         ("h:short", "h:short"), ("h:short", "h:long"), ("h:long", "h:long"), ("h:long", "h:short")}
     result.save(tmp_path)
@@ -475,8 +476,8 @@ def _restored_caches(tmp_path, model: str = "smollm2-135m-instruct"):
 
 def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path):
     """The with/without-document and short/long studies of results/ from the caches of git history
-    (HotpotQA with and without its paragraphs), no model loaded; ``--studies none``: those condition studies and
-    the main table only, and the other studies' tables empty."""
+    (HotpotQA with and without its paragraphs), no model loaded; ``--studies conditions``: those condition studies
+    and the main table only, and the other studies' tables empty."""
     import subprocess
     import sys
     from pathlib import Path
@@ -492,7 +493,7 @@ def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path)
          "--cache-dir", str(cache), "--datasets", f"hotpotqa={labels / 'hotpotqa_context.jsonl.xz'}",
          f"hotpotqa_closed={labels / 'hotpotqa.jsonl.xz'}",
          "--document-pair", "hotpotqa", "hotpotqa_closed", "--length-split", "hotpotqa",
-         "--variants", "none", "--studies", "none", "--n-boot", "50", "--no-figures", "--out", str(out)],
+         "--variants", "none", "--studies", "conditions", "--n-boot", "50", "--no-figures", "--out", str(out)],
         cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = E.BenchmarkResult.load(out)

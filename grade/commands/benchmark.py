@@ -96,7 +96,8 @@ def register(sub) -> None:
     p.add_argument("--folds", type=int, default=5, help="with --crossfit: k of the k-fold")
     p.add_argument("--studies", nargs="*", default=None, metavar="STUDY",
                    help="which studies run besides the main table and selective answering: transfer, robustness, "
-                        "ablations, confidently_wrong (default: all; none: only the main table)")
+                        "ablations, confidently_wrong, conditions (the --document-pair / --length-split studies) "
+                        "(default: all; none: only the main table)")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the machine is shared)")
     add_batch_argument(p)

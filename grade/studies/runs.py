@@ -331,7 +331,7 @@ class BenchmarkResult:
 
 #: The studies a benchmark runs besides its main table, selective answering and the condition pairs (each costs its
 #: own probe fits; ``grade benchmark --studies`` picks some).
-OPTIONAL_STUDIES = ("transfer", "robustness", "ablations", "confidently_wrong")
+OPTIONAL_STUDIES = ("transfer", "robustness", "ablations", "confidently_wrong", "conditions")
 
 
 def chosen_studies(names) -> tuple[str, ...]:
@@ -378,7 +378,8 @@ def run_studies(model: str, tables: dict[str, Table], perturbed: dict[tuple[str,
         ablations=ablations(tables, protocol) if "ablations" in studies else [],
         confidently_wrong=confidently_wrong_study(tables, fitted, protocol) if "confidently_wrong" in studies else [],
         notes=list(notes or []),
-        conditions=[r for name, (a, b) in (condition_pairs or {}).items() for r in condition_transfer(name, a, b, protocol)],
+        conditions=[r for name, (a, b) in (condition_pairs or {}).items()
+                    for r in condition_transfer(name, a, b, protocol)] if "conditions" in studies else [],
         selective=selective_answering(test_scores, protocol),
         test_scores=test_scores,
     )
