@@ -121,29 +121,28 @@ with analyse_tab:
 
 
 @st.fragment(run_every=2.0)
-def _job_status() -> None:
+def _job_progress() -> None:
+    """A running job's progress and Stop button, every 2 s; the table is refreshed as traces land. Once the job ends
+    the whole page reruns and shows its last line without this fragment, so an idle page polls nothing."""
     job = st.session_state.get(JOB)
     if job is None:
         return
-    if job.running:
-        st.progress(job.fraction, text=job.status_line())
-        if st.button("Stop", key="tr_stop"):
-            job.stop()
-        version = TraceStore(job.store).version()
-        if st.session_state.get("tr_seen_version") != version:  # a trace was added: refresh the table
-            st.session_state["tr_seen_version"] = version
-            st.rerun(scope="app")
-    else:
-        (st.error if job.error else st.success)(job.status_line())
-        if not st.session_state.get("tr_job_shown"):
-            st.session_state["tr_job_shown"] = True
-            st.rerun(scope="app")
+    if not job.running:
+        st.rerun(scope="app")
+    st.progress(job.fraction, text=job.status_line())
+    if st.button("Stop", key="tr_stop"):
+        job.stop()
+    version = TraceStore(job.store).version()
+    if st.session_state.get("tr_seen_version") != version:  # a trace was added: refresh the table
+        st.session_state["tr_seen_version"] = version
+        st.rerun(scope="app")
 
 
 if st.session_state.get(JOB) is not None:
     if st.session_state[JOB].running:
-        st.session_state["tr_job_shown"] = False
-    _job_status()
+        _job_progress()
+    else:
+        (st.error if st.session_state[JOB].error else st.success)(st.session_state[JOB].status_line())
 
 # ------------------------------------------------------------------------------------------- table
 
