@@ -49,10 +49,10 @@ def repository_runs() -> dict[str, tuple[str, list[str]]]:
 def register(sub) -> None:
     p = sub.add_parser("benchmark", help="GRADE vs baselines: tables, transfer, robustness, ablations",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from ..studies.benchmark import DEFAULT_DATASETS, SAMPLING_ROWS
-
+    # Nothing of grade.studies is imported here: it loads torch, and `grade --help` or a mistyped argument must not
+    # wait for it. The defaults and choices below are BenchmarkConfig's, which checks them when the command runs.
     add_model_arguments(p)
-    p.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS),
+    p.add_argument("--datasets", nargs="+", default=None,
                    help="label file stems looked up in --labels-dir (default: the six shared datasets), or "
                         "NAME=FILE[,FILE...] to pool labelled files under one name")
     p.add_argument("--labels-dir", nargs="+", default=None,
@@ -74,8 +74,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the AUROC intervals")
     p.add_argument("--samples", type=int, default=10, help="K fresh samples for self-consistency and EigenScore")
-    p.add_argument("--sampling-rows", choices=SAMPLING_ROWS, default="eval",
-                   help="rows that get the sampling baselines: all, validation+test (default), none")
+    p.add_argument("--sampling-rows", default="eval",
+                   help="rows that get the sampling baselines: all, eval (validation + test; the default), none")
     p.add_argument("--variants", nargs="*", default=["reworded", "irrelevant"],
                    help="perturbations for the robustness study (test rows only); none to skip")
     p.add_argument("--robustness-datasets", nargs="*", default=None,
@@ -144,7 +144,7 @@ def every_question_config(model: str, data_root: str | Path, run: str | None = N
 
 def config_from_args(args: argparse.Namespace):
     from ..verdict.detectors.baselines import safe_name
-    from ..studies.benchmark import BenchmarkConfig
+    from ..studies.benchmark import DEFAULT_DATASETS, BenchmarkConfig
     from ..studies import Protocol
 
     default_cap, dataset_caps = parse_caps(args.max_per_class)
@@ -154,7 +154,7 @@ def config_from_args(args: argparse.Namespace):
     labels_dirs = ([Path(d) for d in args.labels_dir] if args.labels_dir else
                    [DATA_FOLDERS["labels"] / safe_name(args.model), cache / safe_name(args.model) / "labels"])
     return BenchmarkConfig(
-        model=args.model, datasets=list(args.datasets), labels_dirs=labels_dirs,
+        model=args.model, datasets=list(args.datasets or DEFAULT_DATASETS), labels_dirs=labels_dirs,
         eval_labels_dir=Path(args.eval_labels_dir) if args.eval_labels_dir else None,
         cache_dir=cache, features=[Path(f) for f in args.features], offline=args.offline,
         protocol=protocol, samples=args.samples, sampling_rows=args.sampling_rows, variants=list(args.variants or []),
@@ -198,7 +198,7 @@ def run_crossfit_command(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = Path(args.out) if args.out else Path("results") / safe_name(args.model)
     features = Path(args.features_dir) if args.features_dir else Path("data/probe_features") / safe_name(args.model)
-    datasets = dict(label_files(spec, config.labels_dirs) for spec in args.datasets)
+    datasets = dict(label_files(spec, config.labels_dirs) for spec in config.datasets)
     cross = CrossfitConfig(model=args.model, datasets=datasets, features_dir=features, cache_dir=Path(args.cache_dir),
                            k=args.folds, seed=args.seed, n_boot=args.n_boot, min_per_class=args.min_per_class, store=out)
     written = write_crossfit(run_crossfit(cross, _log, on_dataset=lambda run: save_store(run, out)), out)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..common.errors import InputError
-from ..models.models import DEFAULT_MODEL, EMBEDDED_MODELS
+from ..models.embedded import DEFAULT_MODEL, EMBEDDED_MODELS
 
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d{1,3})?)$")

