@@ -1,4 +1,4 @@
-"""Assembling an embedded GGUF file from its PyPI pieces (grade.models.models.SplitGGUF).
+"""Assembling an embedded GGUF file from its PyPI pieces (grade.models.embedded.SplitGGUF).
 
 Uses the installed Qwen piece packages themselves (the two smallest: 16 MB and 52 MB) and, for a piece
 that differs from what pip installed, a distribution laid out in a temporary site folder.
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from grade.common.errors import ModelLoadError
-from grade.models.models import EMBEDDED_MODELS, QWEN_CODER_GGUF, SplitGGUF
+from grade.models.embedded import EMBEDDED_MODELS, QWEN_CODER_GGUF, SplitGGUF
 
 
 def _file_of(dist: str, relative: str):

@@ -65,7 +65,7 @@ def _pick_model(at, text: str):
 
 @slow
 def test_model_paths_are_refused_alike_whether_they_exist_or_not(served):
-    from grade.models.models import EMBEDDED_MODELS
+    from grade.models.embedded import EMBEDDED_MODELS
 
     existing = _model_cache()
     assert (existing / "config.json").exists()

@@ -92,7 +92,8 @@ def run_detector(args: argparse.Namespace) -> int:
 
     from ..verdict.detectors import Detector, labelled_statistics, resolve_detector
     from ..common.errors import InputError
-    from ..models.models import DEFAULT_MODEL, load_model
+    from ..models.embedded import DEFAULT_MODEL
+    from ..models.models import load_model
 
     wanted = args.model or DEFAULT_MODEL
     detector = Detector.load(resolve_detector(args.detector, wanted))

@@ -33,7 +33,8 @@ import torch
 from .cancel import check_cancelled
 from ..common.errors import InputError, ModelLoadError
 from .decoding import DecodeSettings, hits_stop
-from .models import EMBEDDED_MODELS, LoadedModel
+from .embedded import EMBEDDED_MODELS
+from .models import LoadedModel
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,9 @@ import torch
 from .architectures import down_projections, layout_for
 from ..common.errors import GradeError, ModelLoadError
 from ..common.io import cache_dir
-from .embedded import DEFAULT_MODEL, EMBEDDED_MODELS, QWEN_CODER_GGUF, EmbeddedModel, SplitGGUF  # noqa: F401
+from .embedded import DEFAULT_MODEL, EMBEDDED_MODELS
 
 log = logging.getLogger(__name__)
-
 
 
 _model_locks: "weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()

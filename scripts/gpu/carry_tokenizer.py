@@ -35,7 +35,8 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
-    from grade.models.models import EMBEDDED_MODELS, cache_dir
+    from grade.common.io import cache_dir
+    from grade.models.embedded import EMBEDDED_MODELS
 
     if args.name not in EMBEDDED_MODELS:
         print(f"error: unknown embedded model {args.name!r}", file=sys.stderr)

@@ -44,7 +44,9 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grade.models.models import EMBEDDED_MODELS, cache_dir, check_tokenizer_is_not_character_level
+    from grade.common.io import cache_dir
+    from grade.models.embedded import EMBEDDED_MODELS
+    from grade.models.models import check_tokenizer_is_not_character_level
 
     if args.name not in EMBEDDED_MODELS:
         print(f"error: unknown embedded model {args.name!r}", file=sys.stderr)
