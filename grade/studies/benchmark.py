@@ -234,7 +234,8 @@ def run_benchmark(config: BenchmarkConfig, load_model: Callable[[], LoadedModel]
         notes.append(f"No dataset has at least {config.protocol.min_per_class} labelled questions of each class for "
                      f"{config.model}: nothing was benchmarked.")
         return BenchmarkResult(config.model, asdict(config.protocol), info, [], [], [], [], [], notes)
-    pairs = condition_pairs(config, tables, built.aside, built.lengths, notes)
+    # the pairs, and their notes, only for a run that studies them
+    pairs = condition_pairs(config, tables, built.aside, built.lengths, notes) if "conditions" in config.studies else {}
     return run_studies(config.model, tables, built.perturbed, info, config.protocol, notes=notes, condition_pairs=pairs,
                        studies=config.studies)
 

@@ -329,8 +329,9 @@ class BenchmarkResult:
                    test_scores=rows(cls.SCORES_FILE) or crossfit_test_scores(folder))
 
 
-#: The studies a benchmark runs besides its main table, selective answering and the condition pairs (each costs its
-#: own probe fits; ``grade benchmark --studies`` picks some).
+#: The studies a benchmark runs besides its main table and selective answering (each costs its own probe fits;
+#: ``grade benchmark --studies`` picks some). ``conditions``: the condition pairs' transfer (with/without document,
+#: short/long), where the run has such pairs.
 OPTIONAL_STUDIES = ("transfer", "robustness", "ablations", "confidently_wrong", "conditions")
 
 
