@@ -154,6 +154,18 @@ def test_cli_errors_are_one_line(args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args", [["--question", " \u200b "], ["--question", "Who?", "--model", "no-such-model"],
+                                  ["--question", "Who?", "--model", "/nonexistent/folder/"]])
+def test_a_bad_question_or_model_is_refused_before_torchs_import(args):
+    """A mistyped model or an empty question fails at once: the checks run before the command imports torch."""
+    code = ("import sys; from grade.commands.cli import main; status = main(sys.argv[1:]); "
+            "print(status, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 @pytest.mark.slow
 def test_cli_json_output():
     import json

@@ -41,12 +41,14 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..gradients.analysis import analyze, validate_question
     from ..common.errors import InputError
     from ..common.io import check_output_file
+    from ..common.visible import validate_question
+    from ..models.embedded import check_model_reference
 
-    # Everything that can be checked without the model is checked before the slow load.
+    # Everything that can be checked without the model is checked before the slow load, and before torch's import.
     validate_question(args.question)
+    check_model_reference(args.model)
     if args.loss == "pre" and (args.response is not None or args.generate or args.steps):
         raise InputError("--response, --generate and --steps score an answer: they need --loss pos")
     if args.generate and args.max_new_tokens is not None and args.max_new_tokens >= args.max_tokens:
@@ -55,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if args.save:
         check_output_file(args.save, "--save file")
     probe, probe_name = _probe_from_args(args)
+    from ..gradients.analysis import analyze
+
     progress = (lambda line: print(line, file=sys.stderr)) if not args.json else None
     lm = load_model_from_args(args, progress)
     result = analyze(

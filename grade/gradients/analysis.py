@@ -24,6 +24,7 @@ from ..common.progress import report
 from ..models.cancel import check_cancelled
 from .capture import capture_mlp
 from ..common.errors import InputError, NumericalError
+from ..common.visible import validate_question
 from ..models.generation import PromptPass, encode_prompt, greedy_answer, left_padded, output_cache
 from .losses import Step, entropy_at_last_position, response_cross_entropy, steps_for_response, token_surprisal
 from ..models.models import LoadedModel
@@ -64,16 +65,6 @@ def srank_kinds(loss: LossKind, variant: SRankVariant) -> tuple[SRankKind, SRank
     else:
         raise InputError(f"unknown stable-rank variant {variant!r}; use paper, sum or squared")
     return kind, kind
-
-
-def validate_question(question: str, max_chars: int = 20000) -> str:
-    from ..common.visible import is_blank
-
-    if is_blank(question):  # also a question of spaces and zero-width characters only
-        raise InputError("the question is empty (nothing visible once spaces and invisible characters are removed)")
-    if len(question) > max_chars:
-        raise InputError(f"the question is {len(question)} characters long; the limit is {max_chars}")
-    return question.strip()
 
 
 def _encode(lm: LoadedModel, text: str) -> list[int]:

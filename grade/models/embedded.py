@@ -166,3 +166,32 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         ),
     )
 }
+
+
+def check_model_reference(name_or_path: str) -> str:
+    """``name_or_path`` stripped, once it names something a model can load from: an embedded model's name, an
+    existing ``.gguf`` file, a folder with a ``config.json``, or a hub id (``org/name``); else
+    :class:`ModelLoadError` with what is wrong. Reads no file's contents and imports no torch, so that a mistyped
+    model fails at once (:func:`grade.models.models.resolve_model_folder` loads what it names)."""
+    if not name_or_path or not name_or_path.strip():
+        raise ModelLoadError("no model given")
+    name_or_path = name_or_path.strip()
+    if name_or_path in EMBEDDED_MODELS:
+        return name_or_path
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {path} does not exist")
+        return name_or_path
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"folder {path} holds no model (no config.json)")
+        return name_or_path
+    if path.exists() or name_or_path.startswith((".", "/", "~")):
+        raise ModelLoadError(f"{name_or_path} is neither a model folder nor a .gguf file")
+    if "/" not in name_or_path:
+        raise ModelLoadError(
+            f"unknown model {name_or_path!r}: use one of {', '.join(EMBEDDED_MODELS)}, "
+            "a local model folder, a .gguf file, or a hub id such as org/name"
+        )
+    return name_or_path

@@ -24,7 +24,7 @@ import torch
 from .architectures import down_projections, layout_for
 from ..common.errors import GradeError, ModelLoadError
 from ..common.io import cache_dir
-from .embedded import DEFAULT_MODEL, EMBEDDED_MODELS
+from .embedded import DEFAULT_MODEL, EMBEDDED_MODELS, check_model_reference
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +166,7 @@ def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = 
     """Turn a model reference into something ``from_pretrained`` can read (a folder or a hub id).
     ``say``: called with a line while a slow step runs (``progress``: its older name)."""
     say = say or progress
-    if not name_or_path or not name_or_path.strip():
-        raise ModelLoadError("no model given")
-    name_or_path = name_or_path.strip()
+    name_or_path = check_model_reference(name_or_path)
     if name_or_path in EMBEDDED_MODELS:
         entry = EMBEDDED_MODELS[name_or_path]
         folder = cache_dir() / "models" / entry.name
@@ -184,8 +182,6 @@ def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = 
         return str(folder)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelLoadError(f"GGUF file {path} does not exist")
         folder = _gguf_cache_folder(path)
         if not (folder / "config.json").exists():
             _convert_gguf(path, folder, say)
@@ -194,16 +190,7 @@ def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = 
         _prune_gguf_cache(keep=folder)
         return str(folder)
     if path.is_dir():
-        if not (path / "config.json").exists():
-            raise ModelLoadError(f"folder {path} holds no model (no config.json)")
         return str(path)
-    if path.exists() or name_or_path.startswith((".", "/", "~")):
-        raise ModelLoadError(f"{name_or_path} is neither a model folder nor a .gguf file")
-    if "/" not in name_or_path:
-        raise ModelLoadError(
-            f"unknown model {name_or_path!r}: use one of {', '.join(EMBEDDED_MODELS)}, "
-            "a local model folder, a .gguf file, or a hub id such as org/name"
-        )
     return name_or_path  # a hub id
 
 
