@@ -195,3 +195,23 @@ def test_batched_pos_surprisal_is_each_rows_own(smollm):
         assert result.response_start == alone.response_start
         np.testing.assert_allclose(result.token_surprisal, alone.token_surprisal, rtol=1e-4, atol=1e-5)
         assert np.isnan(result.token_surprisal[:result.response_start]).all()
+
+
+def test_a_batched_command_says_when_its_precision_makes_the_batch_matter(capsys):
+    """bfloat16 (a GPU's default) and float16 batches round rows differently from one at a time (measured on an
+    H200: bench/results/gpu_batch/h200_evaluate_bf16_2026-11-29.md): the batched commands say so before they run."""
+    from argparse import Namespace
+
+    from grade.commands.engine import precision_note, say_precision_note
+
+    assert precision_note("cpu", None, None) is None  # float32 on a CPU
+    assert precision_note("cpu", "bfloat16", 1) is None  # one at a time
+    assert precision_note("cuda", "float32", None) is None
+    assert precision_note("cuda", None, None).startswith("note: bfloat16 batches")  # a GPU's default dtype
+    for dtype in ("bfloat16", "float16"):
+        note = precision_note("cpu", dtype, None)
+        assert note.startswith(f"note: {dtype} batches") and "--dtype float32" in note and "--batch-size 1" in note
+    say_precision_note(Namespace(device="cpu", dtype="bf16"), 16, quiet=False)
+    say_precision_note(Namespace(device="cpu", dtype="bf16"), 16, quiet=True)
+    err = capsys.readouterr().err
+    assert err.count("note: bfloat16 batches") == 1 and len(err.splitlines()) == 1

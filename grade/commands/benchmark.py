@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from .common import add_model_arguments
-from .engine import add_batch_argument
+from .engine import add_batch_argument, say_precision_note
 
 #: The repository's data folders, relative to the working directory: the command's documented defaults
 #: (the package below takes folders as arguments) and the folders :func:`repository_runs` reads.
@@ -178,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     if args.crossfit:
         return run_crossfit_command(args)
     config = config_from_args(args)
+    say_precision_note(args, args.batch_size, quiet=False)
     result = run_benchmark(config, lambda: load_model_from_args(args, _log), _log)
     out = Path(args.out) if args.out else Path("results") / safe_name(args.model)
     t = time.perf_counter()

@@ -24,7 +24,33 @@ def add_batch_argument(parser: argparse.ArgumentParser) -> None:
     :func:`grade.models.sizing.batch_size` (from the device's free memory and the model's shape)."""
     parser.add_argument("--batch-size", type=int_range(1, 4096), default=None,
                         help="items a batched model pass takes at once (default: as many as the device's free "
-                             "memory holds, at most 8 on a CPU); 1: one at a time, the same numbers")
+                             "memory holds, at most 8 on a CPU); 1: one at a time, the same numbers in float32")
+
+
+def precision_note(device: str, dtype: str | None, batch_size: int | None) -> str | None:
+    """The line a batched command prints before it runs in reduced precision (bfloat16, a GPU's default, or
+    float16): there a batched product rounds a row differently from the row alone, enough to flip a greedy token, so
+    answers and scores depend on the batch (and were seen to change between two identical runs); None in float32 or
+    one item at a time."""
+    import torch
+
+    from ..models.models import parse_dtype
+
+    chosen = parse_dtype(dtype, torch.device(device))
+    if batch_size == 1 or chosen == torch.float32:
+        return None
+    name = str(chosen).removeprefix("torch.")
+    return (f"note: {name} batches: answers and scores can differ from one item at a time (--batch-size 1) and "
+            f"between runs; --dtype float32 gives the same numbers batched")
+
+
+def say_precision_note(args: argparse.Namespace, batch_size: int | None, quiet: bool) -> None:
+    """:func:`precision_note` for the command's ``--device`` and ``--dtype``, on stderr unless ``quiet``."""
+    note = None if quiet else precision_note(args.device, args.dtype, batch_size)
+    if note:
+        import sys
+
+        print(note, file=sys.stderr)
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

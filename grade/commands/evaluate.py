@@ -19,7 +19,7 @@ import json
 import sys
 
 from .common import add_model_arguments, add_threads_argument, positive_int
-from .engine import add_batch_argument
+from .engine import add_batch_argument, say_precision_note
 
 
 def register(sub) -> None:
@@ -111,6 +111,7 @@ def run_detector(args: argparse.Namespace) -> int:
     if not usable:
         raise InputError(f"no question is of a kind detector {detector.name} was trained on: {skipped[0][2]}")
     quiet = args.quiet or args.json
+    say_precision_note(args, args.batch_size, quiet)
     lm = load_model(model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                     say=None if quiet else (lambda line: print(line, file=sys.stderr)))
     detector.check_compatible(lm.name)
@@ -142,6 +143,7 @@ def run_probe(args: argparse.Namespace) -> int:
     probe.check_compatible(model, loss=meta.get("loss"))
     rows, bad_rows = _labelled_rows(args)
     quiet = args.quiet or args.json
+    say_precision_note(args, args.batch_size, quiet)
     lm = load_model(model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                     say=None if quiet else (lambda line: print(line, file=sys.stderr)))
     probe.check_compatible(lm)

@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from .common import add_model_arguments, add_threads_argument, positive_int
-from .engine import add_batch_argument, add_engine_arguments, check_engine_arguments, model_for_engine
+from .engine import (add_batch_argument, add_engine_arguments, check_engine_arguments, model_for_engine,
+                     say_precision_note)
 
 
 def register(sub) -> None:
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the labelled file(s) hold no row with a label")
     ensure_output_folder(args.out, "feature store")
     model, cluster = model_for_engine(args, None if args.quiet else (lambda line: print(line, file=sys.stderr)))
+    say_precision_note(args, args.batch_size, args.quiet)
     report = extract_features(model, rows, args.out, loss=args.loss, srank=args.srank, keep_hidden=not args.no_hidden,
                               chunk_size=args.chunk_size, progress=not args.quiet, backend=args.engine,
                               cluster=cluster, batch_size=args.batch_size)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .common import add_model_arguments, int_range, non_negative_int, positive_int, thread_count
-from .engine import add_engine_arguments, check_engine_arguments, model_for_engine
+from .engine import add_engine_arguments, check_engine_arguments, model_for_engine, say_precision_note
 
 #: a longer answer than any task needs, and more than a small model's context; refused when parsed
 MAX_NEW_TOKENS = 8192
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.out, "labels file")
     hold_output_lock(args.out, "the labels file")  # one writer per labels file, until this process ends
     model, cluster = model_for_engine(args, (lambda line: print(line, file=sys.stderr)) if not args.quiet else None)
+    say_precision_note(args, args.batch, args.quiet)
     if cluster is None and args.max_new_tokens is not None and args.max_new_tokens >= model.max_context:
         raise InputError(f"--max-new-tokens {args.max_new_tokens} does not fit in {model.name}'s context of "
                          f"{model.max_context} tokens")
