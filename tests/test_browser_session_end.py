@@ -1,26 +1,65 @@
 """The served studio's sessions from their first request to their end, in real browsers (headless Chromium,
 selenium; ``make browser``): a fresh server's first request for a page goes through app.py (the Traces page, which
-the served studio does not offer, is not shown); a closed tab lets go of what it held: its uploaded files are
-removed from the server's memory and its queued analysis leaves the queue, once Streamlit can no longer resume the
-session (``server.disconnectedSessionTTL``, 3 s here; swept every second)."""
+the served studio does not offer, is not shown); a waiting page shows its position in the queue and can leave it;
+a closed tab lets go of what it held: its uploaded files are removed from the server's memory and its queued
+analysis leaves the queue, once Streamlit can no longer resume the session (``server.disconnectedSessionTTL``, 3 s
+here; swept every second)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.load_test import (CHROMEDRIVER, CHROMIUM, Session, _css, _until, click_analyze, follow, new_driver,
-                             open_and_type)
-from tests.test_browser_queue import LONG, _set_answer_length, served_studio
+from bench.load_test import (CHROMEDRIVER, CHROMIUM, HOST, Session, _css, _free_port, _until, click_analyze, follow,
+                             new_driver, open_and_type, wait_healthy)
 
+ROOT = Path(__file__).resolve().parents[1]
 SLOW = 600
+# Long answers (the served cap of 128 tokens), so that the pages behind them wait long enough to leave.
+LONG = ("Write a long, detailed essay about the history of the Roman Empire.",
+        "Write a long, detailed essay about the history of the Ottoman Empire.")
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+@contextlib.contextmanager
+def served_studio(log, env: dict | None = None, args: tuple[str, ...] = ()):
+    """The served studio on SmolLM2 at a free loopback port (its output to ``log``); yields its URL."""
+    port = _free_port()
+    env = {**os.environ, "GRADE_SERVED": "1", "GRADE_START_MODEL": "smollm2-135m-instruct",
+           "GRADE_PRECOMPUTE_EXAMPLES": "0", "TRANSFORMERS_VERBOSITY": "error", **(env or {})}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", HOST, "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none", *args],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://{HOST}:{port}", process)
+        yield f"http://{HOST}:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _set_answer_length(driver, tokens: int) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = _until(driver, lambda d: next(iter(_css(d, ".st-key-max_new_tokens input")), None), 60, "answer length")
+    box.click()
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(tokens))
+    box.send_keys(Keys.TAB)
+    time.sleep(1.0)
 
 
 @pytest.fixture(scope="module")
@@ -86,18 +125,20 @@ def test_a_closed_tab_releases_its_uploaded_files(served, tmp_path):
     assert re.search(r"released 2 uploaded file\(s\), 4\.0 MB", line), line
 
 
-def test_a_closed_tab_leaves_the_queue_and_the_others_go_on(served):
-    """The leaving tab waits behind two answers of the served cap's length, so its session ends (TTL + one sweep)
-    while its analysis is still queued, on a fast machine too (one answer took 3.5 s on CI's)."""
+def test_a_waiting_page_can_leave_the_queue_and_a_closed_tab_leaves_it_too(served):
+    """Two answers of the served cap's length run ahead; behind them a tab that is closed while it waits, and a page
+    that waits, shows its position and leaves with Cancel. The closed tab's session ends (TTL + one sweep) while its
+    analysis is still queued, on a fast machine too (one answer took 3.5 s on CI's), and takes it out of the queue;
+    the two ahead complete."""
     url, log = served
-    profiles = [tempfile.mkdtemp(prefix="grade-session-end-chromium-") for _ in range(3)]
-    drivers = [new_driver(p) for p in profiles]
+    drivers = [new_driver(tempfile.mkdtemp(prefix="grade-session-end-chromium-")) for _ in range(4)]
     try:
-        *ahead, leaver = drivers
+        *ahead, leaver, waiter = drivers
         for driver, question in zip(ahead, LONG):
             open_and_type(driver, url, question, SLOW)
             _set_answer_length(driver, 128)
         open_and_type(leaver, url, "Who painted the Mona Lisa?", SLOW)
+        open_and_type(waiter, url, "Who wrote Hamlet?", SLOW)
         for driver in ahead:
             click_analyze(driver)
         _until(ahead[0], lambda d: any("Analyzing" in b.text for b in _css(d, ".st-key-queue_status")), 120,
@@ -107,11 +148,22 @@ def test_a_closed_tab_leaves_the_queue_and_the_others_go_on(served):
                "the third page waiting")
         leaver.quit()
         drivers.remove(leaver)
+        click_analyze(waiter)
+
+        text = _until(waiter, lambda d: next((b.text for b in _css(d, ".st-key-queue_status")
+                                              if re.search(r"position [123]\b", b.text)), None), 120,
+                      "the fourth page's queue position")
+        assert "Waiting in the queue" in text and "ahead of yours" in text, text
+        _until(waiter, lambda d: next(iter(_css(d, ".st-key-cancel_analysis button")), None), 30, "Cancel").click()
+        _until(waiter, lambda d: "Analysis cancelled" in d.find_element("tag name", "body").text, 60, "cancelled")
+        assert not _css(waiter, ".st-key-queue_status") and not _css(waiter, ".st-key-verdict")
+        assert _css(waiter, ".st-key-analyze button")[0].is_enabled()  # free to ask again
+
         _logged(log, r"ended: released 0 uploaded file\(s\), 0\.0 MB; cancelled its queued analysis")
         for driver, question in zip(ahead, LONG):
             session = Session(question)
             follow(driver, session, time.monotonic(), SLOW)
-            assert session.error is None and session.finished is not None
+            assert session.error is None and session.finished is not None and session.question_box == question
     finally:
         for driver in drivers:
             driver.quit()
