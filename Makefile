@@ -174,9 +174,10 @@ TEST_WORKERS ?= 2
 test: install browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# Unit tests only (no embedded model, no browser): seconds, not minutes.
+# The tests not marked slow (slow: an embedded model's passes, a browser, a second or more of work), on the same
+# workers as `make test`: a minute, not ten.
 test-fast: install
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # Re-take the page screenshots (assets/screenshots/) with the browser test, on the model the app opens on.
 screenshots: install browser

@@ -303,6 +303,7 @@ def _synthetic_table(name, n=120, informative=True, seed=0):
     return table
 
 
+@pytest.mark.slow
 def test_protocol_finds_signal_and_reports_no_signal_honestly():
     protocol = E.Protocol(n_boot=200, probe_epochs=30)
     tables = {"good": _synthetic_table("good"), "noise": _synthetic_table("noise", informative=False, seed=1)}
@@ -347,6 +348,7 @@ def test_robustness_is_zero_change_for_an_unchanged_input_and_negative_for_noise
     assert ("irrelevant", "P-Entropy") not in by  # not computed for that variant: left out
 
 
+@pytest.mark.slow
 def test_results_roundtrip_through_files(tmp_path):
     protocol = E.Protocol(n_boot=50, probe_epochs=10)
     tables = {"good": _synthetic_table("good")}
@@ -474,6 +476,7 @@ def _restored_caches(tmp_path, model: str = "smollm2-135m-instruct"):
     return tmp_path / "data" / "benchmark"
 
 
+@pytest.mark.slow
 def test_document_studies_regenerate_offline_from_the_committed_caches(tmp_path):
     """The with/without-document and short/long studies of results/ from the caches of git history
     (HotpotQA with and without its paragraphs), no model loaded; ``--studies conditions``: those condition studies

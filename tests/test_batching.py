@@ -25,6 +25,7 @@ def _fact_rows(n: int) -> list[dict]:
     return [row for pair in zip(known, unknown) for row in pair]
 
 
+@pytest.mark.slow
 def test_the_rule_reads_the_models_shape_and_the_free_memory(smollm):
     shape = ModelShape.of(smollm)
     config = smollm.model.config
@@ -49,6 +50,7 @@ def test_the_rule_reads_the_models_shape_and_the_free_memory(smollm):
         batch_size(smollm, tokens=100, kind="backward")
 
 
+@pytest.mark.slow
 def test_sampled_answers_do_not_depend_on_the_batch(smollm):
     """Each sample draws from its own seeded generator: batched sampling gives the samples of one at a time."""
     from grade.models.sampling import SamplingSettings, sample_generations
@@ -63,6 +65,7 @@ def test_sampled_answers_do_not_depend_on_the_batch(smollm):
     assert [[g.token_ids for g in per] for per in batched] == [[g.token_ids for g in per] for per in alone]
 
 
+@pytest.mark.slow
 def test_p_entropy_batched_gives_the_one_at_a_time_scores_and_auroc(smollm):
     """``grade evaluate --detector p-entropy``'s statistics, batched and with --batch-size 1: the same values
     (float rounding), hence the same detector probabilities and AUROC."""
@@ -83,6 +86,7 @@ def test_p_entropy_batched_gives_the_one_at_a_time_scores_and_auroc(smollm):
     assert binary_metrics(y, p_batched, roc=False)["auroc"] == binary_metrics(y, p_alone, roc=False)["auroc"]
 
 
+@pytest.mark.slow
 def test_answer_statistics_of_a_batch_are_those_of_the_cached_pass(smollm):
     """One pass over prompt + answer per row, left-padded, against the prompt pass then the answer pass from its
     cache (the app's path): the same P-Entropy, CoE and stored vectors."""
@@ -103,6 +107,7 @@ def test_answer_statistics_of_a_batch_are_those_of_the_cached_pass(smollm):
         assert record["align_hidden"].keys() == alone["align_hidden"].keys()
 
 
+@pytest.mark.slow
 def test_extract_batched_gives_the_one_at_a_time_features(smollm):
     """The GRADE_pre pass of many prompts at once (left-padded, one backward pass of the summed losses) gives each
     row's own features: rank ratios, loss and hidden states as one row at a time."""
@@ -154,6 +159,7 @@ def test_the_benchmark_hands_its_batch_size_to_every_model_pass(smollm, tmp_path
     assert seen == [("baselines", 3), ("features", 3)]
 
 
+@pytest.mark.slow
 def test_extract_pos_batched_gives_each_rows_own_analysis(smollm):
     """GRADE_pos of many rows at once: the given responses' cross-entropies in one left-padded pass and one backward
     pass, the responses to generate decoded together first, a step-wise row (GSM8K) alone. Every row's features
@@ -180,6 +186,7 @@ def test_extract_pos_batched_gives_each_rows_own_analysis(smollm):
     assert rows[-2]["task"] == "gsm8k"
 
 
+@pytest.mark.slow
 def test_batched_pos_surprisal_is_each_rows_own(smollm):
     """The batched ``pos`` pass reads each response's token surprisal from its own positions (left padding moves
     them), with NaN over the prompt, as :func:`grade.analyze` does."""

@@ -20,6 +20,7 @@ MODELS = ("smollm2-135m-instruct", "gemma-3-270m", QWEN)
 
 
 @pytest.mark.parametrize("model", MODELS)
+@pytest.mark.slow
 def test_the_kept_scores_are_the_ones_behind_the_main_table_and_the_selective_table(model):
     """Every main-table cell has its test questions' scores in the results: their AUROC and accuracy are the
     table's, and the selective-answering table recomputed from them is the one written."""

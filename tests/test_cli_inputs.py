@@ -500,6 +500,7 @@ def commands(draw):
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(case=commands())
+@pytest.mark.slow
 def test_every_subcommand_ends_with_exit_0_or_one_error_line(case, logreg_probe):
     """Generated arguments and JSONL rows: the command either passes every check (and reaches the
     model load, stopped here, or finishes), or exits 2 with one ``error:`` line; never a traceback."""

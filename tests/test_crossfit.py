@@ -104,6 +104,7 @@ def test_a_detector_fitted_on_noise_scores_at_chance_out_of_sample(data):
     assert 0.3 < auroc(data.y, column.scores) < 0.7
 
 
+@pytest.mark.slow
 def test_the_selected_variant_is_chosen_on_inner_splits_and_the_store_is_read_back(labels, features_dir, tmp_path):
     """A whole (small) run: per fold, GRADE (selected) takes one variant's own out-of-fold scores; written and
     run again, every column is read back (nothing refitted) with the same scores, and the tables are the same."""

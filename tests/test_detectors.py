@@ -158,6 +158,7 @@ def test_every_shipped_detector_loads_with_its_test_auroc_per_dataset():
             assert sources and all(len(s["sha256"]) == 64 for s in sources)
 
 
+@pytest.mark.slow
 def test_the_shipped_detectors_are_what_the_script_builds(tmp_path, monkeypatch):
     """The build script, on the benchmark caches (restored from the repository's history into a temporary
     folder where this checkout has none), writes the shipped files' numbers again."""

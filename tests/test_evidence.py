@@ -29,6 +29,7 @@ def crossfit_folder(tmp_path_factory):
 # ------------------------------------------------------------------------------------------- grade side
 
 
+@pytest.mark.slow
 def test_every_shipped_measured_file_equals_what_its_results_folder_regenerates():
     """Never hand-edited: each grade/assets/measured/<model>.json is build_measured of results/<model>/."""
     from grade.verdict.measured import MEASURED_DIR, build_measured
@@ -264,6 +265,7 @@ def test_benchmarks_opens_on_the_cross_fitted_tables(crossfit_folder, monkeypatc
     _check_crossfit_page(at, crossfit_folder)
 
 
+@pytest.mark.slow
 def test_benchmarks_opens_on_qwens_cross_fitted_tables_when_they_are_here(monkeypatch):
     folder = ROOT / "results" / QWEN
     if not (folder / "all_questions.csv").is_file():

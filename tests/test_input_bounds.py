@@ -69,6 +69,7 @@ def test_an_over_long_line_is_skipped_unread_and_the_rows_after_it_are_read(tmp_
     assert [p for _, _, p in iter_jsonl(exact, max_line_bytes=9)][0].startswith("longer than")
 
 
+@pytest.mark.slow
 def test_a_2_gb_sparse_file_is_read_in_bounded_memory(tmp_path):
     """A 2 GB file without a newline (a sparse file) as --questions was once read as one line (4.4 GB peak)."""
     sparse = tmp_path / "sparse.jsonl"
@@ -237,6 +238,7 @@ def _rewrite(meta_path: Path, **changes) -> None:
     meta_path.write_text(json.dumps(meta))
 
 
+@pytest.mark.slow
 def test_a_claimed_layer_count_is_checked_against_the_weights_header_before_allocating(tmp_path):
     from grade.verdict.probe import Probe
 

@@ -234,6 +234,7 @@ def eval_bomb(logs, tmp_path_factory) -> Path:
                     member="samples/bomb_epoch_1.json", compression=ZSTD_METHOD)
 
 
+@pytest.mark.slow
 def test_an_eval_log_with_a_huge_member_is_refused_before_inspect_reads_it(eval_bomb, tmp_path):
     assert eval_bomb.stat().st_size < 3 * 2**20
     report = read_in_child("from grade.traces import read_traces", f"read_traces({str(eval_bomb)!r})")
@@ -256,6 +257,7 @@ def test_an_eval_log_whose_member_understates_its_size_is_refused_while_counting
     assert report["peak_increase_mb"] < 300, report
 
 
+@pytest.mark.slow
 def test_a_zip_bomb_inside_an_eval_log_is_never_unpacked(logs, tmp_path):
     import inspect_ai.log  # noqa: F401  (zipfile learns inspect_ai's zstd members)
 

@@ -68,6 +68,7 @@ def wait_for_build(venv: Path, timeout: float = 30) -> None:
     raise AssertionError("the background build did not finish")
 
 
+@pytest.mark.slow
 def test_starts_in_background_once_then_stamps(venv):
     fake_python(venv, seconds=3)
     started = time.monotonic()

@@ -251,6 +251,7 @@ def test_completion_label_rules():
     assert rollout_first_wrong([2, 1, 0, 0]) == (True, 2)
 
 
+@pytest.mark.slow
 def test_completions_of_a_real_trace(smollm, one_torch_thread):
     """grade.steps.rollouts: one continuation per step of a real reply, counted against the gold answer."""
     from grade.steps.rollouts import rollout_labels
@@ -293,6 +294,7 @@ def test_a_run_that_grades_its_traces_tells_the_verifier(smollm, small, one_torc
     assert cut["verifier_threshold"] == unknown["verifier_threshold"]
 
 
+@pytest.mark.slow
 def test_grade_step_features_land_on_the_verifiers_steps(smollm, small, features, one_torch_thread):
     """scripts/studies/step_grade_features.py: the step-wise pos analysis of a real trace, one row per verifier step, and
     the six columns the --grade-features variants read from it (finite, within-trace z-scores)."""
