@@ -1,8 +1,9 @@
 """The one rule for text that shows nothing: :func:`is_blank` is true when a text is empty once whitespace and the
 invisible characters are removed (Unicode format characters such as U+200B ZERO WIDTH SPACE, U+FEFF, U+2060 and the
 bidirectional marks; control characters; and the few letters that draw nothing, such as U+3164 HANGUL FILLER).
-The CLI and :func:`grade.gradients.analysis.analyze` (:func:`validate_question`), the readers of labelled rows and the app
-(:func:`studio.workflows.check_inputs`) all ask it, so a question of spaces and U+200B is refused everywhere alike.
+The CLI and :func:`grade.gradients.analysis.analyze` (:func:`validate_question`), the readers of labelled rows and
+the app (:func:`studio.workflows.check_inputs`) all ask it, so a question of spaces and U+200B is refused everywhere
+alike.
 """
 
 from __future__ import annotations
