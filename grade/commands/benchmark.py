@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     if args.crossfit:
         return run_crossfit_command(args)
     config = config_from_args(args)
-    say_precision_note(args, args.batch_size, quiet=False)
+    say_precision_note(args, args.batch_size, quiet=config.offline)  # offline: no model pass, nothing to say
     result = run_benchmark(config, lambda: load_model_from_args(args, _log), _log)
     out = Path(args.out) if args.out else Path("results") / safe_name(args.model)
     t = time.perf_counter()

@@ -1,11 +1,13 @@
 """The Ray options of ``label``, ``extract`` and ``traces`` (``--engine ray``) and the model each of those
 commands hands its batch job (:func:`model_for_engine`): a loaded model in this process, or a model spec and the
-cluster options for Ray (:mod:`grade.batch.ray_backend`)."""
+cluster options for Ray (:mod:`grade.batch.ray_backend`); the batch commands' ``--batch-size`` and the line they
+print before a batched run in reduced precision (:func:`precision_note`)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import TYPE_CHECKING
 
 from ..batch.runner import BACKENDS
@@ -48,8 +50,6 @@ def say_precision_note(args: argparse.Namespace, batch_size: int | None, quiet: 
     """:func:`precision_note` for the command's ``--device`` and ``--dtype``, on stderr unless ``quiet``."""
     note = None if quiet else precision_note(args.device, args.dtype, batch_size)
     if note:
-        import sys
-
         print(note, file=sys.stderr)
 
 
