@@ -167,17 +167,23 @@ def test_a_bad_question_or_model_is_refused_before_torchs_import(args):
 
 
 @pytest.mark.slow
-def test_cli_json_output():
+def test_cli_json_output(smollm, capsys):
+    """``grade analyze --json``, run in this process on the loaded model (the errors above run ``python -m grade``)."""
     import json
+    from unittest import mock
 
-    proc = run_cli("analyze", "--question", "What colour is the sky on a clear day?", "--json")
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+    from grade.commands.cli import main
+
+    def analyze_json(*args):
+        with mock.patch("grade.models.models.load_model", lambda *a, **k: smollm):
+            assert main(["analyze", *args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    data = analyze_json("--question", "What colour is the sky on a clear day?")
     assert data["model"] == "smollm2-135m-instruct" and data["loss"] == "pre"
     assert len(data["layers"]) == 30 and {"layer", "srank_h", "srank_g", "rank_ratio"} <= set(data["layers"][0])
     assert data["response_start"] is None and all(isinstance(i, int) for i in data["input_ids"])
-    proc = run_cli("analyze", "--question", "What is 3 + 4?", "--loss", "pos", "--response", "3 + 4 = 7.", "--json")
-    data = json.loads(proc.stdout)
+    data = analyze_json("--question", "What is 3 + 4?", "--loss", "pos", "--response", "3 + 4 = 7.")
     assert 0 < data["response_start"] < len(data["input_ids"])
 
 
