@@ -46,6 +46,23 @@ def place_by_neighbours(Z: np.ndarray, coords: np.ndarray, z_new: np.ndarray, k:
     return (coords[nearest] * weights[:, None]).sum(0) / weights.sum()
 
 
+def _umap():
+    """umap-learn (a slow import: numba), with numba's on-disk cache turned on for the functions it compiles: it
+    asks for the cache on few of them, so every new process (each start of the app) compiled about a hundred again
+    at its first UMAP projection; now only the first process after an install does."""
+    import sys
+
+    import umap
+    from numba.core.registry import CPUDispatcher
+
+    for name, module in list(sys.modules.items()):
+        if name == "umap" or name.startswith("umap."):
+            for obj in list(vars(module).values()):
+                if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == name:
+                    obj.enable_caching()
+    return umap
+
+
 def embed(X: np.ndarray, method: Method, x_new: np.ndarray | None = None, seed: int = 0,
           coords: np.ndarray | None = None) -> Embedding:
     """Embed reference features X (n, d) in 2-D and place ``x_new`` (d,) on the same map. ``coords`` (n, 2):
@@ -63,8 +80,7 @@ def embed(X: np.ndarray, method: Method, x_new: np.ndarray | None = None, seed: 
         coords = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(Z)
         current = place_by_neighbours(Z, coords, z_new[0]) if z_new is not None else None
     elif method == "UMAP":
-        import umap  # slow import (numba); only when asked for
-
+        umap = _umap()
         reducer = umap.UMAP(n_components=2, n_neighbors=min(15, len(Z) - 1), random_state=seed)
         coords = reducer.fit_transform(Z)
         current = reducer.transform(z_new)[0] if z_new is not None else None
