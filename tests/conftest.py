@@ -52,24 +52,23 @@ def _once_per_run(tmp_path_factory, name: str, build) -> Path:
 
 
 @contextlib.contextmanager
-def studio_server(env: dict | None = None):
-    """The app (``streamlit run app.py``) at a free loopback port, with ``env`` over this process's environment;
-    yields its URL. Its output is printed at the end where it holds a traceback (pytest shows it with a failure)."""
-    import socket
+def studio_server(env: dict | None = None, args: tuple[str, ...] = (), log=None):
+    """The app (``streamlit run app.py``) at a free loopback port, with ``env`` over this process's environment and
+    ``args`` after Streamlit's own; yields its URL. Its output goes to ``log`` (an open file, which a test may read
+    while the server runs), else to a temporary file printed at the end where it holds a traceback (pytest shows it
+    with a failure)."""
     import sys
     import tempfile
 
-    from bench.load_test import wait_healthy
+    from bench.load_test import _free_port, wait_healthy
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    log = tempfile.TemporaryFile()
+    url = f"http://127.0.0.1:{_free_port()}"
+    output = log if log is not None else tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error", **(env or {})}, stdout=log,
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
+         url.rsplit(":", 1)[1], "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none", *args],
+        cwd=ROOT, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error", **(env or {})}, stdout=output,
         stderr=subprocess.STDOUT,
     )
     try:
@@ -81,10 +80,11 @@ def studio_server(env: dict | None = None):
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
-        log.seek(0)
-        output = log.read().decode(errors="replace")
-        if "Traceback" in output:
-            print(output[-5000:])
+        if log is None:
+            output.seek(0)
+            printed = output.read().decode(errors="replace")
+            if "Traceback" in printed:
+                print(printed[-5000:])
 
 
 @pytest.fixture(scope="session")

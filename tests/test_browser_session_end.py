@@ -7,48 +7,27 @@ here; swept every second)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.load_test import (CHROMEDRIVER, CHROMIUM, HOST, Session, _css, _free_port, _until, click_analyze, follow,
-                             new_driver, open_and_type, wait_healthy)
+from bench.load_test import (CHROMEDRIVER, CHROMIUM, Session, _css, _until, click_analyze, follow, new_driver,
+                             open_and_type)
+from tests.conftest import studio_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOW = 600
+# The served studio on SmolLM2, its examples not precomputed (nothing here asks for them).
+SERVED = {"GRADE_SERVED": "1", "GRADE_START_MODEL": "smollm2-135m-instruct", "GRADE_PRECOMPUTE_EXAMPLES": "0"}
 # Long answers (the served cap of 128 tokens), so that the pages behind them wait long enough to leave.
 LONG = ("Write a long, detailed essay about the history of the Roman Empire.",
         "Write a long, detailed essay about the history of the Ottoman Empire.")
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-@contextlib.contextmanager
-def served_studio(log, env: dict | None = None, args: tuple[str, ...] = ()):
-    """The served studio on SmolLM2 at a free loopback port (its output to ``log``); yields its URL."""
-    port = _free_port()
-    env = {**os.environ, "GRADE_SERVED": "1", "GRADE_START_MODEL": "smollm2-135m-instruct",
-           "GRADE_PRECOMPUTE_EXAMPLES": "0", "TRANSFORMERS_VERBOSITY": "error", **(env or {})}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", HOST, "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none", *args],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(f"http://{HOST}:{port}", process)
-        yield f"http://{HOST}:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def _set_answer_length(driver, tokens: int) -> None:
@@ -69,7 +48,7 @@ def served():
         pytest.fail("headless Chromium is missing: run `make browser`")
     log = tempfile.NamedTemporaryFile(prefix="grade-session-end-", suffix=".log", delete=False)
     try:
-        with served_studio(log, {"GRADE_SESSION_SWEEP_S": "1"}, ("--server.disconnectedSessionTTL", "3")) as url:
+        with studio_server(SERVED | {"GRADE_SESSION_SWEEP_S": "1"}, ("--server.disconnectedSessionTTL", "3"), log) as url:
             yield url, Path(log.name)
     finally:
         Path(log.name).unlink(missing_ok=True)
