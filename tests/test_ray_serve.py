@@ -47,9 +47,11 @@ def test_the_ray_serve_backend_answers_a_home_analysis_like_the_process(backend,
     remote = backend.analyze(MODEL, "cpu", None, request)
     local = workflows.analyze_question(lm, QUESTION, task="qa", probe=probe, probe_info=info, max_new_tokens=16,
                                        model_label=MODEL, limits=SERVED_LIMITS, detectors=detectors)
-    np.testing.assert_allclose(remote.result.rank_ratio, local.result.rank_ratio, rtol=0, atol=1e-6)
+    # the same float32 kernels in two processes: once in five runs the replica's layer-0 ratios differed from this
+    # process's by up to 4e-6 (relative), the rounding the other routes' comparisons allow for
+    np.testing.assert_allclose(remote.result.rank_ratio, local.result.rank_ratio, rtol=1e-5, atol=1e-6)
     assert remote.answer == local.answer and "Paris" in remote.answer
-    assert remote.verdict is not None and abs(remote.verdict.probability - local.verdict.probability) < 1e-6
+    assert remote.verdict is not None and abs(remote.verdict.probability - local.verdict.probability) < 1e-5
     assert [v.title for v in remote.detector_verdicts] == [v.title for v in local.detector_verdicts]
 
     # two replicas, each its own process holding the model (not this one)
