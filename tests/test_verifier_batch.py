@@ -36,7 +36,7 @@ def test_batched_features_and_verdicts_are_each_traces_own(smollm, one_torch_thr
         assert features.findings == alone.findings and features.n_tokens == alone.n_tokens
         np.testing.assert_allclose(features.hidden, alone.hidden, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(features.scalars, alone.scalars, rtol=1e-4, atol=1e-4)
-        one = verify_trace(smollm, question, trace, task=task)
+        one = verify_trace(smollm, question, trace, task=task, features=alone)  # what it reads itself without them
         both = verify_trace(smollm, question, trace, task=task, features=features)
         assert both.suspect_step == one.suspect_step and both.ranking == one.ranking
         np.testing.assert_allclose(both.step_probability, one.step_probability, atol=1e-4)
