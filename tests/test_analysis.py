@@ -143,7 +143,6 @@ def run_cli(*args):
         (["--question", ""], "empty"),
         (["--question", "Who?", "--model", "no-such-model"], "unknown model"),
         (["--question", "Who?", "--model", "/nonexistent/folder/"], "neither a model folder"),
-        (["--question", "word " * 100, "--max-tokens", "64"], "tokens"),
     ],
 )
 def test_cli_errors_are_one_line(args, message):
@@ -152,6 +151,21 @@ def test_cli_errors_are_one_line(args, message):
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_question_over_the_token_limit_is_one_error_line(smollm, capsys):
+    """Found once the tokenizer has read it, in this process on the loaded model (the errors above are found before
+    a model is loaded, through ``python -m grade``)."""
+    from unittest import mock
+
+    from grade.commands.cli import main
+
+    with mock.patch("grade.models.models.load_model", lambda *a, **k: smollm):
+        assert main(["analyze", "--question", "word " * 100, "--max-tokens", "64"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "tokens" in lines[0] and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("args", [["--question", " \u200b "], ["--question", "Who?", "--model", "no-such-model"],
