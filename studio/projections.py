@@ -9,6 +9,7 @@ its own ``transform``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,10 +47,12 @@ def place_by_neighbours(Z: np.ndarray, coords: np.ndarray, z_new: np.ndarray, k:
     return (coords[nearest] * weights[:, None]).sum(0) / weights.sum()
 
 
+@functools.cache
 def _umap():
     """umap-learn (a slow import: numba), with numba's on-disk cache turned on for the functions it compiles: it
     asks for the cache on few of them, so every new process (each start of the app) compiled about a hundred again
-    at its first UMAP projection; now only the first process after an install does."""
+    at its first UMAP projection; now only the first process after an install does. Once per process: ``import
+    umap`` loads every module of umap-learn that a projection uses."""
     import sys
 
     import umap

@@ -62,12 +62,13 @@ def studio_server(env: dict | None = None, args: tuple[str, ...] = (), log=None)
 
     from bench.load_test import _free_port, wait_healthy
 
-    url = f"http://127.0.0.1:{_free_port()}"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
     output = log if log is not None else tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
-         url.rsplit(":", 1)[1], "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none", *args],
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+         *args],
         cwd=ROOT, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error", **(env or {})}, stdout=output,
         stderr=subprocess.STDOUT,
     )
