@@ -34,6 +34,7 @@ sinks (what the driver writes) have ``done_keys()``, ``key(item)`` and ``write(r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -132,13 +133,32 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
             path = os.environ.get("PYTHONPATH", "")
             if root not in path.split(os.pathsep):
                 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, path) if p)
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, logging_level=logging.WARNING,
-                     log_to_driver=False, runtime_env={"env_vars": env_vars},
-                     object_store_memory=512 * 1024 * 1024)
+            # The workers take the environment of the raylet that ray.init starts: the variables go there, not
+            # into a runtime_env, with which every worker would start through Ray's setup process and the
+            # workers Ray starts ahead for the first driver (one per CPU, without that environment) would sit
+            # unused beside them.
+            with _environment(env_vars):
+                ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                         logging_level=logging.WARNING, log_to_driver=False, object_store_memory=512 * 1024 * 1024)
     except Exception as exc:  # ConnectionError, RuntimeError, ...: one readable line
         where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
         raise GradeError(f"could not start or join {where}: {exc}") from exc
     return True
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]):
+    """``variables`` in this process's environment for the block (for the processes it starts), then as before."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _local_cluster_on_loopback(ray) -> None:
