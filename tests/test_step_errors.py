@@ -260,7 +260,7 @@ def test_traces_command_puts_the_suspect_step_on_the_injected_slip(tmp_path):
 @pytest.mark.slow
 def test_steperrors_command_builds_analyses_and_scores_a_small_benchmark(tmp_path):
     code, out, err = _cli("steperrors", "--model", "smollm2-135m-instruct", "--out", str(tmp_path),
-                             "--injected", "6", "--quiet")
+                             "--injected", "4", "--quiet")
     assert code == 0, err
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["model"] == "smollm2-135m-instruct"
