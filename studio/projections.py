@@ -90,3 +90,15 @@ def embed(X: np.ndarray, method: Method, x_new: np.ndarray | None = None, seed: 
     else:
         raise ValueError(f"unknown projection method {method!r}")
     return Embedding(coords=np.asarray(coords), current=None if current is None else np.asarray(current), method=method)
+
+
+def compile_ahead() -> None:
+    """A small UMAP projection (random points, a new one placed on them), run for what it leaves behind: the
+    functions a projection compiles, in numba's disk cache (see :func:`_umap`). ``make install`` runs it in the
+    background (``python -m studio.projections``)."""
+    rng = np.random.default_rng(0)
+    embed(rng.normal(size=(40, 8)), "UMAP", x_new=rng.normal(size=8))
+
+
+if __name__ == "__main__":
+    compile_ahead()
