@@ -60,6 +60,9 @@ VARIANTS = {
         dict(rank=0, alpha=0, lr=0.0, head_lr=1e-3, epochs=3),
     "LoRA r8 (attention + MLP), head on hidden(0.75,1.0)+scalars, 2 epochs":
         dict(rank=8, alpha=16, lr=1e-4, head_lr=1e-3, epochs=2),
+    # p_k = P(an error by step k), every step of a wrong trace trained on; ranked by its rise (StepVerifier's rule)
+    "LoRA r16 (attention + MLP), cumulative target, head on hidden(0.75,1.0)+scalars, 2 epochs":
+        dict(rank=16, alpha=32, lr=2e-4, head_lr=1e-3, epochs=2, target="cumulative"),
 }
 SHIPPED = ROOT / "results/step_errors/transfer/verifier_smollm2-135m-instruct.json.xz"
 RESULTS = ROOT / "results/step_errors/transfer"
@@ -251,12 +254,17 @@ def forward(lm, head, rows: list[dict], idx: list[int], layers: list[int], grad:
         return head(hs, s)
 
 
-def step_weights(rows: list[dict]) -> None:
-    """rows[i]["y"], ["w"]: first-step targets and weights (a trace's weight spread over its used steps; classes
-    balanced over the training set, mean weight 1 over used steps); unused steps weight 0."""
+def target_of(settings: dict) -> str:
+    """A variant's target (:func:`grade.steps.verifier.step_targets`): ``first`` unless it names another."""
+    return settings.get("target", "first")
+
+
+def step_weights(rows: list[dict], target: str = "first") -> None:
+    """rows[i]["y"], ["w"]: the ``target``'s per-step labels and weights (a trace's weight spread over its used steps;
+    classes balanced over the training set, mean weight 1 over used steps); unused steps weight 0."""
     pos = neg = 0.0
     for r in rows:
-        y, used = step_targets(len(r["last"]), r["first_wrong"], "first")
+        y, used = step_targets(len(r["last"]), r["first_wrong"], target)
         w = np.where(used, 1.0 / max(int(used.sum()), 1), 0.0)
         r["y"], r["w"] = y.astype(np.float32), w
         pos += float((w * y).sum())
@@ -279,7 +287,7 @@ def train_and_predict(lm, settings: dict, train: list[dict], predict: list[dict]
     S = np.concatenate([r["scalars"] for r in train])
     s_mean, sd = S.mean(axis=0), S.std(axis=0)
     head = Head(lm.model.config.hidden_size, len(SCALARS), s_mean, np.where(sd > 1e-8, sd, 1.0), lm.device)
-    step_weights(train)
+    step_weights(train, target_of(settings))
     groups = [{"params": head.parameters(), "lr": settings["head_lr"], "weight_decay": 0.01}]
     if adapters:
         groups.append({"params": [p for a in adapters for p in (a.A, a.B)], "lr": settings["lr"], "weight_decay": 0.0})
@@ -421,7 +429,8 @@ def probe_probs(external: Path) -> tuple[str, dict, dict]:
     return name, oof, {r["id"]: v.predict_proba(r["features"]) for r in test}
 
 
-def per_level(dev: list[dict], dev_probs: dict, test: list[dict], test_probs: dict, n_boot: int) -> dict:
+def per_level(dev: list[dict], dev_probs: dict, test: list[dict], test_probs: dict, n_boot: int,
+              target: str = "first") -> dict:
     """Each level its own thresholds (chosen on its dev traces out of fold), then its test traces scored once."""
     out = {}
     for level in ("gsm8k", "math"):
@@ -429,7 +438,7 @@ def per_level(dev: list[dict], dev_probs: dict, test: list[dict], test_probs: di
         t = [r for r in test if r["level"] == level and r["id"] in test_probs]
         if not d or not t:
             continue
-        v = StepVerifier(target="first")
+        v = StepVerifier(target=target)
         chosen = tsv.choose_thresholds(v, [np.asarray(dev_probs[r["id"]]) for r in d], d)
         for protocol in tsv.PROTOCOLS:
             out[f"level {level}, {protocol}"] = {
@@ -499,8 +508,8 @@ def run_score(args) -> int:
                           "of": len(ext_dev), "test": s["test"] is not None, "seconds": s.get("seconds"),
                           "device": s.get("device")}
         probs = [np.asarray(oof[r["id"]]) for r in dev]
-        # the LoRA head's p_k are given: the verifier object only holds thresholds and the suspect rule
-        v = StepVerifier(target="first")
+        # the LoRA head's p_k are given: the verifier object only holds thresholds, the suspect rule and the ranking
+        v = StepVerifier(target=target_of(s["settings"]))
         thresholds[name] = tsv.choose_thresholds(v, probs, dev)
         dev_scores[name] = {
             f"{protocol} {g}": tsv.metrics(v, [probs[i] for i in idx], [dev[i] for i in idx], protocol, args.n_boot)
@@ -514,7 +523,7 @@ def run_score(args) -> int:
                 for protocol in tsv.PROTOCOLS:
                     test_scores.setdefault(f"{g}, {protocol}", {})[name] = tsv.metrics(
                         v, [np.asarray(s["test"][r["id"]]) for r in part], part, protocol, args.n_boot)
-            levels[name] = per_level(ext_dev, oof, test, s["test"], args.n_boot)
+            levels[name] = per_level(ext_dev, oof, test, s["test"], args.n_boot, target_of(s["settings"]))
     if not dev_scores:
         print("no predictions found")
         return 1
@@ -528,7 +537,7 @@ def run_score(args) -> int:
         levels["shipped verifier (probe on frozen states), refitted"] = per_level(ext_dev, oof, test, tp, args.n_boot)
         # the chosen LoRA head against the probe on the same test traces, each with its own dev thresholds
         lora = next(s for s in states if s["variant"] == best)
-        va, vb = StepVerifier(target="first"), StepVerifier(target="first")
+        va, vb = StepVerifier(target=target_of(lora["settings"])), StepVerifier(target="first")
         for k, x in thresholds[best].items():
             if k.startswith("threshold"):
                 setattr(va, k, x)
