@@ -414,7 +414,8 @@ def probe_probs(external: Path) -> tuple[str, dict, dict]:
     import lzma
 
     name = json.loads(lzma.decompress(SHIPPED.read_bytes()))["chosen"]
-    settings, sources = tsv.VARIANTS[name]
+    # "...; thresholds per level" is its base variant's fit with each level's thresholds (the probe study's rule)
+    settings, sources = tsv.VARIANTS[name.removesuffix("; thresholds per level")]
     rows, _ = tsv.load_rows(READER, external)
     dev = [r for r in rows if r["external"] and r["split"] == "dev"]
     test = [r for r in rows if r["external"] and r["split"] == "test"]
