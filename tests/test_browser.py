@@ -9,6 +9,7 @@ Install the browser with ``make browser``.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -19,7 +20,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 UPDATE_SCREENSHOTS = os.environ.get("GRADE_UPDATE_SCREENSHOTS") == "1"
-SCREENSHOTS = ROOT / "assets" / "screenshots" if UPDATE_SCREENSHOTS else Path(tempfile.mkdtemp(prefix="grade-screenshots-"))
+
+
+def _screenshots_folder() -> Path:
+    """assets/screenshots with GRADE_UPDATE_SCREENSHOTS=1, else a temporary folder removed when the test process
+    ends, kept where a failed wait left its picture there (the failure gives its path)."""
+    if UPDATE_SCREENSHOTS:
+        return ROOT / "assets" / "screenshots"
+    folder = Path(tempfile.mkdtemp(prefix="grade-screenshots-"))
+    atexit.register(lambda: any(folder.glob("failed-*")) or shutil.rmtree(folder, ignore_errors=True))
+    return folder
+
+
+SCREENSHOTS = _screenshots_folder()
 # The Reasoning trace page's generation: 160 tokens for the README's screenshot (Qwen's 256-token trace of the first
 # problem ends in Python code, a step a line: 22 steps, over the 20 the studio analyses, so it is refused), a few
 # steps' worth otherwise (what the test checks, a generated trace analysed beside another, needs no more).
@@ -86,8 +99,8 @@ def _wait(driver, condition, timeout: float = SLOW, what: str = ""):
         return WebDriverWait(driver, timeout, poll_frequency=0.5,
                              ignored_exceptions=[StaleElementReferenceException]).until(condition)
     except TimeoutException:
-        _save(driver, f"failed-{what or 'wait'}")
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}; page text:\n"
+        picture = _save(driver, f"failed-{what or 'wait'}")
+        raise AssertionError(f"timed out after {timeout} s waiting for {what} (the page: {picture}); page text:\n"
                              f"{driver.find_element('tag name', 'body').text[:3000]}") from None
 
 

@@ -64,10 +64,10 @@ def _logged(log: Path, pattern: str, timeout: float = 60) -> str:
     raise AssertionError(f"the server never logged {pattern!r}; its log ends:\n{log.read_text()[-2000:]}")
 
 
-def test_the_first_request_of_a_fresh_server_goes_through_app_py(served):
+def test_the_first_request_of_a_fresh_server_goes_through_app_py(served, tmp_path):
     """Must run first in this module: the fixture's server has served nothing before it."""
     url, _ = served
-    driver = new_driver(tempfile.mkdtemp(prefix="grade-session-end-chromium-"))
+    driver = new_driver(str(tmp_path / "chromium"))
     try:
         driver.get(f"{url}/traces")
         _until(driver, lambda d: _css(d, ".st-key-question textarea"), SLOW, "Home, where /traces is not offered")
@@ -85,8 +85,7 @@ def test_a_closed_tab_releases_its_uploaded_files(served, tmp_path):
     for name, size in (("big.safetensors", 3_000_000), ("big.json", 1_000_000)):
         files.append(tmp_path / name)
         files[-1].write_bytes(os.urandom(size))
-    profile = tempfile.mkdtemp(prefix="grade-session-end-chromium-")
-    driver = new_driver(profile)
+    driver = new_driver(str(tmp_path / "chromium"))
     try:
         driver.get(f"{url}/probes")
         _until(driver, lambda d: next((t for t in _css(d, '[role="tab"]') if "Load a probe file" in t.text), None),
@@ -104,13 +103,13 @@ def test_a_closed_tab_releases_its_uploaded_files(served, tmp_path):
     assert re.search(r"released 2 uploaded file\(s\), 4\.0 MB", line), line
 
 
-def test_a_waiting_page_can_leave_the_queue_and_a_closed_tab_leaves_it_too(served):
+def test_a_waiting_page_can_leave_the_queue_and_a_closed_tab_leaves_it_too(served, tmp_path):
     """Two answers of the served cap's length run ahead; behind them a tab that is closed while it waits, and a page
     that waits, shows its position and leaves with Cancel. The closed tab's session ends (TTL + one sweep) while its
     analysis is still queued, on a fast machine too (one answer took 3.5 s on CI's), and takes it out of the queue;
     the two ahead complete."""
     url, log = served
-    drivers = [new_driver(tempfile.mkdtemp(prefix="grade-session-end-chromium-")) for _ in range(4)]
+    drivers = [new_driver(str(tmp_path / f"chromium-{k}")) for k in range(4)]
     try:
         *ahead, leaver, waiter = drivers
         for driver, question in zip(ahead, LONG):
@@ -154,7 +153,7 @@ def test_a_refused_upload_is_let_go_at_once_and_nothing_stays_on_disk(served, tm
     for k in range(3):  # a probe is two files: three are refused as they arrive
         files.append(tmp_path / f"part-{k}.json")
         files[-1].write_bytes(os.urandom(1_000_000))
-    driver = new_driver(tempfile.mkdtemp(prefix="grade-session-end-chromium-"))
+    driver = new_driver(str(tmp_path / "chromium"))
     try:
         driver.get(f"{url}/probes")
         _until(driver, lambda d: next((t for t in _css(d, '[role="tab"]') if "Load a probe file" in t.text), None),

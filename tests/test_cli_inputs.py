@@ -9,11 +9,14 @@ the few marked ``slow`` that run the embedded one on the rows that pass validati
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import hashlib
 import io
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -492,9 +495,18 @@ def _command(draw, folder: Path) -> list[str]:
     return argv
 
 
+@functools.cache
+def _drawn_folders() -> Path:
+    """One folder per test process for the generated commands' files, removed when the process ends: hypothesis
+    draws examples it never runs (and the test removes only the folders of those it runs)."""
+    root = Path(tempfile.mkdtemp(prefix="grade-cli-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
 @st.composite
 def commands(draw):
-    folder = Path(tempfile.mkdtemp(prefix="grade-cli-"))
+    folder = Path(tempfile.mkdtemp(dir=_drawn_folders()))
     return folder, _command(draw, folder)
 
 
@@ -504,7 +516,6 @@ def commands(draw):
 def test_every_subcommand_ends_with_exit_0_or_one_error_line(case, logreg_probe):
     """Generated arguments and JSONL rows: the command either passes every check (and reaches the
     model load, stopped here, or finishes), or exits 2 with one ``error:`` line; never a traceback."""
-    import shutil
 
     folder, argv = case
     for suffix in (".safetensors", ".json"):  # a sound probe at folder/probe
@@ -525,8 +536,6 @@ def test_every_subcommand_ends_with_exit_0_or_one_error_line(case, logreg_probe)
 def test_generated_rows_that_pass_validation_are_analysed_without_a_traceback(lines, smollm):
     """The rows ``extract`` accepts go through the real model: exit 0 (bad rows skipped and counted),
     or exit 2 with one line when no row is usable."""
-    import shutil
-
     folder = Path(tempfile.mkdtemp(prefix="grade-rows-"))
     try:
         labels = folder / "labels.jsonl"
