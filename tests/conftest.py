@@ -111,14 +111,25 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def benchmark_caches(tmp_path_factory) -> Path:
     """The folder whose ``data/`` holds the benchmark caches kept in history: this checkout's where
-    ``scripts/build/restore_benchmark_caches.sh`` has run, else a temporary folder it restores into once per run
-    (a shallow clone, without the commits holding them, skips)."""
+    ``scripts/build/restore_benchmark_caches.sh`` has run, else a temporary folder it restores into once per run,
+    the checkout's tracked files under data/ linked beside them (a shallow clone, without the commits holding
+    them, skips)."""
     if (ROOT / "data" / "probe_features" / "qwen2.5-coder-1.5b-instruct" / "pre" / "math.parquet").exists():
         return ROOT
     def restore(where: Path) -> None:
         done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
                               capture_output=True, text=True)
         (where / "restore.rc").write_text(f"{done.returncode}\n{done.stderr.strip()}")
+        # beside the caches, the checkout's own data/ (the labels the runs name, those restored from history into
+        # the checkout among them, and the benchmark's tracked files), each linked at its first folder the caches
+        # lack: a run started in this folder finds what it would find in the checkout
+        tracked = subprocess.run(["git", "ls-files", "data"], cwd=ROOT, capture_output=True, text=True).stdout
+        for name in tracked.split():
+            parts = Path(name).parts
+            missing = next((Path(*parts[:k]) for k in range(1, len(parts) + 1) if not (where / Path(*parts[:k])).exists()),
+                           None)
+            if missing is not None:
+                (where / missing).symlink_to(ROOT / missing)
 
     where = _once_per_run(tmp_path_factory, "restored", restore)
     code, _, stderr = (where / "restore.rc").read_text().partition("\n")

@@ -178,7 +178,7 @@ def test_runs_and_configs_follow_the_folders_they_are_given(tmp_path):
 
 
 @pytest.mark.slow
-def test_qwens_selective_answering_regenerates_offline_from_the_caches_in_history(tmp_path):
+def test_qwens_selective_answering_regenerates_offline_from_the_caches_in_history(benchmark_caches, tmp_path):
     """`python -m grade benchmark --offline` on Qwen's caches (restored from git history where this checkout has
     none) writes the selective-answering files (from the main table alone: ``--studies none`` skips the studies
     that do not feed it); the training-free detectors' rows, which no fitting can move
@@ -189,13 +189,7 @@ def test_qwens_selective_answering_regenerates_offline_from_the_caches_in_histor
 
     where = ROOT
     if not (ROOT / "data" / "benchmark" / QWEN / "baselines" / "triviaqa.jsonl").is_file():
-        where = tmp_path / "checkout"
-        done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
-                              capture_output=True, text=True)
-        if done.returncode == 2:
-            pytest.skip(done.stderr.strip())
-        assert done.returncode == 0, done.stderr
-        (where / "data" / "labels").symlink_to(ROOT / "data" / "labels")
+        where = benchmark_caches
     # the balanced, capped protocol (Qwen's main table is cross-fitted since issue 33); its committed results are
     # under results/<QWEN>-capped once regenerated, under results/<QWEN> before
     model, extra = repository_runs()[f"{QWEN}-capped"]

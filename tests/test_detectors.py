@@ -159,25 +159,14 @@ def test_every_shipped_detector_loads_with_its_test_auroc_per_dataset():
 
 
 @pytest.mark.slow
-def test_the_shipped_detectors_are_what_the_script_builds(tmp_path, monkeypatch):
+def test_the_shipped_detectors_are_what_the_script_builds(benchmark_caches, tmp_path, monkeypatch):
     """The build script, on the benchmark caches (restored from the repository's history into a temporary
-    folder where this checkout has none), writes the shipped files' numbers again."""
+    folder where this checkout has none: conftest's ``benchmark_caches``), writes the shipped files' numbers again."""
     import importlib.util
-    import subprocess
 
     where = ROOT
     if not (ROOT / "data" / "benchmark" / "smollm2-135m-instruct" / "baselines" / "triviaqa.jsonl").is_file():
-        where = tmp_path / "checkout"
-        done = subprocess.run(["bash", str(ROOT / "scripts" / "build" / "restore_benchmark_caches.sh"), str(where)],
-                              capture_output=True, text=True)
-        if done.returncode == 2:  # a shallow clone: the commits holding the caches are not here
-            pytest.skip(done.stderr.strip())
-        assert done.returncode == 0, done.stderr
-        for tracked in ("labels", "probe_training"):  # the labelled files the runs name, next to the caches
-            (where / "data" / tracked).symlink_to(ROOT / "data" / tracked)
-        for tracked in ("README.md", "world_facts.jsonl.xz", "unseen"):
-            (where / "data" / "benchmark" / "smollm2-135m-instruct" / tracked).symlink_to(
-                ROOT / "data" / "benchmark" / "smollm2-135m-instruct" / tracked)
+        where = benchmark_caches
     spec = importlib.util.spec_from_file_location("build_detectors", ROOT / "scripts" / "build" / "build_detectors.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
