@@ -161,7 +161,7 @@ def test_label_command_on_an_existing_cluster_matches_local(smollm, ray_cluster,
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
     command = [sys.executable, "-m", "grade", "label", "--dataset", str(dataset), "--out", str(out),
                "--samples", "3", "--matcher", "lenient", "--seed", "7", "--max-new-tokens", "6", "--batch", "2",
-               "--quiet", "--engine", "ray", "--address", ray_cluster, "--workers", "1"]  # several: the extract test
+               "--quiet", "--engine", "ray", "--address", ray_cluster, "--workers", "2"]
     done = subprocess.run(command, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "6 rows written, 2 already stored" in done.stdout
