@@ -158,8 +158,9 @@ def test_no_table_is_wider_than_its_column(app_url, new_browser, title):
     _go(driver, title)
     _settled(driver)
     _no_exception(driver)
-    shown = _tables_seen(driver)
-    assert shown >= 1, f"{title}: no table on the page"
+    # waited for, not read once: in one fresh clone's run (2026-11-29) Projections' table was not drawn yet when
+    # the page first looked idle after the page switch
+    _wait(driver, _tables_seen, 60, f"a table on {title}")
     _assert_tables_fit(driver, title)
     assert _open_every_expander(driver) >= 1
     _settled(driver)
