@@ -47,22 +47,26 @@ def place_by_neighbours(Z: np.ndarray, coords: np.ndarray, z_new: np.ndarray, k:
     return (coords[nearest] * weights[:, None]).sum(0) / weights.sum()
 
 
+def umap_dispatchers() -> list:
+    """The numba-compiled functions that umap-learn's loaded modules define (not those they import)."""
+    import sys
+
+    from numba.core.registry import CPUDispatcher
+
+    return [obj for name, module in list(sys.modules.items()) if name == "umap" or name.startswith("umap.")
+            for obj in list(vars(module).values()) if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == name]
+
+
 @functools.cache
 def _umap():
     """umap-learn (a slow import: numba), with numba's on-disk cache turned on for the functions it compiles: it
     asks for the cache on few of them, so every new process (each start of the app) compiled about a hundred again
     at its first UMAP projection; now only the first process after an install does. Once per process: ``import
     umap`` loads every module of umap-learn that a projection uses."""
-    import sys
-
     import umap
-    from numba.core.registry import CPUDispatcher
 
-    for name, module in list(sys.modules.items()):
-        if name == "umap" or name.startswith("umap."):
-            for obj in list(vars(module).values()):
-                if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == name:
-                    obj.enable_caching()
+    for dispatcher in umap_dispatchers():
+        dispatcher.enable_caching()
     return umap
 
 

@@ -96,14 +96,10 @@ def test_projection_places_a_new_point_near_its_neighbours(method):
 def test_umaps_compiled_functions_go_to_numbas_disk_cache():
     """A new process (each start of the app) loads umap-learn's compiled functions instead of compiling them again
     at its first UMAP projection."""
-    import sys
-
     from numba.core.caching import FunctionCache
-    from numba.core.registry import CPUDispatcher
 
     projections._umap()
-    own = [obj for name, module in list(sys.modules.items()) if name == "umap" or name.startswith("umap.")
-           for obj in vars(module).values() if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == name]
+    own = projections.umap_dispatchers()
     assert len(own) > 50 and all(isinstance(d._cache, FunctionCache) for d in own)
 
 

@@ -144,10 +144,9 @@ def _tables_seen(driver) -> int:
 def _assert_tables_fit(driver, where: str) -> None:
     """No table scrolls sideways and no grid cell or header is cut."""
     wide, cut = _wider_than_their_column(driver), _cut_cells(driver)
-    if wide or cut:
-        _save(driver, f"wide-table-{where}")
-    assert not wide, f"{where}: tables wider than their column: {wide}"
-    assert not cut, f"{where}: text cut in grid cells: {cut}"
+    picture = _save(driver, f"failed-wide-table-{where}") if wide or cut else None
+    assert not wide, f"{where}: tables wider than their column: {wide} (the page: {picture})"
+    assert not cut, f"{where}: text cut in grid cells: {cut} (the page: {picture})"
 
 
 @pytest.mark.parametrize("title", ["Traces", "Probes", "Projections", "Benchmarks"])
