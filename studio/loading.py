@@ -4,7 +4,7 @@ background build of llama.cpp (`make run` builds it while the app is already up;
 Two entry points, both Streamlit-using:
 
 - :func:`model_loading`, a context manager around the (slow) model load: the main pane shows which model
-  loads, whether it is converted first (once, about 90 s for Qwen2.5-Coder-1.5B on 2 cores) or read from the
+  loads, whether it is converted first (once, under a minute for Qwen2.5-Coder-1.5B on 2 cores) or read from the
   converted copy (seconds), a running clock, and each step the loader reports; all of it goes away once
   loaded.
 - :func:`llama_build_notice`, a line in the sidebar while llama-cpp-python builds (its compile step and log),
@@ -29,8 +29,8 @@ from grade.models.backends import LlamaBuild, llama_build_status
 from grade.models.models import cache_dir
 
 #: Seconds the first start converts an embedded model's GGUF file into a torch model (de-quantised weights,
-#: cached on disk), measured on 2 idle cores; models not listed: not measured, said as such.
-CONVERSION_SECONDS = {"qwen2.5-coder-1.5b-instruct": 90}
+#: cached on disk), measured on 2 idle cores (bench/gguf_conversion.py); models not listed: under a minute.
+CONVERSION_SECONDS = {"qwen2.5-coder-1.5b-instruct": 45}
 #: Seconds to load the converted copy of the largest embedded model (Qwen) on 2 cores: about 25 s were seen
 #: on a busy 2-core VM, a few seconds idle.
 LOAD_SECONDS = 25

@@ -16,7 +16,7 @@ fcntl = pytest.importorskip("fcntl")
 def test_first_start_converts_then_seconds(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADE_CACHE_DIR", str(tmp_path))
     first = loading.load_estimate("qwen2.5-coder-1.5b-instruct")
-    assert "first start" in first.title and "about 90 s" in first.detail and first.seconds == 90 + loading.LOAD_SECONDS
+    assert "first start" in first.title and "about 45 s" in first.detail and first.seconds == 45 + loading.LOAD_SECONDS
     (tmp_path / "models" / "qwen2.5-coder-1.5b-instruct").mkdir(parents=True)
     (tmp_path / "models" / "qwen2.5-coder-1.5b-instruct" / "config.json").write_text("{}")
     again = loading.load_estimate("qwen2.5-coder-1.5b-instruct")

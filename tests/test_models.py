@@ -98,3 +98,38 @@ def test_a_piece_changed_after_installation_is_named(tmp_path, monkeypatch):
     with pytest.raises(ModelLoadError, match="demo_piece/data/p.bin of the package demo-piece differs from what pip installed"):
         split.assemble(tmp_path / "out")
     assert "demo_piece" not in sys.modules
+
+
+def test_a_conversion_parses_each_gguf_file_once(tmp_path):
+    """``_gguf_read_once`` (a conversion's three openings of one file share one parse) reads what transformers'
+    own route reads, hands each caller its own copy and puts everything back when it ends."""
+    import gguf
+    import numpy as np
+    from transformers import modeling_gguf_pytorch_utils as utils
+
+    from grade.models.models import _gguf_read_once
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_context_length(64)
+    writer.add_token_list([f"t{i}" for i in range(300)])
+    writer.add_tensor("token_embd.weight", np.arange(32, dtype=np.float32).reshape(4, 8))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    originals = (gguf.GGUFReader, utils.load_gguf_checkpoint, gguf.get_tensor_name_map)
+    plain = gguf.GGUFReader(path)
+    expected = utils.load_gguf_checkpoint(str(path))
+    with _gguf_read_once():
+        reader = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is reader and type(reader.data) is np.ndarray
+        assert {k: f.contents() for k, f in reader.fields.items()} == {k: f.contents() for k, f in plain.fields.items()}
+        np.testing.assert_array_equal(reader.tensors[0].data, plain.tensors[0].data)
+        first, second = utils.load_gguf_checkpoint(str(path)), utils.load_gguf_checkpoint(path)
+        assert first == second == expected and first["tokenizer"] is not second["tokenizer"]
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 1)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 1) is names
+    assert (gguf.GGUFReader, utils.load_gguf_checkpoint, gguf.get_tensor_name_map) == originals

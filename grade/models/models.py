@@ -1,12 +1,14 @@
 """Loading models: embedded GGUF models, local folders, ``.gguf`` files and hub ids.
 
-GGUF files are de-quantised by transformers once (15-45 s) and the result is cached on disk as
+GGUF files are de-quantised by transformers once and the result is cached on disk as
 safetensors + tokenizer, so every later load takes about a second. The cache lives under
 ``$GRADE_CACHE_DIR`` (default: ``~/.cache/grade-studio``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import logging
@@ -99,6 +101,60 @@ def check_tokenizer_is_not_character_level(tokenizer, source: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def _gguf_read_once():
+    """Inside: each GGUF file parsed once, however often transformers opens it.
+
+    transformers opens the file for the config, for the tokenizer and for the weights, and each opening parses
+    every metadata field (the whole vocabulary, value by value, each value a slice of a ``numpy.memmap``, whose
+    slicing is several times slower than a plain array's): for a vocabulary of 150,000-260,000 tokens those
+    parses, not the de-quantisation, were most of a conversion. Here one reader per file, reading through a plain
+    array view of its memory map, one metadata parse for the config and the tokenizer (each gets a copy), and
+    one map of tensor names per architecture (transformers builds it again for every module of the model).
+    """
+    import copy
+
+    import gguf
+    import numpy as np
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    class PlainArrayReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._data
+
+        @data.setter
+        def data(self, value):
+            self._data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    readers: dict[tuple[str, str], gguf.GGUFReader] = {}
+    metadata: dict[str, dict] = {}
+    original_reader, original_load = gguf.GGUFReader, gguf_utils.load_gguf_checkpoint
+    original_names = gguf.get_tensor_name_map
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = PlainArrayReader(path, mode)
+        return readers[key]
+
+    def load_gguf_checkpoint(path, return_tensors=False, **kwargs):
+        if return_tensors or kwargs:
+            return original_load(path, return_tensors, **kwargs)
+        key = os.path.realpath(path)
+        if key not in metadata:
+            metadata[key] = original_load(path, False)
+        return copy.deepcopy(metadata[key])
+
+    gguf.GGUFReader, gguf_utils.load_gguf_checkpoint = reader, load_gguf_checkpoint
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(original_names)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf_utils.load_gguf_checkpoint = original_reader, original_load
+        gguf.get_tensor_name_map = original_names
+
+
 def _convert_gguf(
     gguf_path: Path, target: Path, say: Callable[[str], None] | None, dtype: torch.dtype = torch.float32
 ) -> None:
@@ -106,11 +162,12 @@ def _convert_gguf(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if say:
-        say(f"Converting {gguf_path.name} (one time, 15-45 s)")
+        say(f"Converting {gguf_path.name} (once)")
     folder, filename = str(gguf_path.parent), gguf_path.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=dtype)
+        with _gguf_read_once():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=dtype)
     except Exception as exc:  # transformers raises many types for unreadable/unsupported GGUF files
         raise ModelLoadError(f"could not convert GGUF file {gguf_path}: {exc}") from exc
     check_tokenizer_is_not_character_level(tokenizer, gguf_path.name)
