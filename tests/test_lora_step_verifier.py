@@ -104,4 +104,5 @@ def test_kept_predictions_score_to_the_committed_numbers():
             setattr(v, k, x)
     part = [r for r in test if r["level"] == "gsm8k"]
     m = L.tsv.metrics(v, [np.asarray(states[best]["test"][r["id"]]) for r in part], part, "known", 20)
-    assert m["f1"]["value"] == pytest.approx(committed["test"]["level gsm8k, known"][best]["f1"]["value"])
+    # the committed tables hold 4 significant digits
+    assert m["f1"]["value"] == pytest.approx(committed["test"]["level gsm8k, known"][best]["f1"]["value"], rel=1e-3)

@@ -577,13 +577,25 @@ def run_score(args) -> int:
                     m[half] = {k: v for k, v in m[half].items() if k in keep}
         for key, d in (small["shipped_verifier"]["test"] or {}).items():
             small["shipped_verifier"]["test"][key] = {k: v for k, v in d.items() if k in keep}
-        (RESULTS / f"lora_{READER}.json").write_text(json.dumps(small, indent=1) + "\n")
+        (RESULTS / f"lora_{READER}.json").write_text(json.dumps(rounded(small), indent=1) + "\n")
         (RESULTS / f"lora_{READER}.md").write_text(md + "\n")
         if args.preds.is_dir():  # the per-step predictions kept beside the tables, so that scoring can be rerun
             bundle = {s["variant"]: s for s in states}
             (RESULTS / f"lora_{READER}_preds.json.xz").write_bytes(lzma.compress(json.dumps(bundle).encode()))
     print(md)
     return 0
+
+
+def rounded(value):
+    """Floats to 4 significant digits, inside dicts and lists: the tables' precision (the per-step predictions
+    are kept whole in the .json.xz beside them)."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
 
 
 def render(results: dict, args) -> str:
