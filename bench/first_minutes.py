@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "first_minutes.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
+    # the clone, its venv and the converted model (over 10 GB); a failed run keeps them, its log among them
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
