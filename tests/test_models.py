@@ -159,3 +159,33 @@ def test_a_second_process_waits_for_the_first_conversion_instead_of_converting_a
         (folder / "config.json").write_text("{}")  # the first process's copy
     waiting.join(10)
     assert found == [str(folder)] and conversions == []
+
+
+def test_two_threads_convert_one_after_the_other_and_leave_gguf_as_it_was():
+    import threading
+
+    import gguf
+
+    from grade.models.models import _gguf_read_once
+
+    original, inside, release, seen = gguf.GGUFReader, threading.Event(), threading.Event(), []
+
+    def first():
+        with _gguf_read_once():
+            inside.set()
+            release.wait(10)
+
+    def second():
+        with _gguf_read_once():
+            seen.append(gguf.GGUFReader)
+
+    one, two = threading.Thread(target=first), threading.Thread(target=second)
+    one.start()
+    assert inside.wait(10)
+    two.start()
+    two.join(0.3)
+    assert two.is_alive() and not seen  # waits for the first conversion to end
+    release.set()
+    one.join(10)
+    two.join(10)
+    assert gguf.GGUFReader is original and seen and seen[0] is not original

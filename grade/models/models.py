@@ -101,6 +101,9 @@ def check_tokenizer_is_not_character_level(tokenizer, source: str) -> None:
         )
 
 
+_conversion_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def _gguf_read_once():
     """Inside: each GGUF file parsed once, however often transformers opens it.
@@ -111,6 +114,8 @@ def _gguf_read_once():
     parses, not the de-quantisation, were most of a conversion. Here one reader per file, reading through a plain
     array view of its memory map, one metadata parse for the config and the tokenizer (each gets a copy), and
     one map of tensor names per architecture (transformers builds it again for every module of the model).
+    The stand-ins are module attributes of gguf and transformers, so one conversion at a time holds them (a second
+    thread's exit would otherwise put back the first's stand-ins for good).
     """
     import copy
 
@@ -118,41 +123,43 @@ def _gguf_read_once():
     import numpy as np
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    class PlainArrayReader(gguf.GGUFReader):
-        @property
-        def data(self):
-            return self._data
+    with _conversion_lock:
+        original_reader, original_load = gguf.GGUFReader, gguf_utils.load_gguf_checkpoint
+        original_names = gguf.get_tensor_name_map
 
-        @data.setter
-        def data(self, value):
-            self._data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+        class PlainArrayReader(original_reader):
+            @property
+            def data(self):
+                return self._data
 
-    readers: dict[tuple[str, str], gguf.GGUFReader] = {}
-    metadata: dict[str, dict] = {}
-    original_reader, original_load = gguf.GGUFReader, gguf_utils.load_gguf_checkpoint
-    original_names = gguf.get_tensor_name_map
+            @data.setter
+            def data(self, value):
+                self._data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
 
-    def reader(path, mode="r"):
-        key = (os.path.realpath(path), mode)
-        if key not in readers:
-            readers[key] = PlainArrayReader(path, mode)
-        return readers[key]
+        readers: dict[tuple[str, str], gguf.GGUFReader] = {}
+        metadata: dict[str, dict] = {}
 
-    def load_gguf_checkpoint(path, return_tensors=False, **kwargs):
-        if return_tensors or kwargs:
-            return original_load(path, return_tensors, **kwargs)
-        key = os.path.realpath(path)
-        if key not in metadata:
-            metadata[key] = original_load(path, False)
-        return copy.deepcopy(metadata[key])
+        def reader(path, mode="r"):
+            key = (os.path.realpath(path), mode)
+            if key not in readers:
+                readers[key] = PlainArrayReader(path, mode)
+            return readers[key]
 
-    gguf.GGUFReader, gguf_utils.load_gguf_checkpoint = reader, load_gguf_checkpoint
-    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(original_names)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf_utils.load_gguf_checkpoint = original_reader, original_load
-        gguf.get_tensor_name_map = original_names
+        def load_gguf_checkpoint(path, return_tensors=False, **kwargs):
+            if return_tensors or kwargs:
+                return original_load(path, return_tensors, **kwargs)
+            key = os.path.realpath(path)
+            if key not in metadata:
+                metadata[key] = original_load(path, False)
+            return copy.deepcopy(metadata[key])
+
+        gguf.GGUFReader, gguf_utils.load_gguf_checkpoint = reader, load_gguf_checkpoint
+        gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(original_names)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf_utils.load_gguf_checkpoint = original_reader, original_load
+            gguf.get_tensor_name_map = original_names
 
 
 def _convert_gguf(
