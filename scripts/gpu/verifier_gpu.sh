@@ -11,6 +11,8 @@
 #    replies (scripts/studies/step_rollouts.py, one shard per lane -> OUT_DIR/rollouts/<lane>.jsonl).
 #
 # LANES_PER_GPU=0: the features only (the completion labels are already there).
+# EXTERNAL=DIR: the features of the annotated traces only, other models' in DIR first
+#   (scripts/studies/external_step_errors.py; carry DIR), for scripts/studies/transfer_step_verifier.py --compact.
 #
 # Every job resumes what is already there, so the script is run again, call after call, until the logs say done;
 # jobs stop TIME_LIMIT seconds (default 480) after the start, so that a call ends inside the device's limit.
@@ -25,6 +27,8 @@ mkdir -p "$out/logs" "$out/rollouts"
 prepare_once "$out" "$gguf" || exit 2
 ngpu=$(nvidia-smi -L | wc -l)
 per=${LANES_PER_GPU:-2}
+which="--own"
+[ -n "${EXTERNAL:-}" ] && which="--external $EXTERNAL --only annotated"
 lanes=$((ngpu * per))
 
 rollouts() {  # lane number, GPU
@@ -36,7 +40,7 @@ rollouts() {  # lane number, GPU
 (
   if [ ! -f "$out/compact/meta.npz" ]; then
     CUDA_VISIBLE_DEVICES=0 timeout "$(left)" "$PY" scripts/studies/step_verifier_features.py --reader "$MODEL" --device cuda \
-      --dtype float32 --own >> "$out/logs/features.log" 2>&1 \
+      --dtype float32 $which >> "$out/logs/features.log" 2>&1 \
       && "$PY" scripts/studies/compact_verifier_features.py --reader "$MODEL" --out "$out/compact" >> "$out/logs/features.log" 2>&1 \
       && xz -c "data/step_verifier/$MODEL/traces.jsonl" > "$out/compact/traces.jsonl.xz"
   fi

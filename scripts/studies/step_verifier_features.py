@@ -69,8 +69,6 @@ def main(argv=None) -> int:
     annotated, train = all_traces(args.n_reference, args.own)
     folder = ROOT / "data/step_verifier" / args.reader
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [dict(asdict(t), key=trace_key(args.reader, t.question, t.trace, t.task)) for t in annotated + train]
-    (folder / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     queues = [[t for t in annotated if t.split == "dev"], [t for t in annotated if t.split == "test"],
               [t for t in train if t.source == "injected own"]]
     order = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
@@ -94,6 +92,11 @@ def main(argv=None) -> int:
     elif args.only == "train":
         order = [t for t in order if t.source != "annotated"]
     order = order[: args.limit]
+    # every trace of this run listed with its split, the external ones too: the compaction fits its projection on
+    # every trace but the annotated test halves (scripts/studies/compact_verifier_features.py)
+    listed = annotated + train + (external if args.external else [])
+    rows = [dict(asdict(t), key=trace_key(args.reader, t.question, t.trace, t.task)) for t in listed]
+    (folder / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     lm = grade.load_model(args.reader, device=args.device, dtype=args.dtype)
     t0 = time.perf_counter()
     for i, t in enumerate(order):
