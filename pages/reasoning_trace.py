@@ -307,7 +307,7 @@ def _show_verdicts(keys: list[str]) -> None:
         suspect, threshold = localization.verifier_verdict(v["reader"], result.step_probability, outcome)
         with column, st.container(border=True, key=f"rt_verdict_{key}"):
             st.markdown(f"**Trace {key}.** "
-                        + localization.verdict_line(suspect, result.step_probability, threshold, outcome))
+                        + localization.verdict_line(suspect, result.step_probability, threshold, outcome, v["reader"]))
             if suspect is not None:
                 st.markdown(f"> {session.plain(result.step_texts[suspect - 1].strip()[:200])}")
             st.caption(localization.outcome_line(outcome, known.reason) + " " + localization.reader_line(v["reader"], lm.name)

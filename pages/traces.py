@@ -295,7 +295,7 @@ with st.container(border=True, key="tr_trace"):
     if not pd.isna(reader):  # the verifier ran on this trace (stores of format 3): its verdict first
         st.markdown("**Step verifier.** " + localization.verdict_line(
             row["verifier_suspect_step"], row["step_verifier_probability"], float(row["verifier_threshold"]),
-            final_known))
+            final_known, str(reader)))
         st.caption(localization.reader_line(str(reader), model_name) + " "
                    + localization.verifier_accuracy_line(str(reader), final_known=final_known is not None))
     signals = signals_of_row(row, token_rows)

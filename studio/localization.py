@@ -139,15 +139,15 @@ def trace_outcome(response: str, gold) -> bool | None:
     return outcome(response=response, gold=gold).final_correct
 
 
-def verifier_verdict(reader: str, probability, final_correct) -> tuple[int | None, float]:
+def verifier_verdict(reader: str, probability, final_correct, task: str = "gsm8k") -> tuple[int | None, float]:
     """The step verifier's suspect step (1-based, None: none stands out) and the threshold it used, for a trace
     whose per-step probabilities were read once, under what is known of its final answer now
     (:func:`known_outcome`): a gold answer typed or changed after the reading re-decides the verdict without
-    reading the trace again. The thresholds are the shipped verifier's (its asset file), as
-    :func:`grade.steps.verifier.verify_trace` uses them."""
+    reading the trace again. The thresholds are the shipped verifier's (its asset file) for the trace's level
+    (``task``: the prompt style it was read under), as :func:`grade.steps.verifier.verify_trace` uses them."""
     import numpy as np
 
-    from grade.steps.verifier import shipped_verifier
+    from grade.steps.verifier import shipped_verifier, trace_level
 
     verifier = shipped_verifier(_short(reader).lower())
     if verifier is None:
@@ -155,8 +155,9 @@ def verifier_verdict(reader: str, probability, final_correct) -> tuple[int | Non
     from grade.steps.outcome import Outcome
 
     p = np.asarray([float(x) for x in probability])
-    suspect = verifier.suspect(p, final_correct=final_correct)
-    threshold = Outcome(final_correct, "unknown" if final_correct is None else "known", "").threshold(verifier)
+    level = trace_level(task)
+    suspect = verifier.suspect(p, final_correct=final_correct, level=level)
+    threshold = Outcome(final_correct, "unknown" if final_correct is None else "known", "").threshold(verifier, level)
     return (None if suspect is None else int(suspect) + 1), float(0.0 if threshold is None else threshold)
 
 
@@ -174,16 +175,39 @@ def verdict_label(step) -> str:
     return NO_STEP if _missing(step) else f"step {int(step)}"
 
 
-def verdict_line(step, probability, threshold: float, final_correct=None) -> str:
+@functools.lru_cache(maxsize=8)
+def _localizes(reader: str) -> bool:
+    """Whether the verifier shipped for ``reader`` spreads one probability of a wrong step over the steps (its
+    localizer: :class:`grade.steps.verifier.StepVerifier`), so that its threshold applies to their sum."""
+    import json
+    from importlib import resources
+
+    from grade.steps.verifier import ASSET_DIR
+
+    path = resources.files("grade") / ASSET_DIR / f"{_short(reader).lower()}.json"
+    return path.is_file() and bool(json.loads(path.read_text(encoding="utf-8")).get("localizer"))
+
+
+def verdict_line(step, probability, threshold: float, final_correct=None, reader: str | None = None) -> str:
     """The verifier's verdict on one trace in one Markdown sentence (``step`` 1-based or None; ``probability``
-    per step; ``final_correct``: the final answer's known correctness, None / null where not known)."""
+    per step; ``final_correct``: the final answer's known correctness, None / null where not known; ``reader``:
+    the verifier's reader, whose rule the sentence names)."""
     p = [float(x) for x in probability]
     if not _missing(final_correct) and not bool(final_correct) and not _missing(step):
         k = int(step)
         return (f"**Step {k} stands out**, P = {p[k - 1]:.2f}: the final answer is wrong, so some step is, and this "
                 "one is the verifier's most likely first wrong step.")
+    top = max(range(len(p)), key=lambda k: p[k]) if p else None
+    if reader is not None and _localizes(reader):
+        wrong = sum(p)
+        if _missing(step):
+            highest = f" (the likeliest first wrong one: step {top + 1}, P = {p[top]:.2f})" if top is not None else ""
+            return (f"**{NO_STEP.capitalize()}**: the probability that some step is wrong, {wrong:.2f}, does not pass "
+                    f"{threshold:.2f}{highest}.")
+        k = int(step)
+        return (f"**Step {k} stands out**, P = {p[k - 1]:.2f}: the probability that some step is wrong, {wrong:.2f}, "
+                f"passes {threshold:.2f}, and this step is the likeliest first wrong one.")
     if _missing(step):
-        top = max(range(len(p)), key=lambda k: p[k]) if p else None
         highest = f" (the highest: step {top + 1}, P = {p[top]:.2f})" if top is not None else ""
         return f"**{NO_STEP.capitalize()}**: no step's probability of being the first wrong one passes {threshold:.2f}{highest}."
     k = int(step)

@@ -81,6 +81,34 @@ def test_save_load_round_trip_is_exact(small, features, tmp_path):
         StepVerifier.load(tmp_path / "v")
 
 
+def test_the_localizer_spreads_the_wrongness_over_the_steps(small, features, tmp_path):
+    """With the localizer the output sums to the logistic regression's largest p_k, its largest step is the
+    listwise head's, the verdict is that step where the sum passes the threshold, and a file keeps both heads."""
+    first = [t.first_wrong for t in small]
+    plain = StepVerifier(layers=(3, 5), n_components=4, target="first").fit(features, first)
+    verifier = StepVerifier(layers=(3, 5), n_components=4, target="first", localizer=True).fit(features, first)
+    assert np.array_equal(plain.coef_, verifier.coef_)  # the same logistic regression beside the head
+    for f, e in zip(features, first):
+        P = verifier.predict_proba(f)
+        assert P.shape == (f.n_steps,) and (P >= 0).all()
+        assert P.sum() == pytest.approx(plain.predict_proba(f).max())
+        X = verifier._design(*verifier._raw(f))
+        assert int(np.argmax(P)) == int(np.argmax(X @ verifier.loc_coef_))
+        assert verifier.suspect(P, threshold=P.sum() - 1e-9) == int(np.argmax(P))
+        assert verifier.suspect(P, threshold=P.sum() + 1e-9) is None
+        assert verifier.suspect(P, threshold=2.0, final_correct=False) == int(np.argmax(P))  # known wrong: a step
+    # trained on two wrong traces, the head puts each one's first wrong step first
+    for f, e in zip(features, first):
+        if e is not None:
+            assert int(np.argmax(verifier.predict_proba(f))) == e
+    verifier.save(tmp_path / "v")
+    again = StepVerifier.load(tmp_path / "v")
+    assert again.localizer and all(np.array_equal(verifier.predict_proba(f), again.predict_proba(f)) for f in features)
+    assert "localizer" not in json.loads(plain.save(tmp_path / "plain")[0].read_text())  # older files read as before
+    with pytest.raises(ValueError, match="first"):
+        StepVerifier(target="cumulative", localizer=True)
+
+
 def test_threshold_none_and_first_over(small, features):
     verifier = StepVerifier(layers=(), C=1.0).fit(features, [t.first_wrong for t in small])
     p = np.array([0.1, 0.6, 0.4, 0.9])
@@ -233,12 +261,13 @@ def test_compacted_features_give_the_same_verifier(smollm, small, features, tmp_
     compact(folder, tmp_path / "compact", [3, 5], 6)
     stored = load_compact(tmp_path / "compact")
     keys = [r["key"] for r in rows]
-    projected = StepVerifier(layers=(3, 5), n_components=4).fit([stored[k] for k in keys],
-                                                               [t.first_wrong for t in small])
-    raw = unproject(projected, tmp_path / "compact" / "basis.npz")
-    assert raw.components_.shape == (4, 2 * smollm.model.config.hidden_size)
-    for k, f in zip(keys, features):
-        np.testing.assert_allclose(raw.predict_proba(f), projected.predict_proba(stored[k]), atol=2e-3)
+    for localizer in (False, True):  # the localizer's scores move by one constant per trace: its softmax does not
+        projected = StepVerifier(layers=(3, 5), n_components=4, target="first", localizer=localizer).fit(
+            [stored[k] for k in keys], [t.first_wrong for t in small])
+        raw = unproject(projected, tmp_path / "compact" / "basis.npz")
+        assert raw.components_.shape == (4, 2 * smollm.model.config.hidden_size)
+        for k, f in zip(keys, features):
+            np.testing.assert_allclose(raw.predict_proba(f), projected.predict_proba(stored[k]), atol=2e-3)
 
 
 def test_completion_label_rules():
@@ -351,19 +380,25 @@ def test_scores_by_paragraph(annotated):
     assert m["top1"]["value"] == 1.0 and m["f1"]["value"] == 1.0
 
 
-def test_the_shipped_qwen_verifier_cites_real_errors_and_keeps_the_written_traces_apart(annotated):
-    """The numbers a page cites beside the Qwen verifier's verdict are those on Qwen's own traces marked by a reader
-    (their test half, whole), never mixed with the written traces; both test halves are kept by paragraph."""
-    info = json.loads((ROOT / "grade/assets/step_verifier/qwen2.5-coder-1.5b-instruct.json").read_text())
-    real = [t for t in annotated if t.file.startswith("gsm8k_qwen.") and t.split == "test"]
-    written = [t for t in annotated if t.file.startswith("gsm8k_written") and t.split == "test"]
-    for measured in (info["measured"], info["measured_final_known"]):
-        assert "gsm8k_qwen" in measured["data"] and "written" not in measured["data"]
-        assert (measured["n_wrong"], measured["n_correct"]) == (sum(t.first_wrong is not None for t in real),
-                                                                sum(t.first_wrong is None for t in real))
-    by_paragraph = info["measured_by_paragraph"]
-    assert by_paragraph["gsm8k_written"]["paragraph"]["n_wrong"] == sum(t.first_wrong is not None for t in written)
-    assert by_paragraph["gsm8k_qwen"]["paragraph, final answer known"]["n_correct"] == len(real) - info["measured"]["n_wrong"]
+@pytest.mark.parametrize("reader", ["smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct"])
+def test_each_shipped_verifier_cites_other_models_traces_marked_by_people(reader):
+    """The numbers a page cites beside a verifier's verdict, read from its file alone (the GPU reader's weights
+    live in history): each protocol's and level's, measured on the external annotated test halves by paragraph,
+    with intervals and chance; each protocol's threshold the one it applies; never a written or own trace."""
+    info = json.loads((ROOT / f"grade/assets/step_verifier/{reader}.json").read_text())
+    assert info["reader"] == reader and "test half" in info["never_trained_on"]
+    assert "annotated by people" in info["traces_model"]
+    for protocol, attr in (("unknown", "threshold"), ("known", "threshold_right")):
+        cell = info["protocols"][protocol]
+        assert cell["threshold"] == info[attr]
+        for level in ("gsm8k", "math"):
+            m = cell["measured"][level]
+            assert f"external annotated test halves ({level} level), by paragraph" == m["data"]
+            assert m["n_wrong"] > 250 and m["n_correct"] > 50
+            for name in ("f1", "wrong_exact", "none_acc", "top1"):
+                assert m[name]["low"] <= m[name]["value"] <= m[name]["high"] and 0 <= m[name]["chance"] <= 1
+    assert info["measured"] == info["protocols"]["unknown"]["measured"]["gsm8k"]  # the key the pages read
+    assert set(info["level_thresholds"]) == {"gsm8k", "math"}
 
 
 # ------------------------------------------------------------------------------ the outcome rule

@@ -14,6 +14,7 @@ READER = "smollm2-135m-instruct"
 def test_a_traces_task_picks_its_levels_thresholds_and_they_survive_a_save(tmp_path):
     verifier = shipped_verifier(READER)
     assert verifier is not None
+    verifier.localizer = False  # the first step over a threshold: which threshold applied shows in the step named
     verifier.threshold, verifier.threshold_right = 0.5, 0.9
     verifier.level_thresholds = {"math": {"threshold": 0.8, "threshold_right": 0.95}}
     p = np.array([0.1, 0.6, 0.85, 0.92])

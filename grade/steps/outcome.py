@@ -35,12 +35,14 @@ class Outcome:
     protocol: str
     reason: str
 
-    def threshold(self, verifier) -> float | None:
-        """The threshold the verifier applies under this outcome; None where it names its most suspect step
-        whatever the probabilities (a final answer known to be wrong)."""
+    def threshold(self, verifier, level: str | None = None) -> float | None:
+        """The threshold the verifier applies under this outcome to a trace of ``level`` (its own where the
+        verifier has thresholds per level, else the pooled); None where it names its most suspect step whatever
+        the probabilities (a final answer known to be wrong)."""
         if self.final_correct is False:
             return None
-        return float(verifier.threshold_right if self.final_correct else verifier.threshold)
+        unknown, right = verifier.thresholds(level)
+        return float(right if self.final_correct else unknown)
 
     def measured(self, verifier, level: str = "gsm8k") -> dict:
         """The numbers the shipped ``verifier`` cites for this protocol at ``level`` (``gsm8k`` or ``math``), as

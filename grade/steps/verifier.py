@@ -4,9 +4,12 @@ Process-reward-model style. The model reads question and trace once (forward onl
 each step k gets features from that pass (:func:`step_features`): the residual stream at the step's last
 token at a few depths, token surprisal, the step's loss and the arithmetic / provenance check of
 :mod:`grade.steps.step_checks`. A small classifier (:class:`StepVerifier`: a projection of the hidden
-states and a logistic regression) turns them into ``p_k = P(an error has occurred by step k)``. The
-suspect step is the first step whose probability passes a threshold chosen on annotated dev traces;
-where none does, the answer is "no wrong step". Steps are ranked for top-3 by the rise ``p_k - p_{k-1}``.
+states and a logistic regression) turns them into per-step probabilities (``target``: of step k being the
+first wrong one, or of an error by step k). The suspect step is the first step whose probability passes a
+threshold chosen on annotated dev traces; where none does, the answer is "no wrong step". With the
+``localizer`` a second head on the same inputs, trained to pick a wrong trace's first wrong step among its
+steps, spreads the trace's probability of a wrong step over its steps: the verdict is its likeliest step
+where that probability passes the threshold.
 
 Three layers, as in :mod:`grade.steps.locate`: the model pass (:func:`step_features`), a pure estimator
 (:class:`StepVerifier`, numpy at prediction time) and what the studio calls (:func:`verify_trace`).
@@ -255,6 +258,27 @@ def step_targets(n_steps: int, first_wrong: int | None, target: str) -> tuple[np
     raise ValueError(f"unknown target {target!r}; cumulative or first")
 
 
+def _fit_listwise(traces: Sequence[tuple[np.ndarray, int, float]], penalty: float) -> np.ndarray:
+    """(d,) weights w of a softmax over each trace's steps, ``softmax(X w)``, maximising the weighted mean
+    log-probability of each trace's first wrong step minus ``penalty * |w|^2``; traces: (X (K, d), first wrong
+    step, weight) of the wrong traces."""
+    from scipy.optimize import minimize
+
+    total = sum(wt for _, _, wt in traces) or 1.0
+
+    def loss(w):
+        value, grad = penalty * float(w @ w), 2 * penalty * w
+        for X, e, wt in traces:
+            s = X @ w
+            q = np.exp(s - s.max())
+            q /= q.sum()
+            value -= wt / total * float(np.log(q[e] + 1e-300))
+            grad = grad - wt / total * (X[e] - q @ X)
+        return value, grad
+
+    return minimize(loss, np.zeros(traces[0][0].shape[1]), jac=True, method="L-BFGS-B").x
+
+
 class StepVerifier:
     """Per-step probability that the trace has gone wrong, from :class:`TraceFeatures`.
 
@@ -267,24 +291,39 @@ class StepVerifier:
     target : ``cumulative`` (p_k = P(error by step k); ranking by its rise) or ``first`` (p_k = P(step k is the
         first wrong step); ranking by p_k), see :func:`step_targets`.
     C : inverse L2 strength of the logistic regression.
-    threshold : the suspect step is the first with p_k > threshold (:meth:`choose_threshold` sets it);
-        threshold_right : the same where the trace's final answer is known to be right (:meth:`suspect`).
+    localizer : also fit a second linear head on the same inputs that says *which* step of a wrong trace is its
+        first wrong one (a softmax over the trace's steps, trained on the wrong traces alone: a listwise target
+        that ranks a trace's steps against each other, where the logistic regression scores each step against
+        every step of every trace). Its output is then ``P_k = w * softmax(s)_k``: the logistic regression's
+        largest p_k as the trace's wrongness w, spread over the steps by the head's scores s, so that
+        ``sum(P) = w`` and the most suspect step is the head's; ``first`` target only.
+    threshold : without the localizer the suspect step is the first with p_k > threshold; with it, the step of
+        the largest P_k where ``sum(P) > threshold`` (:meth:`choose_threshold` sets it); threshold_right : the same
+        where the trace's final answer is known to be right (:meth:`suspect`).
     level_thresholds : ``{level: {"threshold": .., "threshold_right": ..}}``, the two thresholds of traces of one
         level (``gsm8k``, ``math``: :func:`trace_level`) where they were chosen on that level's own dev traces; a
         level not named here takes ``threshold`` and ``threshold_right``.
 
     Fitted attributes (all numpy, saved as safetensors): ``h_mean_`` (H,), ``h_scale_`` (H,), ``components_``
-    (P, H), ``s_mean_`` (S,), ``s_scale_`` (S,), ``coef_`` (P + S,), ``intercept_``.
+    (P, H), ``s_mean_`` (S,), ``s_scale_`` (S,), ``coef_`` (P + S,), ``intercept_``; with the localizer
+    ``loc_coef_`` (P + S,).
     """
+
+    #: L2 penalty of the localizer's mean log-likelihood (its dev top-1 was the same from 1e-3 to 1e-1)
+    LOCALIZER_PENALTY = 0.01
 
     def __init__(self, layers: Sequence[int] = (3, 5), n_components: int = 32, scalars: Sequence[str] = SCALARS,
                  target: str = "cumulative", C: float = 0.1, threshold: float = 0.5,
-                 threshold_right: float | None = None, level_thresholds: dict | None = None):
+                 threshold_right: float | None = None, level_thresholds: dict | None = None,
+                 localizer: bool = False):
+        if localizer and target != "first":
+            raise ValueError("the localizer spreads the first-step target's wrongness: target must be 'first'")
         self.layers = tuple(int(i) for i in layers)
         self.n_components = int(n_components)
         self.scalars = tuple(scalars)
         self.target = target
         self.C = float(C)
+        self.localizer = bool(localizer)
         self.threshold = float(threshold)
         self.threshold_right = float(threshold if threshold_right is None else threshold_right)
         self.level_thresholds = {str(level): {k: float(v[k]) for k in ("threshold", "threshold_right")}
@@ -295,6 +334,8 @@ class StepVerifier:
         params = {"layers": list(self.layers), "n_components": self.n_components, "scalars": list(self.scalars),
                   "target": self.target, "C": self.C, "threshold": self.threshold,
                   "threshold_right": self.threshold_right}
+        if self.localizer:  # absent from the files of verifiers without one, which read as before
+            params["localizer"] = True
         return {**params, "level_thresholds": self.level_thresholds} if self.level_thresholds else params
 
     def thresholds(self, level: str | None = None) -> tuple[float, float]:
@@ -343,8 +384,14 @@ class StepVerifier:
         w = w * np.where(y > 0, 0.5 / pos, 0.5 / neg) * len(y)
         model = LogisticRegression(C=self.C, max_iter=5000).fit(X, y, sample_weight=w)
         self.coef_, self.intercept_ = model.coef_[0], float(model.intercept_[0])
+        names = ["h_mean_", "h_scale_", "components_", "s_mean_", "s_scale_", "coef_"]
+        if self.localizer:
+            wrong = [(self._design(*self._raw(f)), int(e), wt) for f, e, wt in zip(traces, first_wrong, weights)
+                     if e is not None]
+            self.loc_coef_ = _fit_listwise(wrong, self.LOCALIZER_PENALTY)
+            names.append("loc_coef_")
         # kept at the precision they are saved with, so that a loaded verifier predicts bit for bit the same
-        for name in ("h_mean_", "h_scale_", "components_", "s_mean_", "s_scale_", "coef_"):
+        for name in names:
             setattr(self, name, getattr(self, name).astype(np.float32).astype(np.float64))
         self.intercept_ = float(np.float32(self.intercept_))
         return self
@@ -357,16 +404,26 @@ class StepVerifier:
         return np.concatenate(parts, axis=1)
 
     def predict_proba(self, f: TraceFeatures) -> np.ndarray:
-        """(K,) p_k of one trace (see ``target``)."""
+        """(K,) p_k of one trace (see ``target``); with the localizer P_k (see ``localizer``)."""
         if not hasattr(self, "coef_"):
             raise RuntimeError("the step verifier is not fitted")
-        logit = self._design(*self._raw(f)) @ self.coef_ + self.intercept_
-        return 1.0 / (1.0 + np.exp(-logit))
+        X = self._design(*self._raw(f))
+        p = 1.0 / (1.0 + np.exp(-(X @ self.coef_ + self.intercept_)))
+        if not self.localizer:
+            return p
+        s = X @ self.loc_coef_
+        e = np.exp(s - s.max())
+        return float(p.max()) * e / e.sum()
 
     def step_scores(self, p: np.ndarray) -> np.ndarray:
         """(K,) ranking scores, higher = more likely the first wrong step: the rise of p_k (cumulative
-        target) or p_k itself (first)."""
+        target) or p_k itself (first, and the localizer's P_k)."""
         return np.diff(p, prepend=0.0) if self.target == "cumulative" else np.asarray(p)
+
+    def decision_values(self, p: np.ndarray) -> np.ndarray:
+        """The values of one trace's output at which its verdict can change with the threshold: each p_k (the
+        first over the threshold), or with the localizer the one ``sum(P)``."""
+        return np.array([float(np.sum(p))]) if self.localizer else np.asarray(p, dtype=float)
 
     def suspect(self, p: np.ndarray, threshold: float | None = None, final_correct: bool | None = None,
                 level: str | None = None) -> int | None:
@@ -378,11 +435,14 @@ class StepVerifier:
         step is), else None. Unknown, or ``threshold`` given: the first over ``threshold``.
         level : the trace's level (:func:`trace_level`): its own thresholds where the verifier has them.
         """
-        if final_correct is False and threshold is None:
-            return int(np.argmax(self.step_scores(np.asarray(p))))
+        p = np.asarray(p, dtype=float)
+        if final_correct is False:
+            return int(np.argmax(self.step_scores(p)))
         unknown, right = self.thresholds(level)
         tau = threshold if threshold is not None else right if final_correct else unknown
-        over = np.flatnonzero(np.asarray(p) > tau)
+        if self.localizer:
+            return int(np.argmax(p)) if float(np.sum(p)) > tau else None
+        over = np.flatnonzero(p > tau)
         return int(over[0]) if over.size else None
 
     @staticmethod
@@ -399,7 +459,7 @@ class StepVerifier:
         (dev) traces; with ``final_correct`` (per trace) also ``threshold_right``, the best F1 where the final
         answers are known. Returns {"threshold", "f1", "wrong_exact", "none_acc"} of the unknown-answer rule and,
         with ``final_correct``, ``known``: the same of the known-answer rule."""
-        candidates = np.unique(np.concatenate([np.asarray(p) for p in probs] + [np.array([1.0])]))
+        candidates = np.unique(np.concatenate([self.decision_values(p) for p in probs] + [np.array([1.0])]))
         self.threshold = self._best(candidates, lambda tau: first_error_f1(
             [self.suspect(p, tau) for p in probs], first_wrong)["f1"])
         best = {"threshold": self.threshold, **first_error_f1([self.suspect(p) for p in probs], first_wrong)}
@@ -417,9 +477,10 @@ class StepVerifier:
     # ---- files: JSON (settings, provenance, measured numbers) + safetensors (arrays)
 
     def _tensors(self) -> dict[str, np.ndarray]:
-        return {"h_mean": self.h_mean_, "h_scale": self.h_scale_, "components": self.components_,
-                "s_mean": self.s_mean_, "s_scale": self.s_scale_, "coef": self.coef_,
-                "intercept": np.array([self.intercept_])}
+        tensors = {"h_mean": self.h_mean_, "h_scale": self.h_scale_, "components": self.components_,
+                   "s_mean": self.s_mean_, "s_scale": self.s_scale_, "coef": self.coef_,
+                   "intercept": np.array([self.intercept_])}
+        return {**tensors, "loc_coef": self.loc_coef_} if self.localizer else tensors
 
     def save(self, path: str | Path) -> tuple[Path, Path]:
         """Write ``path.json`` and ``path.safetensors`` (float32 arrays); returns both paths."""
@@ -459,12 +520,14 @@ class StepVerifier:
             raise InputError(f"{weights} does not belong to {meta_path.name} (checksum mismatch)")
         t = load_file(str(weights))
         params = {k: meta[k] for k in ("layers", "n_components", "scalars", "target", "C", "threshold")}
-        params.update({k: meta[k] for k in ("threshold_right", "level_thresholds") if k in meta})
+        params.update({k: meta[k] for k in ("threshold_right", "level_thresholds", "localizer") if k in meta})
         verifier = cls(**params)
         verifier.h_mean_, verifier.h_scale_ = t["h_mean"].astype(np.float64), t["h_scale"].astype(np.float64)
         verifier.components_ = t["components"].astype(np.float64)
         verifier.s_mean_, verifier.s_scale_ = t["s_mean"].astype(np.float64), t["s_scale"].astype(np.float64)
         verifier.coef_, verifier.intercept_ = t["coef"].astype(np.float64), float(t["intercept"][0])
+        if verifier.localizer:
+            verifier.loc_coef_ = t["loc_coef"].astype(np.float64)
         verifier.info = {k: v for k, v in meta.items() if k not in params and k not in (
             "format", "format_version", "feature_depths", "all_scalars", "weights", "weights_sha256")}
         return verifier

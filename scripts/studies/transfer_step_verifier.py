@@ -2,8 +2,12 @@
 ``scripts/studies/external_step_errors.py``), by paragraph, in both protocols of :mod:`grade.steps.outcome`.
 
     python scripts/studies/transfer_step_verifier.py [--external DIR] [--reader smollm2-135m-instruct] [--ship]
+    python scripts/studies/transfer_step_verifier.py --reader qwen2.5-coder-1.5b-instruct --compact   # GPU features
 
-Features: ``scripts/studies/step_verifier_features.py --external DIR`` (cached per trace). Every variant (a training
+Features: ``scripts/studies/step_verifier_features.py --external DIR`` (cached per trace); ``--compact``: the
+projected ones a GPU run brought back (``scripts/gpu/verifier_gpu.sh`` with ``EXTERNAL``, read from
+``data/step_verifier/<reader>/compact``; the verifier shipped before reads raw states and is not scored then, and
+``--ship`` writes the chosen one unprojected). Every variant (a training
 set and the verifier's settings) is scored on the external **dev** halves out of fold (5 folds by problem: a fold's
 model never saw that fold's problems); each protocol's threshold is chosen there (the mean of the GSM8K-level and
 MATH-level F1 by paragraph, maximised); the variant with the best mean over levels and protocols is chosen. Then every
@@ -35,6 +39,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "studies"))
 
 from grade.steps.kinds import canonical_kind  # noqa: E402
 from grade.steps.locate import _rank01, check_scores  # noqa: E402
@@ -64,26 +69,35 @@ VARIANTS = {
     "first-step, scalars only (check + surprisal); external dev + Qwen's annotated": (
         {**BASE, "layers": ()}, ("own",)),
     "first-step, C=0.01; external dev + Qwen's annotated": ({**BASE, "C": 0.01}, ("own",)),
+    "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's annotated": (
+        {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own",)),
 }
 PROTOCOLS = ("unknown", "known")
 
 
-def load_rows(reader: str, external: Path) -> tuple[list[dict], dict]:
+def load_rows(reader: str, external: Path, compact: bool = False) -> tuple[list[dict], dict]:
     from grade.steps.real_errors import annotated_traces
 
     folder = ROOT / "data/step_verifier" / reader
+    stored = None
+    if compact:
+        from compact_verifier_features import load_compact
+
+        stored = load_compact(folder / "compact")
     traces = [(t, "external") for t in annotated_traces(folder=external)] + [(t, "own") for t in annotated_traces()]
     rows, missing = [], {}
     for t, where in traces:
         group = t.file.split(".")[0]
-        path = folder / f"{trace_key(reader, t.question, t.trace, t.task)}.npz"
-        if not path.is_file():
+        key = trace_key(reader, t.question, t.trace, t.task)
+        path = folder / f"{key}.npz"
+        if (key not in stored) if stored is not None else not path.is_file():
             missing[group] = missing.get(group, 0) + 1
             continue
         rows.append({"id": t.id, "problem": t.problem, "file": group, "split": t.split, "first_wrong": t.first_wrong,
                      "kind": canonical_kind(t.kind) if t.kind else None, "final_correct": t.final_correct,
                      "trace": t.trace, "external": where == "external", "level": LEVELS.get(group, t.task),
-                     "features": TraceFeatures.load(path), "paragraphs": step_paragraphs(t.trace)})
+                     "features": stored[key] if stored is not None else TraceFeatures.load(path),
+                     "paragraphs": step_paragraphs(t.trace)})
     return rows, missing
 
 
@@ -111,14 +125,10 @@ def answers(verifier: StepVerifier, probs, rows, protocol: str, tau: float | Non
     out = []
     for p, r in zip(probs, rows):
         final = r["final_correct"] if protocol == "known" else None
-        if tau is None:
-            out.append(verifier.suspect(p, final_correct=final, level=r["level"]))
-        elif final is False:
-            out.append(int(np.argmax(verifier.step_scores(p))))
-        else:  # known right: the threshold tried; not known under ``known``: the unknown protocol's, chosen first
-            over = np.flatnonzero(p > (verifier.thresholds(r["level"])[0] if protocol == "known" and final is None
-                                       else tau))
-            out.append(int(over[0]) if over.size else None)
+        tried = tau
+        if tau is not None and protocol == "known" and final is None:  # not known: the unknown protocol's, chosen first
+            tried = verifier.thresholds(r["level"])[0]
+        out.append(verifier.suspect(p, threshold=tried, final_correct=final, level=r["level"]))
     return by_paragraph(out, [verifier.step_scores(p) for p in probs], [r["first_wrong"] for r in rows],
                         [r["paragraphs"] for r in rows])
 
@@ -143,7 +153,7 @@ def level_mean_f1(verifier, probs, rows, protocol, tau) -> float:
 def choose_thresholds(verifier: StepVerifier, probs, rows) -> dict:
     """Each protocol's threshold maximising the mean of the two levels' F1 by paragraph (midway to the next
     candidate, as StepVerifier._best)."""
-    allp = np.concatenate(probs)
+    allp = np.concatenate([verifier.decision_values(p) for p in probs])
     candidates = np.unique(np.concatenate([np.quantile(allp, np.linspace(0, 1, 301)), [1.0]]))
     out = {}
     for protocol, attr in (("unknown", "threshold"), ("known", "threshold_right")):
@@ -242,6 +252,9 @@ def main(argv=None) -> int:
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--only", nargs="+", default=None, metavar="VARIANT")
     p.add_argument("--ship", action="store_true")
+    p.add_argument("--compact", action="store_true",
+                   help="features from data/step_verifier/<reader>/compact (a GPU run's projected states)")
+    p.add_argument("--name", default=None, help="results file name (default verifier_<reader>)")
     p.add_argument("--machine", default=None, help="what the numbers came from (default: this CPU, its cores and load)")
     args = p.parse_args(argv)
     if args.machine is None:
@@ -250,7 +263,7 @@ def main(argv=None) -> int:
         m = machine()
         args.machine = f"{m['cpu']}, {m['cpu_count']} cores, load average {m['load_average'][0]:.1f} at the start"
     t0 = time.perf_counter()
-    rows, missing = load_rows(args.reader, args.external)
+    rows, missing = load_rows(args.reader, args.external, args.compact)
     ext = [r for r in rows if r["external"]]
     dev = [r for r in ext if r["split"] == "dev"]
     test = [r for r in ext if r["split"] == "test"]
@@ -290,7 +303,7 @@ def main(argv=None) -> int:
         base_of[per_level] = name
         score_dev(per_level, verifier, probs)
         verifier.level_thresholds = {}
-    shipped = shipped_verifier(args.reader)
+    shipped = None if args.compact else shipped_verifier(args.reader)
     before = "verifier shipped before (Qwen's traces; its thresholds)"
     if shipped is not None:  # scored on dev as it is (it never saw an external trace): shipped again only if it wins
         probs = [shipped.predict_proba(r["features"]) for r in dev]
@@ -356,7 +369,7 @@ def main(argv=None) -> int:
                "seconds": time.perf_counter() - t0}
     out = ROOT / "results/step_errors/transfer"
     out.mkdir(parents=True, exist_ok=True)
-    name = f"verifier_{args.reader}"
+    name = args.name or f"verifier_{args.reader}"
     import lzma
 
     # xz-compressed, as the tracked tree's other large results are (the .md beside it holds the tables)
@@ -416,6 +429,10 @@ def main(argv=None) -> int:
             # the keys the pages read: the GSM8K level, by paragraph
             "measured": gsm, "measured_final_known": protocols["known"]["measured"]["gsm8k"],
             "machine": args.machine, "date": results["date"], "commit": commit}
+        if args.compact:  # the studio reads raw hidden states
+            from compact_verifier_features import unproject
+
+            chosen = unproject(chosen, ROOT / "data/step_verifier" / args.reader / "compact/basis.npz")
         meta, weights = chosen.save(ROOT / "grade/assets/step_verifier" / args.reader)
         print(f"shipped {meta} ({weights.stat().st_size / 1e6:.2f} MB)")
     return 0
