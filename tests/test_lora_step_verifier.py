@@ -3,6 +3,7 @@ adapters start as the identity and leave the reader as they found it, and the ke
 committed beside them."""
 
 import json
+import lzma
 import sys
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def test_kept_predictions_score_to_the_committed_numbers():
 
     if not (L.tsv.EXTERNAL / "mr_gsm8k.jsonl").is_file():
         pytest.skip("the external annotated traces are not here (scripts/studies/external_step_errors.py builds them)")
-    committed = json.loads((L.RESULTS / f"lora_{L.READER}.json").read_text())
+    committed = json.loads(lzma.decompress((L.RESULTS / f"lora_{L.READER}.json.xz").read_bytes()))
     # the committed thresholds on the kept test predictions: the committed point estimate (no bootstrap needed)
     rows = L.load_rows(L.tsv.EXTERNAL)
     _, test, _ = L.parts(rows)

@@ -577,7 +577,8 @@ def run_score(args) -> int:
                     m[half] = {k: v for k, v in m[half].items() if k in keep}
         for key, d in (small["shipped_verifier"]["test"] or {}).items():
             small["shipped_verifier"]["test"][key] = {k: v for k, v in d.items() if k in keep}
-        (RESULTS / f"lora_{READER}.json").write_text(json.dumps(rounded(small), indent=1) + "\n")
+        # xz-compressed, as the study's other JSON results (the .md beside it holds the tables)
+        (RESULTS / f"lora_{READER}.json.xz").write_bytes(lzma.compress((json.dumps(rounded(small), indent=1) + "\n").encode()))
         (RESULTS / f"lora_{READER}.md").write_text(md + "\n")
         if args.preds.is_dir():  # the per-step predictions kept beside the tables, so that scoring can be rerun
             bundle = {s["variant"]: s for s in states}
