@@ -117,17 +117,22 @@ def test_one_outcome_rule_for_the_verifier_on_both_pages(correct, cut, known):
 
 
 def test_the_verifier_uses_the_known_right_threshold_when_the_answer_is_right():
+    """A verdict re-decided on a page applies the threshold of the trace's level and of what is known of its final
+    answer, as grade.steps.verifier.verify_trace does."""
     from grade.steps.verifier import shipped_verifier
     from studio.localization import verifier_verdict
 
     verifier = shipped_verifier("smollm2-135m-instruct")
-    p = [0.05, min(0.999, (verifier.threshold + verifier.threshold_right) / 2), 0.1]
-    if verifier.threshold_right <= verifier.threshold:
-        pytest.skip("the shipped thresholds do not differ")
-    assert verifier_verdict("smollm2-135m-instruct", p, None) == (2, pytest.approx(verifier.threshold))
-    assert verifier_verdict("smollm2-135m-instruct", p, True) == (None, pytest.approx(verifier.threshold_right))
-    step, threshold = verifier_verdict("smollm2-135m-instruct", p, False)
-    assert step == 2 and threshold == 0.0
+    for task in ("gsm8k", "math"):
+        unknown, right = verifier.thresholds(task)
+        if right <= unknown:
+            pytest.skip("the shipped thresholds do not differ")
+        middle = (unknown + right) / 2  # over the outcome-unknown threshold, under the known-right one
+        p = [0.02, middle - 0.04, 0.02] if verifier.localizer else [0.05, middle, 0.1]
+        assert verifier_verdict("smollm2-135m-instruct", p, None, task) == (2, pytest.approx(unknown))
+        assert verifier_verdict("smollm2-135m-instruct", p, True, task) == (None, pytest.approx(right))
+        step, threshold = verifier_verdict("smollm2-135m-instruct", p, False, task)
+        assert step == 2 and threshold == 0.0
 
 
 def test_the_annotation_line_shows_the_saved_mark_not_the_given_one():
