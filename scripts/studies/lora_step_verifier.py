@@ -408,9 +408,10 @@ def read_states(preds: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(preds.glob("preds_*.json"))]
 
 
-def probe_probs(external: Path) -> tuple[str, dict, dict]:
+def probe_probs(external: Path) -> tuple[str, dict, dict, bool]:
     """The shipped verifier's variant (a probe on frozen states) refitted as the probe study fits it: its dev
-    predictions out of fold and its test predictions, by trace id (needs the local feature cache)."""
+    predictions out of fold and its test predictions, by trace id (needs the local feature cache), and whether it
+    has the localizer (its verdicts then follow that rule)."""
     import lzma
 
     name = json.loads(lzma.decompress(SHIPPED.read_bytes()))["chosen"]
@@ -427,11 +428,11 @@ def probe_probs(external: Path) -> tuple[str, dict, dict]:
         v = tsv.fit(settings, tsv.training_pool(sources, [r for r in dev if r["problem"] not in held], others))
         oof.update({r["id"]: v.predict_proba(r["features"]) for r in dev if r["problem"] in held})
     v = tsv.fit(settings, tsv.training_pool(sources, dev, others))
-    return name, oof, {r["id"]: v.predict_proba(r["features"]) for r in test}
+    return name, oof, {r["id"]: v.predict_proba(r["features"]) for r in test}, bool(settings.get("localizer"))
 
 
 def per_level(dev: list[dict], dev_probs: dict, test: list[dict], test_probs: dict, n_boot: int,
-              target: str = "first") -> dict:
+              target: str = "first", localizer: bool = False) -> dict:
     """Each level its own thresholds (chosen on its dev traces out of fold), then its test traces scored once."""
     out = {}
     for level in ("gsm8k", "math"):
@@ -439,7 +440,7 @@ def per_level(dev: list[dict], dev_probs: dict, test: list[dict], test_probs: di
         t = [r for r in test if r["level"] == level and r["id"] in test_probs]
         if not d or not t:
             continue
-        v = StepVerifier(target=target)
+        v = StepVerifier(target=target, localizer=localizer)
         chosen = tsv.choose_thresholds(v, [np.asarray(dev_probs[r["id"]]) for r in d], d)
         for protocol in tsv.PROTOCOLS:
             out[f"level {level}, {protocol}"] = {
@@ -534,11 +535,12 @@ def run_score(args) -> int:
     ship_name = shipped["chosen"] if shipped else None
     differences = {}
     if args.probe_per_level and shipped:
-        _, oof, tp = probe_probs(args.external)
-        levels["shipped verifier (probe on frozen states), refitted"] = per_level(ext_dev, oof, test, tp, args.n_boot)
+        _, oof, tp, localizer = probe_probs(args.external)
+        levels["shipped verifier (probe on frozen states), refitted"] = per_level(ext_dev, oof, test, tp, args.n_boot,
+                                                                                 localizer=localizer)
         # the chosen LoRA head against the probe on the same test traces, each with its own dev thresholds
         lora = next(s for s in states if s["variant"] == best)
-        va, vb = StepVerifier(target=target_of(lora["settings"])), StepVerifier(target="first")
+        va, vb = StepVerifier(target=target_of(lora["settings"])), StepVerifier(target="first", localizer=localizer)
         for k, x in thresholds[best].items():
             if k.startswith("threshold"):
                 setattr(va, k, x)
