@@ -552,6 +552,7 @@ def run_score(args) -> int:
                 differences[f"level {level}, {protocol}"] = paired(
                     part, (va, [np.asarray(lora["test"][r["id"]]) for r in part]),
                     (vb, [np.asarray(tp[r["id"]]) for r in part]), protocol, args.n_boot)
+    per_kind = kind_table(next(s for s in states if s["variant"] == best), thresholds[best], test, args.n_boot)
     import subprocess
 
     commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h", "--", str(Path(__file__).resolve())],
@@ -559,7 +560,7 @@ def run_score(args) -> int:
     results = {"date": time.strftime("%Y-%m-%d"), "script_commit": commit, "reader": READER, "chosen": best,
                "training_traces": training, "variants": VARIANTS,
                "runs": complete, "thresholds": thresholds, "dev_out_of_fold": dev_scores, "test": test_scores,
-               "per_level_thresholds": levels, "chosen_minus_probe_test": differences,
+               "per_level_thresholds": levels, "chosen_minus_probe_test": differences, "test_per_kind": per_kind,
                "shipped_verifier": {"variant": ship_name, "commit": shipped and shipped.get("commit"),
                                     "dev_out_of_fold": shipped and shipped["dev_out_of_fold"][ship_name],
                                     "test": shipped and {g: res[ship_name] for g, res in shipped["test"].items()}}}
@@ -577,6 +578,9 @@ def run_score(args) -> int:
             for key, m in d.items():
                 for half in ("dev", "test"):
                     m[half] = {k: v for k, v in m[half].items() if k in keep}
+        for key, d in small["test_per_kind"].items():
+            for protocol, m in d.items():
+                d[protocol] = {k: v for k, v in m.items() if k in keep}
         for key, d in (small["shipped_verifier"]["test"] or {}).items():
             small["shipped_verifier"]["test"][key] = {k: v for k, v in d.items() if k in keep}
         # xz-compressed, as the study's other JSON results (the .md beside it holds the tables)
@@ -587,6 +591,24 @@ def run_score(args) -> int:
             (RESULTS / f"lora_{READER}_preds.json.xz").write_bytes(lzma.compress(json.dumps(bundle).encode()))
     print(md)
     return 0
+
+
+def kind_table(state: dict, chosen: dict, test: list[dict], n_boot: int) -> dict:
+    """The chosen head's test traces with an error, per level and kind of error (5 or more), scored in both protocols
+    with its dev thresholds: {"<level>: <kind>": {protocol: metrics}} (the probe's own table: the verifier study's)."""
+    verifier = StepVerifier(target=target_of(state["settings"]))
+    for k, x in chosen.items():
+        if k.startswith("threshold"):
+            setattr(verifier, k, x)
+    out = {}
+    for kind in sorted({r["kind"] for r in test if r["kind"]}):
+        for level in ("gsm8k", "math"):
+            part = [r for r in test if r["kind"] == kind and r["level"] == level and r["id"] in (state["test"] or {})]
+            if len(part) >= 5:
+                probs = [np.asarray(state["test"][r["id"]]) for r in part]
+                out[f"{level}: {kind}"] = {protocol: tsv.metrics(verifier, probs, part, protocol, n_boot)
+                                           for protocol in tsv.PROTOCOLS}
+    return out
 
 
 def rounded(value):
@@ -650,6 +672,13 @@ def render(results: dict, args) -> str:
             lines.append(f"| {key} | " + " | ".join(
                 f"{d[k]['value']:+.2f} [{d[k]['low']:+.2f}, {d[k]['high']:+.2f}]" if k in d else "-"
                 for k in ("f1", "wrong_exact", "none_acc", "top1", "top3")) + " |")
+        lines.append("")
+    if results.get("test_per_kind"):
+        lines += ["### test halves per kind of error (the chosen head; exact first wrong paragraph)", "",
+                  "| level: kind | n | final answer not given | its truth given |", "|---|---|---|---|"]
+        for key, d in results["test_per_kind"].items():
+            lines.append(f"| {key} | {d['unknown']['n_wrong']} | {tsv.cell(d['unknown']['wrong_exact'])} | "
+                         f"{tsv.cell(d['known']['wrong_exact'])} |")
         lines.append("")
     lines += ["### what ran", ""]
     for n, c in results["runs"].items():
