@@ -588,7 +588,7 @@ def run_score(args) -> int:
         (RESULTS / f"lora_{READER}.md").write_text(md + "\n")
         if args.preds.is_dir():  # the per-step predictions kept beside the tables, so that scoring can be rerun
             bundle = {s["variant"]: s for s in states}
-            (RESULTS / f"lora_{READER}_preds.json.xz").write_bytes(lzma.compress(json.dumps(bundle).encode()))
+            (RESULTS / f"lora_{READER}_preds.json.xz").write_bytes(lzma.compress(json.dumps(bundle).encode(), preset=9 | lzma.PRESET_EXTREME))
     print(md)
     return 0
 

@@ -373,7 +373,7 @@ def main(argv=None) -> int:
     import lzma
 
     # xz-compressed, as the tracked tree's other large results are (the .md beside it holds the tables)
-    (out / f"{name}.json.xz").write_bytes(lzma.compress((json.dumps(results, indent=1, default=float) + "\n").encode()))
+    (out / f"{name}.json.xz").write_bytes(lzma.compress((json.dumps(results, indent=1, default=float) + "\n").encode(), preset=9 | lzma.PRESET_EXTREME))
     md = [f"## Step verifier on other models' annotated traces: reader {args.reader}", "",
           f"{results['date']}, commit {commit}, {args.machine}. Scored by paragraph (each of our steps counts for the "
           "paragraph it starts in). `unknown`: final answer not given (the process-reward protocol); `known`: the final "
