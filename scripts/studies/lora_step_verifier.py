@@ -540,10 +540,7 @@ def run_score(args) -> int:
                                                                                  localizer=localizer)
         # the chosen LoRA head against the probe on the same test traces, each with its own dev thresholds
         lora = next(s for s in states if s["variant"] == best)
-        va, vb = StepVerifier(target=target_of(lora["settings"])), StepVerifier(target="first", localizer=localizer)
-        for k, x in thresholds[best].items():
-            if k.startswith("threshold"):
-                setattr(va, k, x)
+        va, vb = head_verifier(lora, thresholds[best]), StepVerifier(target="first", localizer=localizer)
         for k, x in shipped["thresholds"][ship_name].items():
             setattr(vb, k, x)
         for level in ("gsm8k", "math"):
@@ -593,22 +590,24 @@ def run_score(args) -> int:
     return 0
 
 
-def kind_table(state: dict, chosen: dict, test: list[dict], n_boot: int) -> dict:
-    """The chosen head's test traces with an error, per level and kind of error (5 or more), scored in both protocols
-    with its dev thresholds: {"<level>: <kind>": {protocol: metrics}} (the probe's own table: the verifier study's)."""
+def head_verifier(state: dict, chosen: dict) -> StepVerifier:
+    """A verifier holding a head's rule and its dev thresholds (``chosen``: tsv.choose_thresholds's answer): the
+    head's p_k are given, so it only decides verdicts and ranks steps."""
     verifier = StepVerifier(target=target_of(state["settings"]))
     for k, x in chosen.items():
         if k.startswith("threshold"):
             setattr(verifier, k, x)
-    out = {}
-    for kind in sorted({r["kind"] for r in test if r["kind"]}):
-        for level in ("gsm8k", "math"):
-            part = [r for r in test if r["kind"] == kind and r["level"] == level and r["id"] in (state["test"] or {})]
-            if len(part) >= 5:
-                probs = [np.asarray(state["test"][r["id"]]) for r in part]
-                out[f"{level}: {kind}"] = {protocol: tsv.metrics(verifier, probs, part, protocol, n_boot)
-                                           for protocol in tsv.PROTOCOLS}
-    return out
+    return verifier
+
+
+def kind_table(state: dict, chosen: dict, test: list[dict], n_boot: int) -> dict:
+    """The chosen head's test traces with an error, per level and kind of error (5 or more), scored in both protocols
+    with its dev thresholds: {"<level>: <kind>": {protocol: metrics}} (the probe's own table: the verifier study's)."""
+    verifier = head_verifier(state, chosen)
+    scored = [r for r in test if r["id"] in (state["test"] or {})]
+    return {key: {protocol: tsv.metrics(verifier, [np.asarray(state["test"][r["id"]]) for r in part], part, protocol,
+                                        n_boot) for protocol in tsv.PROTOCOLS}
+            for key, part in tsv.kind_groups(scored).items()}
 
 
 def rounded(value):

@@ -225,6 +225,17 @@ def groups(rows: list[dict]) -> dict[str, list[int]]:
     return {k: v for k, v in out.items() if v}
 
 
+def kind_groups(rows: list[dict], least: int = 5) -> dict[str, list[dict]]:
+    """{"<level>: <kind>": rows} of the traces with an error of each kind at each level, where ``least`` or more."""
+    out = {}
+    for kind in sorted({r["kind"] for r in rows if r["kind"]}):
+        for level in ("gsm8k", "math"):
+            part = [r for r in rows if r["kind"] == kind and r["level"] == level]
+            if len(part) >= least:
+                out[f"{level}: {kind}"] = part
+    return out
+
+
 def cell(m: dict | None) -> str:
     if not m or not np.isfinite(m["value"]):
         return "-"
@@ -345,15 +356,10 @@ def main(argv=None) -> int:
     # per kind of error: the chosen verifier and the older locator, erroneous test traces
     chosen = final[best]
     per_kind = {}
-    for kind in sorted({r["kind"] for r in test if r["kind"]}):
-        for level in ("gsm8k", "math"):
-            part = [r for r in test if r["kind"] == kind and r["level"] == level]
-            if len(part) < 5:
-                continue
-            probs = [chosen.predict_proba(r["features"]) for r in part]
-            per_kind[f"{level}: {kind}"] = {
-                protocol: {"verifier": metrics(chosen, probs, part, protocol, args.n_boot),
-                           "locator": locator_metrics(part, protocol, args.n_boot)} for protocol in PROTOCOLS}
+    for key, part in kind_groups(test).items():
+        probs = [chosen.predict_proba(r["features"]) for r in part]
+        per_kind[key] = {protocol: {"verifier": metrics(chosen, probs, part, protocol, args.n_boot),
+                                    "locator": locator_metrics(part, protocol, args.n_boot)} for protocol in PROTOCOLS}
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
