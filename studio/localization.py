@@ -179,13 +179,10 @@ def verdict_label(step) -> str:
 def _localizes(reader: str) -> bool:
     """Whether the verifier shipped for ``reader`` spreads one probability of a wrong step over the steps (its
     localizer: :class:`grade.steps.verifier.StepVerifier`), so that its threshold applies to their sum."""
-    import json
-    from importlib import resources
+    from grade.steps.verifier import shipped_verifier
 
-    from grade.steps.verifier import ASSET_DIR
-
-    path = resources.files("grade") / ASSET_DIR / f"{_short(reader).lower()}.json"
-    return path.is_file() and bool(json.loads(path.read_text(encoding="utf-8")).get("localizer"))
+    verifier = shipped_verifier(_short(reader).lower())
+    return verifier is not None and verifier.localizer
 
 
 def verdict_line(step, probability, threshold: float, final_correct=None, reader: str | None = None) -> str:
