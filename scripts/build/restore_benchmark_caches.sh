@@ -26,18 +26,20 @@ HISTORY_LABELS=(data/labels/smollm2-135m-instruct/{nq_open,math}.jsonl.xz
 # Qwen2.5-Coder's: read also by its GPU drivers (crossfit_gpu.sh, step_split_gpu.sh), which say to carry them
 QWEN_HISTORY_LABELS=(data/labels/qwen2.5-coder-1.5b-instruct/{math,mmlu,nq_open}.jsonl.xz)
 HISTORY_ASSETS=(grade/assets/step_verifier/qwen2.5-coder-1.5b-instruct.safetensors)
-ASSETS_MESSAGE="Shipped files kept in history"
-restore_kept() {  # the message that begins the commit which took the files out of the tree (its parent holds them), files...
-  local message=$1 missing=() f commit tmp
-  shift
+# keep|replace, the message that begins the commit which took the files out of the tree (its parent holds them), files...
+# keep: a file already there stays (a label file being labelled again); replace: one that differs from the kept one
+# is restored again (a shipped file replaced since it was restored: its checksum in the tracked .json is the new one's)
+restore_kept() {
+  local mode=$1 message=$2 missing=() f commit tmp
+  shift 2
   # found by its message, so that a rebase does not lose it; the newest such commit holds the newest files
   commit=$(git log --format=%H -1 --grep="^$message" || true)
   for f in "$@"; do
     if [ ! -e "$f" ]; then
       missing+=("$f")
-    elif [ "$message" = "$ASSETS_MESSAGE" ] && [ -n "$commit" ] \
+    elif [ "$mode" = replace ] && [ -n "$commit" ] \
         && [ "$(git hash-object "$f")" != "$(git rev-parse -q --verify "$commit^:$f" || true)" ]; then
-      missing+=("$f")  # a shipped file replaced since it was restored: its checksum in the tracked .json is the new one's
+      missing+=("$f")
       rm -f "$f"
     fi
   done
@@ -53,11 +55,11 @@ restore_kept() {  # the message that begins the commit which took the files out 
   rm -rf "$tmp"
 }
 if [ "${1:-}" = "--assets" ]; then
-  restore_kept "$ASSETS_MESSAGE" "${HISTORY_ASSETS[@]}"
+  restore_kept replace "Shipped files kept in history" "${HISTORY_ASSETS[@]}"
   exit 0
 fi
-restore_kept "Label files only the build scripts read kept in history" "${HISTORY_LABELS[@]}"
-restore_kept "Qwen's label files only the build scripts read kept in history" "${QWEN_HISTORY_LABELS[@]}"
+restore_kept keep "Label files only the build scripts read kept in history" "${HISTORY_LABELS[@]}"
+restore_kept keep "Qwen's label files only the build scripts read kept in history" "${QWEN_HISTORY_LABELS[@]}"
 [ "${1:-}" = "--labels" ] && exit 0
 mkdir -p "$dest"
 #
