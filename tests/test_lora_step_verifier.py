@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 def _rows(lm, n=2):
     import lora_step_verifier as L
     from grade.steps.real_errors import annotated_traces
-    from grade.steps.verifier import step_paragraphs, step_scalars
+    from grade.steps.scoring import step_paragraphs
+    from grade.steps.verifier import step_scalars
 
     rows = []
     # the shortest few, one with an error and one without at least (training sees both classes)

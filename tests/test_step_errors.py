@@ -344,7 +344,7 @@ def _converter():
 
 def _check_rows(rows):
     from grade.gradients.losses import split_steps
-    from grade.steps.verifier import step_paragraphs
+    from grade.steps.scoring import step_paragraphs
 
     for r in rows:
         para = step_paragraphs(r["trace"])

@@ -9,8 +9,9 @@ import pytest
 
 from grade.gradients.losses import split_steps
 from grade.steps.real_errors import annotated_traces, held_out_problems, training_traces
-from grade.steps.verifier import (FEATURE_DEPTHS, SCALARS, StepVerifier, TraceFeatures, first_error_f1,
-                                  first_error_metrics, shipped_verifier, step_features, verify_trace)
+from grade.steps.scoring import first_error_f1, first_error_metrics
+from grade.steps.verifier import (FEATURE_DEPTHS, SCALARS, StepVerifier, TraceFeatures, shipped_verifier, step_features,
+                                  verify_trace)
 
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def test_written_traces_mark_a_step_inside_the_marked_paragraph(name, task, n_fl
     """grade/datasets/real_step_errors/*_written: the step each mark became starts in the writer's paragraph, the
     flawed and correct traces of a problem share its split, and correct traces end on the gold answer."""
     from grade.steps.real_errors import annotation_rows
-    from grade.steps.verifier import step_paragraphs
+    from grade.steps.scoring import step_paragraphs
     from grade.tasks.tasks import Question, is_correct
 
     rows = annotation_rows(name)
@@ -362,7 +363,7 @@ def test_grade_in_verifier_line_reads_the_measured_numbers():
 
 def test_scores_by_paragraph(annotated):
     """A step counts for the blank-line paragraph it starts in; a paragraph ranks by its steps' highest score."""
-    from grade.steps.verifier import by_paragraph, step_paragraphs
+    from grade.steps.scoring import by_paragraph, step_paragraphs
 
     t = next(t for t in annotated if t.first_wrong is not None and t.trace.count("\n\n") >= 2)
     spans = split_steps(t.trace)

@@ -39,7 +39,7 @@ def split_of(problem: str) -> str:
 def converted(row: dict, dataset: str = "gsm8k") -> dict:
     """The annotation row of one written trace; ValueError says why a line is refused."""
     from grade.gradients.losses import split_steps
-    from grade.steps.verifier import step_paragraphs
+    from grade.steps.scoring import step_paragraphs
     from grade.tasks.tasks import Question, is_correct
 
     trace, flawed = row["trace"].strip(), row["first_wrong_paragraph"] is not None

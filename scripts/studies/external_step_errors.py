@@ -104,7 +104,7 @@ def annotation_row(*, id: str, problem: str, dataset: str, model: str, source: s
                    final_correct: bool | None, annotator: str, **extra) -> dict | None:
     """One row of the project's annotation format, or None where a source step would hold none of our steps."""
     from grade.gradients.losses import split_steps
-    from grade.steps.verifier import step_paragraphs
+    from grade.steps.scoring import step_paragraphs
 
     paragraphs = _paragraphs(steps)
     if not paragraphs or not all(p.strip() for p in paragraphs):

@@ -46,8 +46,9 @@ sys.path.insert(0, str(ROOT / "scripts/studies"))
 import transfer_step_verifier as tsv  # noqa: E402  (levels, folds, thresholds, metrics of the probe's study)
 
 from grade.steps.kinds import canonical_kind  # noqa: E402
+from grade.steps.scoring import step_paragraphs  # noqa: E402
 from grade.steps.verifier import (FEATURE_DEPTHS, SCALARS, StepVerifier, TraceFeatures, _layer_indices,  # noqa: E402
-                                  _prepare, step_features_batch, step_paragraphs, step_targets, trace_key)
+                                  _prepare, step_features_batch, step_targets, trace_key)
 
 READER = "smollm2-135m-instruct"
 DEPTHS = (3, 5)  # indices into FEATURE_DEPTHS: 0.75 and 1.0, the shipped verifier's deepest two

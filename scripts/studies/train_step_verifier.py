@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts" / "studies"))
 
 from grade.steps.locate import check_scores  # noqa: E402
-from grade.steps.verifier import (SCALARS, StepVerifier, TraceFeatures,  # noqa: E402
-                                  by_paragraph, first_error_metrics, step_paragraphs)
+from grade.steps.scoring import by_paragraph, first_error_metrics, step_paragraphs  # noqa: E402
+from grade.steps.verifier import SCALARS, StepVerifier, TraceFeatures  # noqa: E402
 
 TRACES_MODEL = "qwen2.5-coder-1.5b-instruct"
 #: The annotation files of real errors (the model's own complete GSM8K replies, marked by a reader): what a shipped
@@ -238,7 +238,7 @@ def predictions(verifier: StepVerifier, rows: list[dict]) -> list[np.ndarray]:
 def score(verifier: StepVerifier, probs: list[np.ndarray], rows: list[dict], n_boot: int, known: bool = False,
           paragraphs: bool = False) -> dict:
     """The field's scores; ``known``: with each trace's final answer known (its annotated ``final_correct``);
-    ``paragraphs``: scored by the paragraph each step starts in (grade.steps.verifier.by_paragraph)."""
+    ``paragraphs``: scored by the paragraph each step starts in (grade.steps.scoring.by_paragraph)."""
     answers = ([verifier.suspect(p, final_correct=r.get("final_correct") if known else None)
                 for p, r in zip(probs, rows)], [verifier.step_scores(p) for p in probs], [r["first_wrong"] for r in rows])
     if paragraphs:

@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "scripts" / "studies"))
 
 from grade.steps.kinds import canonical_kind  # noqa: E402
 from grade.steps.locate import _rank01, check_scores  # noqa: E402
-from grade.steps.verifier import (SCALARS, StepVerifier, TraceFeatures, by_paragraph,  # noqa: E402
-                                  first_error_metrics, shipped_verifier, step_paragraphs, trace_key)
+from grade.steps.scoring import by_paragraph, first_error_metrics, step_paragraphs  # noqa: E402
+from grade.steps.verifier import SCALARS, StepVerifier, TraceFeatures, shipped_verifier, trace_key  # noqa: E402
 
 EXTERNAL = ROOT / "data/real_step_errors_external"
 #: External annotation files -> level; the GSM8K references carry no errors ("none" at GSM8K level).
