@@ -35,7 +35,7 @@ Data shapes
 
 Scores, thresholds and selections are kept per column (:class:`Column`: ``scores`` (n,), ``thresholds``
 (k,)) and written as ``crossfit_scores.csv.xz`` (one row per question, one column per method and GRADE
-variant) with ``crossfit_state.json`` (per column: the fingerprint of its inputs, the per-fold thresholds
+variant) with ``crossfit_state.json.xz`` (per column: the fingerprint of its inputs, the per-fold thresholds
 and choices). A column whose fingerprint is unchanged is read back instead of refitted: new baseline caches
 refit only the baselines, a relabelled dataset only that dataset.
 """
@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import lzma
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -461,7 +462,7 @@ class CrossfitConfig:
     datasets : name -> its labelled files (as :func:`grade.studies.benchmark.label_files` resolves ``NAME=FILE``).
     features_dir : ``<features_dir>/<loss>/<label file stem>.parquet`` feature stores of every labelled row.
     cache_dir : baseline caches, ``<cache_dir>/<model>/baselines/<name>[.samples].jsonl``.
-    store : a results folder whose ``crossfit_scores.csv.xz`` / ``crossfit_state.json`` are reused where the
+    store : a results folder whose ``crossfit_scores.csv.xz`` / ``crossfit_state.json.xz`` are reused where the
         fingerprints match (normally the output folder)."""
 
     model: str
@@ -496,11 +497,11 @@ class CrossfitRun:
 
 def read_store(folder: Path | None) -> tuple[dict, dict]:
     """(state, {dataset: {column: (ids (n,), scores (n,))}}) of a results folder; empty without one."""
-    if folder is None or not (Path(folder) / "crossfit_state.json").is_file():
+    state = read_state(folder) if folder is not None else None
+    if state is None:
         return {}, {}
     import pandas as pd
 
-    state = json.loads((Path(folder) / "crossfit_state.json").read_text(encoding="utf-8"))
     frame = pd.read_csv(Path(folder) / "crossfit_scores.csv.xz", dtype={"id": str, "dataset": str})
     stored = {}
     for name, part in frame.groupby("dataset", sort=False):
@@ -609,6 +610,24 @@ def fit_dataset(run: CrossfitRun, d: CrossfitData, state: dict, stored: dict, sa
 
 #: Every column's per-question scores of a cross-fitted results folder (written by grade.studies.crossfit_report)
 SCORES_FILE = "crossfit_scores.csv.xz"
+#: What those scores were computed from (fingerprints, per-fold thresholds and choices), xz-compressed JSON
+STATE_FILE = "crossfit_state.json.xz"
+
+
+def read_state(folder: str | Path) -> dict | None:
+    """The :data:`STATE_FILE` of a results folder, or None where it has none."""
+    path = Path(folder) / STATE_FILE
+    if not path.is_file():
+        return None
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_state(folder: str | Path, state: dict, default=None) -> Path:
+    path = Path(folder) / STATE_FILE
+    path.write_bytes(lzma.compress((json.dumps(state, indent=1, default=default) + "\n").encode("utf-8"),
+                                   preset=9 | lzma.PRESET_EXTREME))
+    return path
 
 
 def test_scores(folder: str | Path) -> list[dict]:

@@ -11,7 +11,7 @@ Files under the results folder:
 * ``paired.csv``: AUROC differences to P-Entropy, to length and to self-consistency (paired bootstrap);
 * ``selective_answering.{csv,md}``, ``transfer.csv``, ``confidently_wrong.csv``;
 * ``crossfit_scores.csv.xz`` (one row per labelled question, one column per method and variant) and
-  ``crossfit_state.json`` (fingerprints, per-fold thresholds and choices): read back by the next run;
+  ``crossfit_state.json.xz`` (fingerprints, per-fold thresholds and choices): read back by the next run;
 * ``findings.md`` and ``summary.json``.
 
 The folder loads as a :class:`~grade.studies.runs.BenchmarkResult` (the app's Benchmarks page).
@@ -25,12 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .crossfit import SCORES_FILE, CrossfitRun, LOSSES, main_methods, read_store
+from .crossfit import SCORES_FILE, STATE_FILE, CrossfitRun, LOSSES, main_methods, read_state, read_store, write_state
 from .crossfit_tables import PAIRED_REFERENCES, all_question_rows, confidently_wrong_rows, main_rows, paired_rows, \
     selective_rows, transfer_rows, variant_rows
 from .output import format_number, selective_markdown, write_csv
-
-STATE_FILE = "crossfit_state.json"
 
 
 def _ci(value, lo, hi) -> str:
@@ -108,9 +106,7 @@ def write_crossfit(run: CrossfitRun, out: str | Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = run.config
-    old_transfer = []
-    if (out / STATE_FILE).is_file():
-        old_transfer = json.loads((out / STATE_FILE).read_text(encoding="utf-8")).get("transfer", [])
+    old_transfer = (read_state(out) or {}).get("transfer", [])
     test_scores: list[dict] = []
     main = main_rows(run, test_scores)
     selective = selective_rows(test_scores, cfg.n_boot, cfg.ci)
@@ -144,15 +140,15 @@ def write_crossfit(run: CrossfitRun, out: str | Path) -> list[Path]:
 
 
 def save_store(run: CrossfitRun, out: str | Path, transfer: list[dict] | None = None) -> None:
-    """``crossfit_scores.csv.xz`` (every column's per-question scores) and ``crossfit_state.json`` (what they
+    """``crossfit_scores.csv.xz`` (every column's per-question scores) and ``crossfit_state.json.xz`` (what they
     were computed from), which the next run reads back (:func:`grade.studies.crossfit.read_store`)."""
     import pandas as pd
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     frames, state = [], {"version": 1, "datasets": {}, "transfer": transfer or []}
-    if transfer is None and (out / STATE_FILE).is_file():  # keep the transfer rows of the last full write
-        state["transfer"] = json.loads((out / STATE_FILE).read_text(encoding="utf-8")).get("transfer", [])
+    if transfer is None:  # keep the transfer rows of the last full write
+        state["transfer"] = (read_state(out) or {}).get("transfer", [])
     for name, d in run.data.items():
         if name not in run.columns:
             continue
@@ -165,7 +161,7 @@ def save_store(run: CrossfitRun, out: str | Path, transfer: list[dict] | None = 
                                    for key, c in cols.items()}
     if frames:
         pd.concat(frames, ignore_index=True).to_csv(out / SCORES_FILE, index=False, compression={"method": "xz"})
-    (out / STATE_FILE).write_text(json.dumps(state, indent=1, default=_json) + "\n", encoding="utf-8")
+    write_state(out, state, default=_json)
 
 
 def _json(value):

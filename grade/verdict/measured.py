@@ -524,7 +524,7 @@ def build_measured(folder: str | Path, root: str | Path | None = None) -> dict:
     labelled files its ``summary.json`` names are relative to (the repository)."""
     folder = Path(folder)
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    crossfit = (summary.get("protocol") or {}).get("protocol") == "crossfit" or (folder / "crossfit_state.json").is_file()
+    crossfit = (summary.get("protocol") or {}).get("protocol") == "crossfit"
     table = (folder / "all_questions.csv") if crossfit and (folder / "all_questions.csv").is_file() else folder / "main_table.csv"
     out: dict[str, dict] = {}
     for row in _rows(table):

@@ -36,9 +36,10 @@ def _fmt(x, digits=3) -> str:
 
 def model_section(name: str) -> list[str]:
     from grade.studies import BenchmarkResult
+    from grade.studies.crossfit import STATE_FILE
 
     folder = ROOT / "results" / name
-    if (folder / "crossfit_state.json").is_file():  # a cross-fitted run writes its own section
+    if (folder / STATE_FILE).is_file():  # a cross-fitted run writes its own section
         from grade.studies.crossfit_report import readme_section
 
         return readme_section(folder)
