@@ -2,12 +2,14 @@
 step people marked) in the project's annotation format, outside the repository.
 
     python scripts/studies/external_step_errors.py [--mr-gsm8k PATH] [--mr-ben PATH] [--out DIR]
+                                                   [--mr-ben-extra physics chemistry biology]
 
 PATH is a clone of the source repository (its git directory or work tree: every readable version of its files
 in the history is read) or a folder holding its JSON files. Defaults: ``../shared/datasets/step_errors/MR-GSM8K``
 and ``../shared/datasets/step_errors/Mr-Ben`` beside the checkout; DIR defaults to
 ``data/real_step_errors_external`` (git-ignored: the fetched data is not the project's to commit).
-Writes ``mr_gsm8k.jsonl``, ``mr_ben_math.jsonl`` and ``gsm8k_reference.jsonl`` there, readable by
+Writes ``mr_gsm8k.jsonl``, ``mr_ben_math.jsonl`` and ``gsm8k_reference.jsonl`` there (and ``mr_ben_<subject>.jsonl``
+for each of ``--mr-ben-extra``: other subjects' annotated solutions by the same writers, training data only), readable by
 ``grade.steps.real_errors.annotated_traces(folder=DIR)``. Sources, licences and the format:
 ``grade/datasets/real_step_errors/README.md``.
 
@@ -264,6 +266,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--gsm8k-references", type=int, default=150,
                    help="GSM8K dev reference solutions (grade/datasets) added as correct traces")
+    p.add_argument("--mr-ben-extra", nargs="*", default=(), metavar="SUBJECT",
+                   help="Mr-Ben subjects besides math written to mr_ben_<subject>.jsonl (e.g. physics chemistry)")
     args = p.parse_args(argv)
     from grade.steps.real_errors import annotated_traces
 
@@ -282,6 +286,10 @@ def main(argv=None) -> int:
         rows, counts = mr_ben_rows(args.mr_ben)
         write_jsonl(args.out / "mr_ben_math.jsonl", rows)
         print(f"Mr-Ben math: {counts}", file=sys.stderr)
+        for subject in args.mr_ben_extra:
+            rows, counts = mr_ben_rows(args.mr_ben, (subject,))
+            write_jsonl(args.out / f"mr_ben_{subject}.jsonl", rows)
+            print(f"Mr-Ben {subject}: {counts}", file=sys.stderr)
         done += 1
     else:
         print(f"no Mr-Ben at {args.mr_ben}", file=sys.stderr)

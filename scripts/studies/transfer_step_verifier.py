@@ -14,7 +14,8 @@ MATH-level F1 by paragraph, maximised); the variant with the best mean over leve
 variant is trained on all it may see and scored once on the external **test** halves, beside the verifier shipped
 before, the check-then-surprisal locator and chance. Levels: GSM8K (MR-GSM8K's annotated solutions and GSM8K
 reference solutions, correct) and MATH (Mr-Ben's math solutions). The project's own annotation files (Qwen's traces,
-the written ones) are training data only here.
+the written ones) and Mr-Ben's other subjects (``mr_ben_<subject>.jsonl`` beside the external files) are training
+data only here.
 
 Writes ``results/step_errors/transfer/verifier_<reader>.json`` and ``.md``; ``--ship`` writes the chosen verifier to
 ``grade/assets/step_verifier/<reader>.{json,safetensors}`` with each protocol's threshold and test numbers.
@@ -50,6 +51,10 @@ EXTERNAL = ROOT / "data/real_step_errors_external"
 #: External annotation files -> level; the GSM8K references carry no errors ("none" at GSM8K level).
 LEVELS = {"mr_gsm8k": "gsm8k", "gsm8k_reference": "gsm8k", "mr_ben_math": "math"}
 OWN_REAL = ("gsm8k_qwen", "gsm8k_qwen_cut", "math_qwen")
+#: Mr-Ben's other subjects (the same three writers and annotators as its math): training data only, both halves,
+#: never scored ("science": physics and chemistry, worked with numbers as math is; "biology" apart)
+SCIENCE = ("mr_ben_physics", "mr_ben_chemistry")
+BIOLOGY = ("mr_ben_biology",)
 WRITTEN = ("gsm8k_written", "math_written")
 NO_CHECK = tuple(n for n in SCALARS if not n.startswith("check"))
 BASE = dict(layers=(3, 5), n_components=32, C=0.1, target="first")
@@ -71,6 +76,10 @@ VARIANTS = {
     "first-step, C=0.01; external dev + Qwen's annotated": ({**BASE, "C": 0.01}, ("own",)),
     "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's annotated": (
         {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own",)),
+    "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + Mr-Ben physics, chemistry": (
+        {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own", "science")),
+    "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + Mr-Ben physics, chemistry, "
+    "biology": ({**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own", "science", "biology")),
 }
 PROTOCOLS = ("unknown", "known")
 
@@ -84,9 +93,10 @@ def load_rows(reader: str, external: Path, compact: bool = False) -> tuple[list[
         from compact_verifier_features import load_compact
 
         stored = load_compact(folder / "compact")
-    traces = [(t, "external") for t in annotated_traces(folder=external)] + [(t, "own") for t in annotated_traces()]
+    # "external": a scored source (LEVELS); the others are training data only
+    traces = annotated_traces(folder=external) + annotated_traces()
     rows, missing = [], {}
-    for t, where in traces:
+    for t in traces:
         group = t.file.split(".")[0]
         key = trace_key(reader, t.question, t.trace, t.task)
         path = folder / f"{key}.npz"
@@ -95,7 +105,7 @@ def load_rows(reader: str, external: Path, compact: bool = False) -> tuple[list[
             continue
         rows.append({"id": t.id, "problem": t.problem, "file": group, "split": t.split, "first_wrong": t.first_wrong,
                      "kind": canonical_kind(t.kind) if t.kind else None, "final_correct": t.final_correct,
-                     "trace": t.trace, "external": where == "external", "level": LEVELS.get(group, t.task),
+                     "trace": t.trace, "external": group in LEVELS, "level": LEVELS.get(group, t.task),
                      "features": stored[key] if stored is not None else TraceFeatures.load(path),
                      "paragraphs": step_paragraphs(t.trace)})
     return rows, missing
@@ -113,6 +123,10 @@ def training_pool(sources: tuple, ext_dev: list[dict], others: list[dict]) -> li
         pool += [r for r in others if r["file"] in OWN_REAL]
     if "written" in sources:
         pool += [r for r in others if r["file"] in WRITTEN]
+    if "science" in sources:
+        pool += [r for r in others if r["file"] in SCIENCE]
+    if "biology" in sources:
+        pool += [r for r in others if r["file"] in BIOLOGY]
     return pool
 
 
@@ -425,7 +439,7 @@ def main(argv=None) -> int:
             "variant": best, "reader": args.reader,
             "traces_model": "other models (MR-GSM8K's and Mr-Ben's solutions, annotated by people)",
             "trained_on": {"external dev traces": len(dev), **{f: sum(r["file"] == f for r in training_pool(
-                variants[base_of.get(best, best)][1], dev, others)) for f in (*OWN_REAL, *WRITTEN)}},
+                variants[base_of.get(best, best)][1], dev, others)) for f in (*OWN_REAL, *WRITTEN, *SCIENCE, *BIOLOGY)}},
             "never_trained_on": "any problem of an external test half",
             "threshold_from": ("external dev halves, out of fold, each protocol and each level (GSM8K, MATH) "
                                "maximising that level's F1 by paragraph" if best in base_of else
