@@ -76,6 +76,8 @@ VARIANTS = {
     "first-step, C=0.01; external dev + Qwen's annotated": ({**BASE, "C": 0.01}, ("own",)),
     "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's annotated": (
         {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own",)),
+    "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + written": (
+        {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own", "written")),
     "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + Mr-Ben physics, chemistry": (
         {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own", "science")),
     "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + Mr-Ben physics, chemistry, "
