@@ -401,6 +401,25 @@ def test_the_converter_on_records_in_both_sources_formats(tmp_path):
     assert rows[0]["first_wrong_step"] == 0 and rows[0]["kind"] == "plan" and rows[1]["first_wrong_step"] is None
     assert rows[0]["question"].endswith("D: 6") and rows[0]["answers"] == ["B"]
     _check_rows(rows)
+    # another subject is read only when asked for (--mr-ben-extra), into rows of its own source
+    (tmp_path / "ben" / "data" / "physics.json").write_text(json.dumps({"q-2": [{**right, "Question_UUID": "q-2"}]}))
+    assert len(conv.mr_ben_rows(tmp_path / "ben")[0]) == 2
+    rows, _ = conv.mr_ben_rows(tmp_path / "ben", ("physics",))
+    assert [(r["source"], r["problem"]) for r in rows] == [("Mr-Ben physics (human-annotated)", "mr-ben:q-2")]
+
+
+def test_the_transfer_study_scores_its_levels_and_learns_from_other_subjects_only_when_asked():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts" / "studies"))
+    import transfer_step_verifier as T
+
+    assert not set(T.SCIENCE + T.BIOLOGY) & set(T.LEVELS)  # never a scored source
+    others = [{"file": f} for f in ("gsm8k_qwen", "gsm8k_written", "mr_ben_physics", "mr_ben_chemistry", "mr_ben_biology")]
+    pool = lambda sources: [r["file"] for r in T.training_pool(sources, [{"file": "mr_gsm8k"}], others)]  # noqa: E731
+    assert pool(("own",)) == ["mr_gsm8k", "gsm8k_qwen"]
+    assert pool(("own", "science")) == ["mr_gsm8k", "gsm8k_qwen", "mr_ben_physics", "mr_ben_chemistry"]
+    assert pool(("own", "science", "biology"))[-1] == "mr_ben_biology"
 
 
 def _external_source(name: str):
