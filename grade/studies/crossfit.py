@@ -52,6 +52,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..common.io import atomic_write, read_text
 from ..common.metrics import auroc, best_threshold
 
 log = logging.getLogger(__name__)
@@ -615,19 +616,16 @@ STATE_FILE = "crossfit_state.json.xz"
 
 
 def read_state(folder: str | Path) -> dict | None:
-    """The :data:`STATE_FILE` of a results folder, or None where it has none."""
+    """The :data:`STATE_FILE` of a results folder (decompressed within the project's caps), or None where it has
+    none."""
     path = Path(folder) / STATE_FILE
-    if not path.is_file():
-        return None
-    with lzma.open(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads(read_text(path)) if path.is_file() else None
 
 
 def write_state(folder: str | Path, state: dict, default=None) -> Path:
-    path = Path(folder) / STATE_FILE
-    path.write_bytes(lzma.compress((json.dumps(state, indent=1, default=default) + "\n").encode("utf-8"),
-                                   preset=9 | lzma.PRESET_EXTREME))
-    return path
+    """Write :data:`STATE_FILE` atomically (a run stopped while writing leaves the previous state readable)."""
+    return atomic_write(Path(folder) / STATE_FILE, lzma.compress(
+        (json.dumps(state, indent=1, default=default) + "\n").encode("utf-8"), preset=9 | lzma.PRESET_EXTREME))
 
 
 def test_scores(folder: str | Path) -> list[dict]:
