@@ -56,10 +56,15 @@ OWN_REAL = ("gsm8k_qwen", "gsm8k_qwen_cut", "math_qwen")
 SCIENCE = ("mr_ben_physics", "mr_ben_chemistry")
 BIOLOGY = ("mr_ben_biology",)
 WRITTEN = ("gsm8k_written", "math_written")
+#: a variant's training sources besides the external dev half -> their annotation files
+TRAINING_FILES = {"own": OWN_REAL, "written": WRITTEN, "science": SCIENCE, "biology": BIOLOGY}
 NO_CHECK = tuple(n for n in SCALARS if not n.startswith("check"))
 BASE = dict(layers=(3, 5), n_components=32, C=0.1, target="first")
-#: name -> (StepVerifier settings, training files besides the external dev half: "own" = Qwen's annotated traces
-#: (every half: none is cited here), "written" = the files written with planted errors, "-ext": no external dev).
+#: the shipped settings (chosen on dev): three depths, 64 components and the localizer head
+LOCALIZER = {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}
+#: name -> (StepVerifier settings, training sources besides the external dev half (TRAINING_FILES): "own" = Qwen's
+#: annotated traces (every half: none is cited here), "written" = the files written with planted errors, "science" /
+#: "biology" = Mr-Ben's other subjects; "-ext": no external dev).
 VARIANTS = {
     "first-step, hidden(0.75,1.0)+scalars; external dev": (BASE, ()),
     "first-step, hidden(0.75,1.0)+scalars; external dev + Qwen's annotated": (BASE, ("own",)),
@@ -74,14 +79,13 @@ VARIANTS = {
     "first-step, scalars only (check + surprisal); external dev + Qwen's annotated": (
         {**BASE, "layers": ()}, ("own",)),
     "first-step, C=0.01; external dev + Qwen's annotated": ({**BASE, "C": 0.01}, ("own",)),
-    "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's annotated": (
-        {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own",)),
+    "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's annotated": (LOCALIZER, ("own",)),
     "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + written": (
-        {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own", "written")),
+        LOCALIZER, ("own", "written")),
     "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + Mr-Ben physics, chemistry": (
-        {**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own", "science")),
+        LOCALIZER, ("own", "science")),
     "first-step, hidden(0.5,0.75,1.0) 64 components, localizer; external dev + Qwen's + Mr-Ben physics, chemistry, "
-    "biology": ({**BASE, "layers": (1, 3, 5), "n_components": 64, "localizer": True}, ("own", "science", "biology")),
+    "biology": (LOCALIZER, ("own", "science", "biology")),
 }
 PROTOCOLS = ("unknown", "known")
 
@@ -121,14 +125,9 @@ def fold_of(problem: str, n: int = 5) -> int:
 
 def training_pool(sources: tuple, ext_dev: list[dict], others: list[dict]) -> list[dict]:
     pool = [] if "-ext" in sources else list(ext_dev)
-    if "own" in sources:
-        pool += [r for r in others if r["file"] in OWN_REAL]
-    if "written" in sources:
-        pool += [r for r in others if r["file"] in WRITTEN]
-    if "science" in sources:
-        pool += [r for r in others if r["file"] in SCIENCE]
-    if "biology" in sources:
-        pool += [r for r in others if r["file"] in BIOLOGY]
+    for source, files in TRAINING_FILES.items():
+        if source in sources:
+            pool += [r for r in others if r["file"] in files]
     return pool
 
 
@@ -437,11 +436,12 @@ def main(argv=None) -> int:
                                   "data": f"external annotated test halves ({g.split()[-1]} level), by paragraph"}
                              for lv, g in level_of.items()}}
         gsm = protocols["unknown"]["measured"]["gsm8k"]
+        pool = training_pool(variants[base_of.get(best, best)][1], dev, others)
         chosen.info = {
             "variant": best, "reader": args.reader,
             "traces_model": "other models (MR-GSM8K's and Mr-Ben's solutions, annotated by people)",
-            "trained_on": {"external dev traces": len(dev), **{f: sum(r["file"] == f for r in training_pool(
-                variants[base_of.get(best, best)][1], dev, others)) for f in (*OWN_REAL, *WRITTEN, *SCIENCE, *BIOLOGY)}},
+            "trained_on": {"external dev traces": len(dev), **{f: sum(r["file"] == f for r in pool)
+                                                               for files in TRAINING_FILES.values() for f in files}},
             "never_trained_on": "any problem of an external test half",
             "threshold_from": ("external dev halves, out of fold, each protocol and each level (GSM8K, MATH) "
                                "maximising that level's F1 by paragraph" if best in base_of else
