@@ -427,12 +427,13 @@ class StepVerifier:
 
     def suspect(self, p: np.ndarray, threshold: float | None = None, final_correct: bool | None = None,
                 level: str | None = None) -> int | None:
-        """0-based first step with p_k > threshold, or None (no wrong step).
+        """0-based suspect step, or None (no wrong step): the first step with p_k > threshold, or with the
+        localizer the step of the largest P_k where ``sum(P) > threshold``.
 
         final_correct : whether the trace's final answer matches the gold one, where that is known (an evaluation
-        run's traces). Known wrong: some step is wrong, so the most suspect step (:meth:`step_scores`); known
-        right: the first over ``threshold_right`` (the final answer of most such traces is right because every
-        step is), else None. Unknown, or ``threshold`` given: the first over ``threshold``.
+        run's traces). Known wrong: some step is wrong, so the most suspect step (:meth:`step_scores`), whatever
+        ``threshold``; known right: the rule above with ``threshold_right`` (the final answer of most such traces
+        is right because every step is). Unknown: with ``threshold``. A ``threshold`` given replaces either.
         level : the trace's level (:func:`trace_level`): its own thresholds where the verifier has them.
         """
         p = np.asarray(p, dtype=float)
